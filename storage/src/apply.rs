@@ -1,0 +1,538 @@
+//! Pure apply: given a [`Command`] and a read view of the store, decide the
+//! response, the key writes and the watch events. No I/O happens here; the
+//! state machine turns an [`Applied`] into one atomic write batch.
+//!
+//! Every check that decides a client's fate (compare guards, duplicate keys,
+//! compaction bounds) lives here, so every node reaches the same verdict.
+
+use std::collections::BTreeMap;
+
+use crate::command::{
+    ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget, DeleteRequest,
+    DeleteResponse, Event, EventKind, KeyValue, Op, OpResponse, PutRequest, RangeRequest,
+    RangeResponse, Response, Revision, Txn, TxnResponse,
+};
+use crate::error::StoreError;
+
+/// What apply needs to read: the current state of the store.
+pub trait MvccRead {
+    /// The current value of `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError>;
+    /// A range read with the semantics of [`RangeRequest`]; a revision below
+    /// the compaction point or above the current revision is an error.
+    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError>;
+    fn current_revision(&self) -> Revision;
+    fn compacted_revision(&self) -> Revision;
+}
+
+/// The outcome of applying one command.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub response: Response,
+    /// Final state of each written key (`None` = deleted), in key order.
+    pub writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    /// The watch events, in the order the operations ran.
+    pub events: Vec<Event>,
+    /// Set when the command compacts history to this revision.
+    pub compact_to: Option<Revision>,
+}
+
+/// Applies `cmd` on top of `view`. A deterministic refusal is an `Ok` with an
+/// error response and no writes; only a storage failure is an `Err`.
+pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError> {
+    let current = view.current_revision();
+    match cmd {
+        Command::Compact { revision } => {
+            let mut applied = Applied {
+                response: Response {
+                    revision: current,
+                    result: Ok(CommandResult::Compacted),
+                },
+                ..Applied::default()
+            };
+            if *revision > current {
+                applied.response.result = Err(ApplyError::FutureRevision);
+            } else if *revision <= view.compacted_revision() {
+                applied.response.result = Err(ApplyError::Compacted);
+            } else {
+                applied.compact_to = Some(*revision);
+            }
+            Ok(applied)
+        }
+        Command::Txn(txn) => {
+            let mut run = TxnRun {
+                view,
+                revision: current.next(),
+                writes: BTreeMap::new(),
+                events: Vec::new(),
+            };
+            match run.txn(txn) {
+                Ok(resp) => {
+                    let revision = if run.writes.is_empty() {
+                        current
+                    } else {
+                        run.revision
+                    };
+                    Ok(Applied {
+                        response: Response {
+                            revision,
+                            result: Ok(CommandResult::Txn(resp)),
+                        },
+                        writes: run.writes,
+                        events: run.events,
+                        compact_to: None,
+                    })
+                }
+                Err(TxnError::Refused(e)) => Ok(Applied {
+                    response: Response {
+                        revision: current,
+                        result: Err(e),
+                    },
+                    ..Applied::default()
+                }),
+                Err(TxnError::Store(e)) => Err(e),
+            }
+        }
+    }
+}
+
+enum TxnError {
+    Refused(ApplyError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for TxnError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Compacted { .. } => TxnError::Refused(ApplyError::Compacted),
+            StoreError::FutureRevision { .. } => TxnError::Refused(ApplyError::FutureRevision),
+            other => TxnError::Store(other),
+        }
+    }
+}
+
+/// One transaction in progress: its pending writes overlay the view.
+struct TxnRun<'v, V> {
+    view: &'v V,
+    revision: Revision,
+    writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    events: Vec<Event>,
+}
+
+impl<V: MvccRead> TxnRun<'_, V> {
+    fn txn(&mut self, txn: &Txn) -> Result<TxnResponse, TxnError> {
+        let mut succeeded = true;
+        for cmp in &txn.compare {
+            if !self.compare(cmp)? {
+                succeeded = false;
+                break;
+            }
+        }
+        let ops = if succeeded {
+            &txn.success
+        } else {
+            &txn.failure
+        };
+        check_duplicate_puts(ops)?;
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            responses.push(match op {
+                Op::Range(req) => OpResponse::Range(self.range(req)?),
+                Op::Put(req) => self.put(req)?,
+                Op::Delete(req) => OpResponse::Delete(self.delete(req)?),
+                Op::Txn(inner) => OpResponse::Txn(self.txn(inner)?),
+            });
+        }
+        Ok(TxnResponse {
+            succeeded,
+            responses,
+        })
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        match self.writes.get(key) {
+            Some(pending) => Ok(pending.clone()),
+            None => self.view.get(key),
+        }
+    }
+
+    /// Current keys in `range`, with this transaction's writes applied.
+    fn live_keys(&self, req: &RangeRequest) -> Result<Vec<KeyValue>, StoreError> {
+        let all = RangeRequest {
+            range: req.range.clone(),
+            ..RangeRequest::default()
+        };
+        let mut merged: BTreeMap<Vec<u8>, KeyValue> = self
+            .view
+            .range(&all)?
+            .kvs
+            .into_iter()
+            .map(|kv| (kv.key.clone(), kv))
+            .collect();
+        for (key, pending) in &self.writes {
+            if req.range.contains(key) {
+                match pending {
+                    Some(kv) => merged.insert(key.clone(), kv.clone()),
+                    None => merged.remove(key),
+                };
+            }
+        }
+        Ok(merged.into_values().collect())
+    }
+
+    fn compare(&self, cmp: &Compare) -> Result<bool, TxnError> {
+        let kvs = if cmp.range.is_single() {
+            vec![self.get(&cmp.range.key)?]
+        } else {
+            let req = RangeRequest {
+                range: cmp.range.clone(),
+                ..RangeRequest::default()
+            };
+            self.live_keys(&req)?.into_iter().map(Some).collect()
+        };
+        Ok(kvs.iter().all(|kv| compare_one(kv.as_ref(), cmp)))
+    }
+
+    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, TxnError> {
+        let touches_pending = self.writes.keys().any(|k| req.range.contains(k));
+        if req.revision.is_some() || !touches_pending {
+            let mut resp = self.view.range(req)?;
+            if req.revision.is_none() {
+                resp.revision = self.visible_revision();
+            }
+            return Ok(resp);
+        }
+        let kvs = self.live_keys(req)?;
+        Ok(shape_range(kvs, req, self.visible_revision()))
+    }
+
+    fn visible_revision(&self) -> Revision {
+        if self.writes.is_empty() {
+            self.view.current_revision()
+        } else {
+            self.revision
+        }
+    }
+
+    fn put(&mut self, req: &PutRequest) -> Result<OpResponse, TxnError> {
+        let prev = self.get(&req.key)?;
+        if (req.ignore_value || req.ignore_lease) && prev.is_none() {
+            return Err(TxnError::Refused(ApplyError::KeyNotFound));
+        }
+        let value = match (&prev, req.ignore_value) {
+            (Some(prev), true) => prev.value.clone(),
+            _ => req.value.clone(),
+        };
+        let lease = match (&prev, req.ignore_lease) {
+            (Some(prev), true) => prev.lease,
+            _ => req.lease,
+        };
+        let kv = KeyValue {
+            key: req.key.clone(),
+            create_revision: prev.as_ref().map_or(self.revision, |p| p.create_revision),
+            mod_revision: self.revision,
+            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            value,
+            lease,
+        };
+        self.writes.insert(req.key.clone(), Some(kv.clone()));
+        self.events.push(Event {
+            kind: EventKind::Put,
+            kv,
+            prev_kv: prev.clone(),
+        });
+        Ok(OpResponse::Put {
+            prev_kv: if req.prev_kv { prev } else { None },
+        })
+    }
+
+    fn delete(&mut self, req: &DeleteRequest) -> Result<DeleteResponse, TxnError> {
+        let victims = if req.range.is_single() {
+            self.get(&req.range.key)?.into_iter().collect()
+        } else {
+            self.live_keys(&RangeRequest {
+                range: req.range.clone(),
+                ..RangeRequest::default()
+            })?
+        };
+        let deleted = victims.len() as u64;
+        for prev in &victims {
+            self.writes.insert(prev.key.clone(), None);
+            self.events.push(Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key: prev.key.clone(),
+                    create_revision: Revision::ZERO,
+                    mod_revision: self.revision,
+                    version: 0,
+                    value: Vec::new(),
+                    lease: 0,
+                },
+                prev_kv: Some(prev.clone()),
+            });
+        }
+        Ok(DeleteResponse {
+            deleted,
+            prev_kvs: if req.prev_kv { victims } else { Vec::new() },
+        })
+    }
+}
+
+/// etcd refuses a transaction branch that writes the same key twice.
+fn check_duplicate_puts(ops: &[Op]) -> Result<(), TxnError> {
+    fn collect<'a>(ops: &'a [Op], seen: &mut Vec<&'a [u8]>) -> Result<(), TxnError> {
+        for op in ops {
+            match op {
+                Op::Put(p) => {
+                    if seen.contains(&p.key.as_slice()) {
+                        return Err(TxnError::Refused(ApplyError::DuplicateKey));
+                    }
+                    seen.push(&p.key);
+                }
+                Op::Txn(t) => {
+                    // Only one branch of a nested txn runs; either may clash.
+                    let mut a = seen.clone();
+                    collect(&t.success, &mut a)?;
+                    let mut b = seen.clone();
+                    collect(&t.failure, &mut b)?;
+                }
+                Op::Range(_) | Op::Delete(_) => {}
+            }
+        }
+        Ok(())
+    }
+    collect(ops, &mut Vec::new())
+}
+
+fn compare_one(kv: Option<&KeyValue>, cmp: &Compare) -> bool {
+    use std::cmp::Ordering;
+    let ord: Ordering = match &cmp.target {
+        CompareTarget::Version(v) => kv.map_or(0, |kv| kv.version).cmp(v),
+        CompareTarget::Create(r) => kv.map_or(0, |kv| kv.create_revision.0).cmp(r),
+        CompareTarget::Mod(r) => kv.map_or(0, |kv| kv.mod_revision.0).cmp(r),
+        CompareTarget::Lease(l) => kv.map_or(0, |kv| kv.lease).cmp(l),
+        CompareTarget::Value(v) => match kv {
+            Some(kv) => kv.value.as_slice().cmp(v.as_slice()),
+            // etcd: a value compare against a missing key is false.
+            None => return false,
+        },
+    };
+    match cmp.op {
+        CompareOp::Equal => ord == Ordering::Equal,
+        CompareOp::NotEqual => ord != Ordering::Equal,
+        CompareOp::Greater => ord == Ordering::Greater,
+        CompareOp::Less => ord == Ordering::Less,
+    }
+}
+
+/// Applies limit, keys_only and count_only to a full, ordered key list.
+pub fn shape_range(
+    mut kvs: Vec<KeyValue>,
+    req: &RangeRequest,
+    revision: Revision,
+) -> RangeResponse {
+    let count = kvs.len() as u64;
+    let more = req.limit > 0 && count > req.limit;
+    if req.count_only {
+        kvs.clear();
+    } else if req.limit > 0 {
+        kvs.truncate(req.limit as usize);
+    }
+    if req.keys_only {
+        for kv in &mut kvs {
+            kv.value.clear();
+        }
+    }
+    RangeResponse {
+        kvs,
+        more,
+        count,
+        revision,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{KeyRange, PutRequest};
+
+    /// An in-memory view: the current state only, enough to test apply.
+    #[derive(Default)]
+    struct MemView {
+        kvs: BTreeMap<Vec<u8>, KeyValue>,
+        revision: Revision,
+    }
+
+    impl MemView {
+        fn commit(&mut self, applied: &Applied) {
+            for (k, v) in &applied.writes {
+                match v {
+                    Some(kv) => self.kvs.insert(k.clone(), kv.clone()),
+                    None => self.kvs.remove(k),
+                };
+            }
+            self.revision = applied.response.revision;
+        }
+
+        fn run(&mut self, cmd: Command) -> Applied {
+            let applied = apply(self, &cmd).expect("memory view never fails");
+            self.commit(&applied);
+            applied
+        }
+    }
+
+    impl MvccRead for MemView {
+        fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+            Ok(self.kvs.get(key).cloned())
+        }
+        fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+            let kvs = self
+                .kvs
+                .values()
+                .filter(|kv| req.range.contains(&kv.key))
+                .cloned()
+                .collect();
+            Ok(shape_range(kvs, req, self.revision))
+        }
+        fn current_revision(&self) -> Revision {
+            self.revision
+        }
+        fn compacted_revision(&self) -> Revision {
+            Revision::ZERO
+        }
+    }
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Txn(Txn {
+            success: vec![Op::Put(PutRequest::new(key, value))],
+            ..Txn::default()
+        })
+    }
+
+    fn create(key: &str, value: &str) -> Command {
+        Command::Txn(Txn {
+            compare: vec![Compare::mod_revision(key, CompareOp::Equal, 0)],
+            success: vec![Op::Put(PutRequest::new(key, value))],
+            failure: vec![Op::Range(RangeRequest {
+                range: KeyRange::single(key),
+                ..RangeRequest::default()
+            })],
+        })
+    }
+
+    fn txn_result(applied: &Applied) -> &TxnResponse {
+        match &applied.response.result {
+            Ok(CommandResult::Txn(t)) => t,
+            other => panic!("expected a txn response, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_write_gets_the_next_revision_and_reads_do_not() {
+        let mut view = MemView::default();
+        assert_eq!(view.run(put("a", "1")).response.revision, Revision(1));
+        assert_eq!(view.run(put("b", "1")).response.revision, Revision(2));
+        let read = view.run(Command::Txn(Txn {
+            success: vec![Op::Range(RangeRequest {
+                range: KeyRange::prefix(""),
+                ..RangeRequest::default()
+            })],
+            ..Txn::default()
+        }));
+        assert_eq!(read.response.revision, Revision(2));
+        assert!(read.events.is_empty());
+        let updated = view.run(put("a", "2"));
+        assert_eq!(updated.response.revision, Revision(3));
+        let kv = view.kvs.get(b"a".as_slice()).expect("a exists");
+        assert_eq!(
+            (kv.create_revision, kv.mod_revision, kv.version),
+            (Revision(1), Revision(3), 2)
+        );
+    }
+
+    #[test]
+    fn create_precondition_is_decided_inside_apply() {
+        let mut view = MemView::default();
+        let first = view.run(create("k", "v1"));
+        assert!(txn_result(&first).succeeded);
+        let second = view.run(create("k", "v2"));
+        let resp = txn_result(&second);
+        assert!(!resp.succeeded, "a second create must fail its guard");
+        assert!(second.writes.is_empty());
+        assert_eq!(second.response.revision, Revision(1));
+        match &resp.responses[0] {
+            OpResponse::Range(r) => assert_eq!(r.kvs[0].value, b"v1"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn one_txn_is_one_revision_and_sees_its_own_writes() {
+        let mut view = MemView::default();
+        view.run(put("p/1", "x"));
+        let applied = view.run(Command::Txn(Txn {
+            success: vec![
+                Op::Put(PutRequest::new("p/2", "y")),
+                Op::Delete(DeleteRequest {
+                    range: KeyRange::single("p/1"),
+                    prev_kv: true,
+                }),
+                Op::Range(RangeRequest {
+                    range: KeyRange::prefix("p/"),
+                    ..RangeRequest::default()
+                }),
+            ],
+            ..Txn::default()
+        }));
+        assert_eq!(applied.response.revision, Revision(2));
+        assert_eq!(applied.events.len(), 2);
+        assert!(applied
+            .events
+            .iter()
+            .all(|e| e.kv.mod_revision == Revision(2)));
+        let resp = txn_result(&applied);
+        match &resp.responses[2] {
+            OpResponse::Range(r) => {
+                let keys: Vec<_> = r.kvs.iter().map(|kv| kv.key.clone()).collect();
+                assert_eq!(keys, vec![b"p/2".to_vec()]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match &resp.responses[1] {
+            OpResponse::Delete(d) => assert_eq!(d.prev_kvs[0].value, b"x"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn duplicate_puts_and_bad_compactions_are_refused() {
+        let mut view = MemView::default();
+        let dup = view.run(Command::Txn(Txn {
+            success: vec![
+                Op::Put(PutRequest::new("a", "1")),
+                Op::Put(PutRequest::new("a", "2")),
+            ],
+            ..Txn::default()
+        }));
+        assert_eq!(dup.response.result, Err(ApplyError::DuplicateKey));
+        assert!(dup.writes.is_empty());
+        let future = view.run(Command::Compact {
+            revision: Revision(5),
+        });
+        assert_eq!(future.response.result, Err(ApplyError::FutureRevision));
+    }
+
+    #[test]
+    fn delete_of_a_missing_key_does_not_advance_the_revision() {
+        let mut view = MemView::default();
+        view.run(put("a", "1"));
+        let applied = view.run(Command::Txn(Txn {
+            success: vec![Op::Delete(DeleteRequest {
+                range: KeyRange::single("zzz"),
+                prev_kv: false,
+            })],
+            ..Txn::default()
+        }));
+        assert_eq!(applied.response.revision, Revision(1));
+    }
+}

@@ -1,0 +1,327 @@
+//! The replicated command, its response and the events it produces.
+//!
+//! A [`Command`] is what one Raft log entry carries. It is modelled on the
+//! etcd v3 transaction because both front ends reduce to it: a Kubernetes
+//! create is `Txn[MOD(key) == 0 → Put]`, an update `Txn[MOD(key) == rev →
+//! Put]`, exactly as a kube-apiserver talks to etcd.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A position in the one revision log: the `resourceVersion` clients see.
+/// Revision 0 means "nothing written yet"; the first write is revision 1.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+pub struct Revision(pub u64);
+
+impl Revision {
+    pub const ZERO: Revision = Revision(0);
+
+    pub fn next(self) -> Revision {
+        Revision(self.0 + 1)
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One key's state as of its last modification (etcd's `mvccpb.KeyValue`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: Vec<u8>,
+    /// The revision that created the key (reset when it is deleted and re-created).
+    pub create_revision: Revision,
+    /// The revision that last modified the key.
+    pub mod_revision: Revision,
+    /// Number of modifications since creation; 1 on create.
+    pub version: i64,
+    pub value: Vec<u8>,
+    /// Attached lease id, 0 for none.
+    pub lease: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change to one key, as watchers see it. A deletion carries the key and
+/// the deletion's revision in `kv.mod_revision`, and the last state in
+/// `prev_kv`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub kind: EventKind,
+    pub kv: KeyValue,
+    pub prev_kv: Option<KeyValue>,
+}
+
+/// The key selection shared by range, delete and compare: one key when
+/// `range_end` is empty; otherwise `[key, range_end)`, where a `range_end`
+/// of `[0]` means "every key >= key" (etcd's convention).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRange {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+}
+
+impl KeyRange {
+    pub fn single(key: impl Into<Vec<u8>>) -> Self {
+        Self {
+            key: key.into(),
+            range_end: Vec::new(),
+        }
+    }
+
+    /// Every key starting with `prefix`.
+    pub fn prefix(prefix: impl Into<Vec<u8>>) -> Self {
+        let key = prefix.into();
+        let range_end = prefix_end(&key);
+        Self { key, range_end }
+    }
+
+    pub fn is_single(&self) -> bool {
+        self.range_end.is_empty()
+    }
+
+    /// The exclusive upper bound of the scan, `None` for "to the end".
+    pub fn end_bound(&self) -> Option<Vec<u8>> {
+        if self.range_end.is_empty() {
+            let mut end = self.key.clone();
+            end.push(0);
+            Some(end)
+        } else if self.range_end == [0] {
+            None
+        } else {
+            Some(self.range_end.clone())
+        }
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        if self.range_end.is_empty() {
+            return key == self.key.as_slice();
+        }
+        key >= self.key.as_slice() && self.end_bound().is_none_or(|end| key < end.as_slice())
+    }
+}
+
+/// The smallest key greater than every key with this prefix; `[0]` (all
+/// keys) when the prefix is empty or all `0xFF`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A read of a key range, at the current revision or an older one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeRequest {
+    pub range: KeyRange,
+    /// Maximum keys returned, 0 for no limit.
+    pub limit: u64,
+    /// Read at this revision; `None` for the current one.
+    pub revision: Option<Revision>,
+    pub keys_only: bool,
+    pub count_only: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeResponse {
+    pub kvs: Vec<KeyValue>,
+    /// More keys matched than `limit` allowed.
+    pub more: bool,
+    /// The number of keys in the range (ignoring `limit`).
+    pub count: u64,
+    /// The revision the range was read at.
+    pub revision: Revision,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareOp {
+    Equal,
+    NotEqual,
+    Greater,
+    Less,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    /// Number of modifications since creation (0 when absent).
+    Version(i64),
+    /// Creation revision (0 when absent).
+    Create(u64),
+    /// Last modification revision (0 when absent).
+    Mod(u64),
+    Value(Vec<u8>),
+    Lease(i64),
+}
+
+/// A guard of a transaction, checked against every key of `range` (all must
+/// hold; an absent single key compares as version/create/mod 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    pub range: KeyRange,
+    pub op: CompareOp,
+    pub target: CompareTarget,
+}
+
+impl Compare {
+    pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: u64) -> Self {
+        Self {
+            range: KeyRange::single(key),
+            op,
+            target: CompareTarget::Mod(rev),
+        }
+    }
+
+    pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: u64) -> Self {
+        Self {
+            range: KeyRange::single(key),
+            op,
+            target: CompareTarget::Create(rev),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub lease: i64,
+    pub prev_kv: bool,
+    /// Keep the current value (etcd `ignore_value`); the key must exist.
+    pub ignore_value: bool,
+    /// Keep the current lease (etcd `ignore_lease`); the key must exist.
+    pub ignore_lease: bool,
+}
+
+impl PutRequest {
+    pub fn new(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+            lease: 0,
+            prev_kv: false,
+            ignore_value: false,
+            ignore_lease: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRequest {
+    pub range: KeyRange,
+    pub prev_kv: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Range(RangeRequest),
+    Put(PutRequest),
+    Delete(DeleteRequest),
+    Txn(Txn),
+}
+
+/// If every compare holds, run `success`, else `failure`. All writes of one
+/// transaction share one new revision; a transaction that writes nothing
+/// does not advance the revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Txn {
+    pub compare: Vec<Compare>,
+    pub success: Vec<Op>,
+    pub failure: Vec<Op>,
+}
+
+/// What one Raft log entry asks the state machine to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    Txn(Txn),
+    /// Drop history below `revision`; reads at older revisions then fail.
+    Compact {
+        revision: Revision,
+    },
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Command::Txn(txn) => write!(
+                f,
+                "txn(compare={}, success={}, failure={})",
+                txn.compare.len(),
+                txn.success.len(),
+                txn.failure.len()
+            ),
+            Command::Compact { revision } => write!(f, "compact({revision})"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteResponse {
+    pub deleted: u64,
+    pub prev_kvs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpResponse {
+    Range(RangeResponse),
+    Put { prev_kv: Option<KeyValue> },
+    Delete(DeleteResponse),
+    Txn(TxnResponse),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResponse {
+    pub succeeded: bool,
+    pub responses: Vec<OpResponse>,
+}
+
+/// A deterministic refusal decided inside apply: every node reaches the same
+/// verdict, and the log entry changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyError {
+    #[error("mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("mvcc: required revision is a future revision")]
+    FutureRevision,
+    #[error("duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("key not found")]
+    KeyNotFound,
+}
+
+/// The state machine's answer to one log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// The store's revision after this entry (the new one if it wrote).
+    pub revision: Revision,
+    pub result: Result<CommandResult, ApplyError>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResult {
+    Txn(TxnResponse),
+    Compacted,
+    /// A non-command entry (blank or membership): nothing to answer.
+    None,
+}
+
+impl Default for Response {
+    fn default() -> Self {
+        Self {
+            revision: Revision::ZERO,
+            result: Ok(CommandResult::None),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The only file that names RocksDB: one database, one WAL, the column
+//! families of [`crate::schema`], atomic write batches and ordered scans.
+//!
+//! Everything above this file sees bytes, [`Cf`]s and [`Batch`]es, so the
+//! engine could be swapped without touching the MVCC or Raft code.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rocksdb::{
+    ColumnFamilyDescriptor, DBIteratorWithThreadMode, Direction, IteratorMode, Options,
+    ReadOptions, WriteBatch, WriteOptions, DB,
+};
+
+use crate::error::StoreError;
+use crate::schema::Cf;
+
+/// A shared handle on the one RocksDB instance of a node.
+#[derive(Clone)]
+pub struct Engine {
+    db: Arc<DB>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("path", &self.path).finish()
+    }
+}
+
+impl Engine {
+    /// Opens (or creates) the database under `dir`, with every column family.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(dir.display().to_string(), e))?;
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.increase_parallelism(2);
+        // The WAL is the durability mechanism of both the Raft log and the state
+        // machine: recover every write that was synced, drop a torn tail.
+        opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        let cfs = Cf::ALL.iter().map(|cf| {
+            let mut cf_opts = Options::default();
+            cf_opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            ColumnFamilyDescriptor::new(cf.name(), cf_opts)
+        });
+        let db = DB::open_cf_descriptors(&opts, dir, cfs)?;
+        Ok(Self {
+            db: Arc::new(db),
+            path: dir.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn handle(&self, cf: Cf) -> Result<&rocksdb::ColumnFamily, StoreError> {
+        self.db
+            .cf_handle(cf.name())
+            .ok_or_else(|| StoreError::Corrupt(format!("column family {} is missing", cf.name())))
+    }
+
+    pub fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.db.get_cf(self.handle(cf)?, key)?)
+    }
+
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            engine: self,
+            inner: WriteBatch::default(),
+        }
+    }
+
+    /// Writes a batch atomically. `sync` fsyncs the WAL before returning,
+    /// which also persists every earlier unsynced batch.
+    pub fn write(&self, batch: Batch<'_>, sync: bool) -> Result<(), StoreError> {
+        let mut opts = WriteOptions::default();
+        opts.set_sync(sync);
+        self.db.write_opt(batch.inner, &opts)?;
+        Ok(())
+    }
+
+    /// Rows of `cf` with `start <= key < end` (no `end`: to the last row), in
+    /// ascending key order.
+    pub fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
+        self.scan_with(cf, start, end, Direction::Forward, ReadOptions::default())
+    }
+
+    /// Rows of `cf` with `key <= from`, in descending key order.
+    pub fn scan_back(&self, cf: Cf, from: &[u8]) -> Result<Scan<'_>, StoreError> {
+        self.scan_with(cf, from, None, Direction::Reverse, ReadOptions::default())
+    }
+
+    fn scan_with<'a>(
+        &'a self,
+        cf: Cf,
+        start: &[u8],
+        end: Option<&[u8]>,
+        direction: Direction,
+        mut opts: ReadOptions,
+    ) -> Result<Scan<'a>, StoreError> {
+        if let Some(end) = end {
+            opts.set_iterate_upper_bound(end.to_vec());
+        }
+        let iter =
+            self.db
+                .iterator_cf_opt(self.handle(cf)?, opts, IteratorMode::From(start, direction));
+        Ok(Scan { iter })
+    }
+
+    /// The last row of `cf`, if any.
+    pub fn last(&self, cf: Cf) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let mut iter = self.db.iterator_cf(self.handle(cf)?, IteratorMode::End);
+        match iter.next() {
+            Some(row) => {
+                let (k, v) = row?;
+                Ok(Some((k.into_vec(), v.into_vec())))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Runs `f` against a consistent point-in-time view of the whole database.
+    pub fn with_snapshot<R>(&self, f: impl FnOnce(&SnapshotView<'_>) -> R) -> R {
+        let snapshot = self.db.snapshot();
+        f(&SnapshotView {
+            engine: self,
+            snapshot,
+        })
+    }
+
+    /// Removes every row of `cf` (used when a snapshot replaces the state).
+    pub fn clear(&self, cf: Cf) -> Result<(), StoreError> {
+        let Some((last, _)) = self.last(cf)? else {
+            return Ok(());
+        };
+        let mut end = last;
+        end.push(0);
+        self.db
+            .delete_range_cf(self.handle(cf)?, [].as_slice(), end.as_slice())?;
+        Ok(())
+    }
+
+    /// Asks RocksDB to reclaim space of deleted rows in `cf` below `end`.
+    pub fn compact_range(&self, cf: Cf, end: &[u8]) -> Result<(), StoreError> {
+        self.db
+            .compact_range_cf(self.handle(cf)?, None::<&[u8]>, Some(end));
+        Ok(())
+    }
+
+    /// Approximate bytes on disk (SST files plus memtables).
+    pub fn approximate_size(&self) -> u64 {
+        let mut total = 0;
+        for cf in Cf::ALL {
+            if let Ok(handle) = self.handle(cf) {
+                for prop in [
+                    "rocksdb.total-sst-files-size",
+                    "rocksdb.cur-size-all-mem-tables",
+                ] {
+                    if let Ok(Some(n)) = self.db.property_int_value_cf(handle, prop) {
+                        total += n;
+                    }
+                }
+            }
+        }
+        total
+    }
+}
+
+/// A consistent view of the database at one instant.
+pub struct SnapshotView<'a> {
+    engine: &'a Engine,
+    snapshot: rocksdb::Snapshot<'a>,
+}
+
+impl SnapshotView<'_> {
+    pub fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.snapshot.get_cf(self.engine.handle(cf)?, key)?)
+    }
+
+    pub fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&self.snapshot);
+        self.engine
+            .scan_with(cf, start, end, Direction::Forward, opts)
+    }
+
+    pub fn scan_back(&self, cf: Cf, from: &[u8]) -> Result<Scan<'_>, StoreError> {
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&self.snapshot);
+        self.engine
+            .scan_with(cf, from, None, Direction::Reverse, opts)
+    }
+}
+
+/// An ordered scan over one column family.
+pub struct Scan<'a> {
+    iter: DBIteratorWithThreadMode<'a, DB>,
+}
+
+impl Iterator for Scan<'_> {
+    type Item = Result<(Box<[u8]>, Box<[u8]>), StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.iter.next().map(|row| row.map_err(StoreError::from))
+    }
+}
+
+/// An atomic group of writes across column families.
+pub struct Batch<'a> {
+    engine: &'a Engine,
+    inner: WriteBatch,
+}
+
+impl Batch<'_> {
+    pub fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.inner.put_cf(self.engine.handle(cf)?, key, value);
+        Ok(())
+    }
+
+    pub fn delete(&mut self, cf: Cf, key: &[u8]) -> Result<(), StoreError> {
+        self.inner.delete_cf(self.engine.handle(cf)?, key);
+        Ok(())
+    }
+
+    /// Deletes rows with `start <= key < end`.
+    pub fn delete_range(&mut self, cf: Cf, start: &[u8], end: &[u8]) -> Result<(), StoreError> {
+        self.inner
+            .delete_range_cf(self.engine.handle(cf)?, start, end);
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+}
+
+impl From<rocksdb::Error> for StoreError {
+    fn from(e: rocksdb::Error) -> Self {
+        StoreError::Engine(e.into_string())
+    }
+}

@@ -1,0 +1,131 @@
+//! kubestore's storage: the MVCC revision store, the Raft log store and the
+//! replicated state machine, all in one RocksDB instance with one WAL.
+//!
+//! Its one job is to turn an ordered stream of committed [`Command`]s into
+//! a revision history that can be read at any uncompacted revision. It knows
+//! nothing of HTTP, gRPC servers, Kubernetes kinds or the network.
+//!
+//! # Invariants
+//!
+//! - **One revision log.** Every applied command that writes gets exactly the
+//!   next revision; all writes of one transaction share it. Reads and
+//!   refused commands do not advance the revision.
+//! - **Deterministic apply.** Preconditions are checked inside [`apply`], from
+//!   the replicated state only, so every node reaches the same verdict.
+//! - **Atomic apply.** One entry's key writes, history rows, events and the
+//!   last-applied log id are one write batch.
+//! - **Durability.** Log appends are synced before openraft is told; state
+//!   machine writes ride on the same WAL, so a restart re-applies from the
+//!   last applied id that reached the disk.
+//! - **Compaction** runs through the log, so every node drops the same
+//!   history; a read below the compaction point is [`StoreError::Compacted`].
+//!
+//! # Layout
+//!
+//! - [`schema`]: column families, key encodings, format version (the only
+//!   place that knows the on-disk layout).
+//! - `engine`: the only module that names RocksDB.
+//! - [`command`]: the replicated command, its response and watch events.
+//! - [`apply`]: pure apply of a command against a read view.
+//! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
+//! - [`log_store`] / [`state_machine`]: the openraft storage traits.
+
+pub mod apply;
+pub mod command;
+mod engine;
+pub mod error;
+pub mod log_store;
+pub mod mvcc;
+pub mod schema;
+pub mod state_machine;
+
+use std::path::Path;
+
+use tokio::sync::watch;
+
+pub use command::{
+    prefix_end, ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget,
+    DeleteRequest, DeleteResponse, Event, EventKind, KeyRange, KeyValue, Op, OpResponse,
+    PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
+};
+pub use error::StoreError;
+pub use log_store::LogStore;
+pub use state_machine::{AppliedState, StateMachine};
+
+/// A node's identity in the Raft group.
+pub type NodeId = u64;
+/// What openraft knows of a member: its gRPC address.
+pub type Node = openraft::BasicNode;
+
+openraft::declare_raft_types!(
+    /// The openraft type configuration of kubestore. It lives next to the
+    /// replicated command so `raft` can depend on `storage` without a cycle.
+    pub TypeConfig:
+        D = Command,
+        R = Response,
+        NodeId = NodeId,
+        Node = Node,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = tokio::fs::File,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type Entry = openraft::Entry<TypeConfig>;
+
+/// A cheap, cloneable read handle on the store, for the front ends.
+#[derive(Clone)]
+pub struct Store {
+    engine: engine::Engine,
+    applied: watch::Receiver<AppliedState>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("applied", &*self.applied.borrow())
+            .finish()
+    }
+}
+
+impl Store {
+    /// A range read from one consistent point in time; see [`mvcc`] for the
+    /// revision rules and errors.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+        use apply::MvccRead;
+        self.engine
+            .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
+    }
+
+    /// The events of revisions after `after`, at most `limit` revisions.
+    pub fn events_after(
+        &self,
+        after: Revision,
+        limit: usize,
+    ) -> Result<Vec<(Revision, Vec<Event>)>, StoreError> {
+        self.engine
+            .with_snapshot(|view| mvcc::MvccReader::new(view)?.events_after(after, limit))
+    }
+
+    /// Where the state machine stands now.
+    pub fn applied(&self) -> AppliedState {
+        *self.applied.borrow()
+    }
+
+    /// A receiver that changes whenever entries are applied.
+    pub fn subscribe(&self) -> watch::Receiver<AppliedState> {
+        self.applied.clone()
+    }
+
+    /// Approximate bytes the database takes on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        self.engine.approximate_size()
+    }
+}
+
+/// Opens the node's storage under `dir`: the log store and state machine for
+/// openraft, and a [`Store`] read handle for everything else.
+pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
+    let engine = engine::Engine::open(&dir.join("db"))?;
+    let (sm, applied) = StateMachine::open(engine.clone(), dir.join("snapshots"))?;
+    Ok((LogStore::new(engine.clone()), sm, Store { engine, applied }))
+}

@@ -1,0 +1,232 @@
+//! The Raft log and vote, in the `raft_log` and `raft_meta` column families.
+//!
+//! Every append is one write batch synced to the WAL before openraft is told
+//! the entries are durable; the same sync persists any state-machine writes
+//! made before it (one database, one WAL).
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogId, StorageError, Vote};
+use tracing::instrument;
+
+use crate::engine::Engine;
+use crate::error::StoreError;
+use crate::schema::{self, Cf};
+use crate::{Entry, NodeId, TypeConfig};
+
+/// openraft's log store over the shared engine. Cheap to clone: openraft
+/// takes one clone as the reader used by replication.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    engine: Engine,
+}
+
+impl LogStore {
+    pub fn new(engine: Engine) -> Self {
+        Self { engine }
+    }
+
+    fn get_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, StoreError> {
+        match self.engine.get(Cf::RaftMeta, key)? {
+            Some(bytes) => Ok(Some(bincode::deserialize(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put_meta<T: serde::Serialize>(
+        &self,
+        key: &[u8],
+        value: &T,
+        sync: bool,
+    ) -> Result<(), StoreError> {
+        let mut batch = self.engine.batch();
+        batch.put(Cf::RaftMeta, key, &bincode::serialize(value)?)?;
+        self.engine.write(batch, sync)
+    }
+
+    fn read_entries(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, StoreError> {
+        let start = match range.start_bound() {
+            Bound::Included(&n) => n,
+            Bound::Excluded(&n) => n.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&n) => n.checked_add(1),
+            Bound::Excluded(&n) => Some(n),
+            Bound::Unbounded => None,
+        };
+        if end.is_some_and(|end| end <= start) {
+            return Ok(Vec::new());
+        }
+        let end_key = end.map(schema::u64_key);
+        let mut out = Vec::new();
+        for row in self.engine.scan(
+            Cf::RaftLog,
+            &schema::u64_key(start),
+            end_key.as_ref().map(|k| k.as_slice()),
+        )? {
+            let (_, v) = row?;
+            out.push(bincode::deserialize(&v)?);
+        }
+        Ok(out)
+    }
+
+    fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StoreError> {
+        match self.engine.last(Cf::RaftLog)? {
+            Some((_, v)) => {
+                let entry: Entry = bincode::deserialize(&v)?;
+                Ok(Some(*entry.get_log_id()))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+fn log_err(e: StoreError, verb: ErrorVerb) -> StorageError<NodeId> {
+    e.into_raft(ErrorSubject::Logs, verb)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        self.read_entries(range)
+            .map_err(|e| log_err(e, ErrorVerb::Read))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let last_purged: Option<LogId<NodeId>> = self
+            .get_meta(schema::RAFT_LAST_PURGED)
+            .map_err(|e| log_err(e, ErrorVerb::Read))?;
+        let last = self
+            .last_entry_id()
+            .map_err(|e| log_err(e, ErrorVerb::Read))?;
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last.or(last_purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    #[instrument(level = "debug", skip(self))]
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.put_meta(schema::RAFT_VOTE, vote, true)
+            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        self.get_meta(schema::RAFT_VOTE)
+            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Read))
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        // Not synced: losing it only means re-learning the commit index from
+        // the leader; the next synced append persists it anyway.
+        self.put_meta(schema::RAFT_COMMITTED, &committed, false)
+            .map_err(|e| log_err(e, ErrorVerb::Write))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self
+            .get_meta::<Option<LogId<NodeId>>>(schema::RAFT_COMMITTED)
+            .map_err(|e| log_err(e, ErrorVerb::Read))?
+            .flatten())
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let engine = self.engine.clone();
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        // The fsync blocks: keep it off the async workers.
+        let result = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
+            let mut batch = engine.batch();
+            for entry in &entries {
+                let index = entry.get_log_id().index;
+                batch.put(
+                    Cf::RaftLog,
+                    &schema::u64_key(index),
+                    &bincode::serialize(entry)?,
+                )?;
+            }
+            let n = entries.len();
+            engine.write(batch, true)?;
+            Ok(n)
+        })
+        .await
+        .map_err(|e| StoreError::Corrupt(format!("append task failed: {e}")));
+        match result.and_then(|r| r) {
+            Ok(n) => {
+                tracing::trace!(entries = n, "log appended and synced");
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(log_err(e, ErrorVerb::Write))
+            }
+        }
+    }
+
+    #[instrument(level = "debug", skip(self))]
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut batch = self.engine.batch();
+        let end = self
+            .engine
+            .last(Cf::RaftLog)
+            .map_err(|e| log_err(e, ErrorVerb::Read))?
+            .map(|(k, _)| k);
+        let start = schema::u64_key(log_id.index);
+        if let Some(mut end) = end.filter(|last| last.as_slice() >= start.as_slice()) {
+            end.push(0);
+            batch
+                .delete_range(Cf::RaftLog, &start, &end)
+                .map_err(|e| log_err(e, ErrorVerb::Delete))?;
+        }
+        self.engine
+            .write(batch, true)
+            .map_err(|e| log_err(e, ErrorVerb::Delete))
+    }
+
+    #[instrument(level = "debug", skip(self))]
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let run = || -> Result<(), StoreError> {
+            let mut batch = self.engine.batch();
+            batch.put(
+                Cf::RaftMeta,
+                schema::RAFT_LAST_PURGED,
+                &bincode::serialize(&log_id)?,
+            )?;
+            batch.delete_range(
+                Cf::RaftLog,
+                &schema::u64_key(0),
+                &schema::u64_key(log_id.index.saturating_add(1)),
+            )?;
+            self.engine.write(batch, false)
+        };
+        run().map_err(|e| log_err(e, ErrorVerb::Delete))
+    }
+}

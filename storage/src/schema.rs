@@ -1,0 +1,190 @@
+//! The on-disk schema: every column family, every key encoding and the
+//! storage format version live in this one file.
+//!
+//! All integers in keys are big-endian so that RocksDB's byte order is the
+//! numeric order. Values are bincode-encoded Rust structs from
+//! [`crate::command`] and openraft.
+//!
+//! | column family | key | value |
+//! |---|---|---|
+//! | `raft_log` | log index (u64) | `Entry<TypeConfig>` |
+//! | `raft_meta` | [`RAFT_VOTE`], [`RAFT_COMMITTED`], [`RAFT_LAST_PURGED`] | `Vote`, `LogId` |
+//! | `kv` | user key | current [`KeyValue`](crate::KeyValue) |
+//! | `history` | [`history_key`]: escaped user key ++ revision (u64) | `Option<KeyValue>` (`None` = deleted) |
+//! | `events` | revision (u64) | `Vec<Event>`: everything that revision changed |
+//! | `sm_meta` | [`SM_LAST_APPLIED`], [`SM_MEMBERSHIP`], [`SM_REVISION`], ... | state-machine bookkeeping |
+
+/// Bumped whenever an encoding below changes incompatibly. A data directory
+/// written with another version is refused at open.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub const CF_RAFT_LOG: &str = "raft_log";
+pub const CF_RAFT_META: &str = "raft_meta";
+pub const CF_KV: &str = "kv";
+pub const CF_HISTORY: &str = "history";
+pub const CF_EVENTS: &str = "events";
+pub const CF_SM_META: &str = "sm_meta";
+
+/// A column family. The engine maps each to its RocksDB handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cf {
+    RaftLog,
+    RaftMeta,
+    Kv,
+    History,
+    Events,
+    SmMeta,
+}
+
+impl Cf {
+    /// Every column family, in the order they are created.
+    pub const ALL: [Cf; 6] = [
+        Cf::RaftLog,
+        Cf::RaftMeta,
+        Cf::Kv,
+        Cf::History,
+        Cf::Events,
+        Cf::SmMeta,
+    ];
+
+    /// The column families that hold MVCC data (what a snapshot carries
+    /// besides the bookkeeping rows of `sm_meta`).
+    pub const MVCC: [Cf; 3] = [Cf::Kv, Cf::History, Cf::Events];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cf::RaftLog => CF_RAFT_LOG,
+            Cf::RaftMeta => CF_RAFT_META,
+            Cf::Kv => CF_KV,
+            Cf::History => CF_HISTORY,
+            Cf::Events => CF_EVENTS,
+            Cf::SmMeta => CF_SM_META,
+        }
+    }
+
+    /// A stable one-byte tag, used in snapshot files.
+    pub fn tag(self) -> u8 {
+        match self {
+            Cf::RaftLog => 0,
+            Cf::RaftMeta => 1,
+            Cf::Kv => 2,
+            Cf::History => 3,
+            Cf::Events => 4,
+            Cf::SmMeta => 5,
+        }
+    }
+
+    pub fn from_tag(tag: u8) -> Option<Cf> {
+        Cf::ALL.into_iter().find(|cf| cf.tag() == tag)
+    }
+}
+
+pub const RAFT_VOTE: &[u8] = b"vote";
+pub const RAFT_COMMITTED: &[u8] = b"committed";
+pub const RAFT_LAST_PURGED: &[u8] = b"last_purged";
+
+pub const SM_FORMAT_VERSION: &[u8] = b"format_version";
+pub const SM_LAST_APPLIED: &[u8] = b"last_applied";
+pub const SM_MEMBERSHIP: &[u8] = b"membership";
+/// The revision of the last write (u64 big-endian).
+pub const SM_REVISION: &[u8] = b"revision";
+/// The revision the history was last compacted to (u64 big-endian).
+pub const SM_COMPACTED: &[u8] = b"compacted";
+/// The meta of the snapshot currently kept on disk (`SnapshotMeta`).
+pub const SM_SNAPSHOT_META: &[u8] = b"snapshot_meta";
+/// Present while a received snapshot is being installed: if the process dies
+/// half-way, the install is redone from the kept file at the next open.
+pub const SM_INSTALLING: &[u8] = b"installing";
+
+pub fn u64_key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+pub fn decode_u64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+/// Escapes a user key so that escaped keys sort exactly like the raw keys and
+/// no escaped key is a prefix of another: every `0x00` becomes `0x00 0xFF`, and
+/// the key ends with `0x00 0x01`. The revision suffix follows the terminator.
+pub fn escape_user_key(key: &[u8], out: &mut Vec<u8>) {
+    for &b in key {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0x00, 0x01]);
+}
+
+/// The `history` row of `key` at `revision`.
+pub fn history_key(key: &[u8], revision: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 10);
+    escape_user_key(key, &mut out);
+    out.extend_from_slice(&revision.to_be_bytes());
+    out
+}
+
+/// The first `history` row of `key` (any revision).
+pub fn history_key_start(key: &[u8]) -> Vec<u8> {
+    history_key(key, 0)
+}
+
+/// Splits a `history` row key into the user key and the revision.
+pub fn split_history_key(row: &[u8]) -> Option<(Vec<u8>, u64)> {
+    if row.len() < 10 {
+        return None;
+    }
+    let (escaped, rev) = row.split_at(row.len() - 8);
+    let revision = decode_u64(rev)?;
+    let body = escaped.strip_suffix(&[0x00, 0x01])?;
+    let mut key = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        let b = body[i];
+        key.push(b);
+        if b == 0 {
+            if body.get(i + 1) != Some(&0xFF) {
+                return None;
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+    Some((key, revision))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_keys_sort_like_user_keys_then_revisions() {
+        let keys: Vec<&[u8]> = vec![b"", b"a", b"a\0", b"a\0b", b"a\x01", b"ab", b"b"];
+        let mut rows = Vec::new();
+        for k in &keys {
+            for rev in [1u64, 7, 300] {
+                rows.push(history_key(k, rev));
+            }
+        }
+        let mut sorted = rows.clone();
+        sorted.sort();
+        assert_eq!(
+            rows, sorted,
+            "escaped keys must keep user-key then revision order"
+        );
+        for k in &keys {
+            let row = history_key(k, 42);
+            assert_eq!(split_history_key(&row), Some((k.to_vec(), 42)));
+        }
+    }
+
+    #[test]
+    fn malformed_history_rows_are_rejected() {
+        assert_eq!(split_history_key(b"short"), None);
+        assert_eq!(
+            split_history_key(b"a\0\x02\x00\x00\x00\x00\x00\x00\x00\x01"),
+            None
+        );
+    }
+}

@@ -1,0 +1,498 @@
+//! openraft's state machine: applies committed entries to the MVCC store,
+//! one atomic write batch per entry (data, history, events and the last
+//! applied log id together), and builds and installs snapshots.
+//!
+//! Snapshot file format (`<data>/snapshots/current.snap`): the magic
+//! `KSSNAP01`, a length-prefixed bincode `SnapshotMeta`, then records
+//! `(cf tag u8, key len u32, key, value len u32, value)` of the MVCC column
+//! families and the revision rows, ended by the tag `0xFF`.
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    EntryPayload, ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StoredMembership,
+};
+use tokio::sync::watch;
+use tracing::instrument;
+
+use crate::apply::apply;
+use crate::command::{Response, Revision};
+use crate::engine::Engine;
+use crate::error::StoreError;
+use crate::mvcc::{self, MvccReader};
+use crate::schema::{self, Cf};
+use crate::{Entry, Node, NodeId, TypeConfig};
+
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAP01";
+const END_TAG: u8 = 0xFF;
+const CURRENT_SNAPSHOT: &str = "current.snap";
+const INCOMING_SNAPSHOT: &str = "incoming.snap";
+/// A snapshot being installed; kept until the install completes so that an
+/// install interrupted by a crash is redone from it at the next open.
+const STAGED_SNAPSHOT: &str = "staged.snap";
+/// Rows written per batch while installing a snapshot.
+const INSTALL_BATCH_ROWS: usize = 10_000;
+
+/// Where the state machine stands, published after every applied batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AppliedState {
+    /// Index of the last applied log entry (0 before any).
+    pub log_index: u64,
+    /// The store's current revision.
+    pub revision: Revision,
+    /// The revision history is compacted to.
+    pub compacted: Revision,
+    /// Bumped whenever a snapshot replaced the whole state, so caches built
+    /// from the event stream know to rebuild.
+    pub resets: u64,
+}
+
+pub type SmMembership = StoredMembership<NodeId, Node>;
+
+/// The state machine. openraft owns it; readers use [`crate::Store`].
+pub struct StateMachine {
+    engine: Engine,
+    snapshot_dir: PathBuf,
+    last_applied: Option<LogId<NodeId>>,
+    membership: SmMembership,
+    applied_tx: watch::Sender<AppliedState>,
+}
+
+impl std::fmt::Debug for StateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachine")
+            .field("last_applied", &self.last_applied)
+            .finish()
+    }
+}
+
+fn sm_err(e: StoreError, verb: ErrorVerb) -> StorageError<NodeId> {
+    e.into_raft(ErrorSubject::StateMachine, verb)
+}
+
+fn snap_err(e: StoreError, verb: ErrorVerb) -> StorageError<NodeId> {
+    e.into_raft(ErrorSubject::Snapshot(None), verb)
+}
+
+impl StateMachine {
+    /// Opens the state machine, finishing an interrupted snapshot install.
+    pub(crate) fn open(
+        engine: Engine,
+        snapshot_dir: PathBuf,
+    ) -> Result<(Self, watch::Receiver<AppliedState>), StoreError> {
+        std::fs::create_dir_all(&snapshot_dir)
+            .map_err(|e| StoreError::Io(snapshot_dir.display().to_string(), e))?;
+        match engine.get(Cf::SmMeta, schema::SM_FORMAT_VERSION)? {
+            Some(v) => {
+                let found = bincode::deserialize::<u32>(&v)?;
+                if found != schema::FORMAT_VERSION {
+                    return Err(StoreError::FormatVersion {
+                        found,
+                        expected: schema::FORMAT_VERSION,
+                    });
+                }
+            }
+            None => {
+                let mut batch = engine.batch();
+                batch.put(
+                    Cf::SmMeta,
+                    schema::SM_FORMAT_VERSION,
+                    &bincode::serialize(&schema::FORMAT_VERSION)?,
+                )?;
+                engine.write(batch, true)?;
+            }
+        }
+        if engine.get(Cf::SmMeta, schema::SM_INSTALLING)?.is_some() {
+            let staged = snapshot_dir.join(STAGED_SNAPSHOT);
+            tracing::warn!(file = %staged.display(), "resuming an interrupted snapshot install");
+            let meta = read_snapshot_meta(&staged)?;
+            install_from_file(&engine, &staged, &meta)?;
+            promote_staged(&snapshot_dir)?;
+        }
+        let last_applied = get_bincode(&engine, schema::SM_LAST_APPLIED)?.flatten();
+        let membership = get_bincode(&engine, schema::SM_MEMBERSHIP)?.unwrap_or_default();
+        let state = read_applied_state(&engine, last_applied, 0)?;
+        let (applied_tx, applied_rx) = watch::channel(state);
+        Ok((
+            Self {
+                engine,
+                snapshot_dir,
+                last_applied,
+                membership,
+                applied_tx,
+            },
+            applied_rx,
+        ))
+    }
+
+    fn publish(&self, reset: bool) -> Result<(), StoreError> {
+        let resets = self.applied_tx.borrow().resets + u64::from(reset);
+        let state = read_applied_state(&self.engine, self.last_applied, resets)?;
+        self.applied_tx.send_replace(state);
+        Ok(())
+    }
+
+    fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
+        let mut batch = self.engine.batch();
+        let response = match &entry.payload {
+            EntryPayload::Blank => Response::default(),
+            EntryPayload::Normal(cmd) => {
+                let reader = MvccReader::new(&self.engine)?;
+                let compacted = crate::apply::MvccRead::compacted_revision(&reader);
+                let applied = apply(&reader, cmd)?;
+                mvcc::stage_applied(&self.engine, &mut batch, &applied, compacted)?;
+                tracing::debug!(index = entry.log_id.index, revision = applied.response.revision.0, %cmd, "applied");
+                applied.response
+            }
+            EntryPayload::Membership(m) => {
+                self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                batch.put(
+                    Cf::SmMeta,
+                    schema::SM_MEMBERSHIP,
+                    &bincode::serialize(&self.membership)?,
+                )?;
+                Response::default()
+            }
+        };
+        batch.put(
+            Cf::SmMeta,
+            schema::SM_LAST_APPLIED,
+            &bincode::serialize(&Some(entry.log_id))?,
+        )?;
+        // Not synced: the Raft log is the durable record; a restart re-applies
+        // from the last applied id that did reach the disk.
+        self.engine.write(batch, false)?;
+        self.last_applied = Some(entry.log_id);
+        Ok(response)
+    }
+}
+
+fn get_bincode<T: serde::de::DeserializeOwned>(
+    engine: &Engine,
+    key: &[u8],
+) -> Result<Option<T>, StoreError> {
+    match engine.get(Cf::SmMeta, key)? {
+        Some(v) => Ok(Some(bincode::deserialize(&v)?)),
+        None => Ok(None),
+    }
+}
+
+fn read_applied_state(
+    engine: &Engine,
+    last_applied: Option<LogId<NodeId>>,
+    resets: u64,
+) -> Result<AppliedState, StoreError> {
+    Ok(AppliedState {
+        log_index: last_applied.map_or(0, |l| l.index),
+        revision: mvcc::read_revision(engine, schema::SM_REVISION)?,
+        compacted: mvcc::read_revision(engine, schema::SM_COMPACTED)?,
+        resets,
+    })
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId<NodeId>>, SmMembership), StorageError<NodeId>> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + openraft::OptionalSend,
+        I::IntoIter: openraft::OptionalSend,
+    {
+        let mut responses = Vec::new();
+        for entry in entries {
+            let _span = tracing::debug_span!("apply", index = entry.log_id.index).entered();
+            responses.push(
+                self.apply_entry(&entry)
+                    .map_err(|e| sm_err(e, ErrorVerb::Write))?,
+            );
+        }
+        self.publish(false)
+            .map_err(|e| sm_err(e, ErrorVerb::Read))?;
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            engine: self.engine.clone(),
+            snapshot_dir: self.snapshot_dir.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
+        let path = self.snapshot_dir.join(INCOMING_SNAPSHOT);
+        let file = tokio::fs::File::create(&path).await.map_err(|e| {
+            snap_err(
+                StoreError::Io(path.display().to_string(), e),
+                ErrorVerb::Write,
+            )
+        })?;
+        Ok(Box::new(file))
+    }
+
+    #[instrument(level = "info", skip_all, fields(last_log_id = ?meta.last_log_id))]
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, Node>,
+        snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError<NodeId>> {
+        use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+        let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
+        let stage = async {
+            let mut file = snapshot;
+            file.flush().await?;
+            file.seek(std::io::SeekFrom::Start(0)).await?;
+            let mut out = tokio::fs::File::create(&staged).await?;
+            tokio::io::copy(&mut file, &mut out).await?;
+            out.sync_all().await
+        };
+        stage.await.map_err(|e| {
+            snap_err(
+                StoreError::Io(staged.display().to_string(), e),
+                ErrorVerb::Write,
+            )
+        })?;
+        let engine = self.engine.clone();
+        let dir = self.snapshot_dir.clone();
+        let meta_owned = meta.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            let mut marker = engine.batch();
+            marker.put(Cf::SmMeta, schema::SM_INSTALLING, b"1")?;
+            engine.write(marker, true)?;
+            install_from_file(&engine, &dir.join(STAGED_SNAPSHOT), &meta_owned)?;
+            promote_staged(&dir)
+        })
+        .await
+        .map_err(|e| {
+            snap_err(
+                StoreError::Corrupt(format!("install task failed: {e}")),
+                ErrorVerb::Write,
+            )
+        })?
+        .map_err(|e| snap_err(e, ErrorVerb::Write))?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.publish(true).map_err(|e| sm_err(e, ErrorVerb::Read))?;
+        tracing::info!("snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let path = self.snapshot_dir.join(CURRENT_SNAPSHOT);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let meta = read_snapshot_meta(&path).map_err(|e| snap_err(e, ErrorVerb::Read))?;
+        let file = tokio::fs::File::open(&path).await.map_err(|e| {
+            snap_err(
+                StoreError::Io(path.display().to_string(), e),
+                ErrorVerb::Read,
+            )
+        })?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(file),
+        }))
+    }
+}
+
+/// Builds a snapshot from a consistent RocksDB view, off the apply path.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    engine: Engine,
+    snapshot_dir: PathBuf,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    #[instrument(level = "info", skip_all)]
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let engine = self.engine.clone();
+        let dir = self.snapshot_dir.clone();
+        let meta = tokio::task::spawn_blocking(move || build_snapshot_file(&engine, &dir))
+            .await
+            .map_err(|e| {
+                snap_err(
+                    StoreError::Corrupt(format!("snapshot task failed: {e}")),
+                    ErrorVerb::Write,
+                )
+            })?
+            .map_err(|e| snap_err(e, ErrorVerb::Write))?;
+        let path = self.snapshot_dir.join(CURRENT_SNAPSHOT);
+        let file = tokio::fs::File::open(&path).await.map_err(|e| {
+            snap_err(
+                StoreError::Io(path.display().to_string(), e),
+                ErrorVerb::Read,
+            )
+        })?;
+        tracing::info!(snapshot_id = %meta.snapshot_id, "snapshot built");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(file),
+        })
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |e| StoreError::Io(path.display().to_string(), e)
+}
+
+fn build_snapshot_file(
+    engine: &Engine,
+    dir: &Path,
+) -> Result<SnapshotMeta<NodeId, Node>, StoreError> {
+    engine.with_snapshot(|view| {
+        let last_applied: Option<LogId<NodeId>> =
+            match view.get(Cf::SmMeta, schema::SM_LAST_APPLIED)? {
+                Some(v) => bincode::deserialize(&v)?,
+                None => None,
+            };
+        let membership: SmMembership = match view.get(Cf::SmMeta, schema::SM_MEMBERSHIP)? {
+            Some(v) => bincode::deserialize(&v)?,
+            None => SmMembership::default(),
+        };
+        let snapshot_id = match last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, unique_suffix()),
+            None => format!("0-0-{}", unique_suffix()),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+            snapshot_id,
+        };
+        let tmp = dir.join(format!("{}.tmp", meta.snapshot_id));
+        let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut out = BufWriter::new(file);
+        let meta_bytes = bincode::serialize(&meta)?;
+        out.write_all(SNAPSHOT_MAGIC).map_err(io_err(&tmp))?;
+        out.write_all(&(meta_bytes.len() as u32).to_be_bytes())
+            .map_err(io_err(&tmp))?;
+        out.write_all(&meta_bytes).map_err(io_err(&tmp))?;
+        let mut write_row = |cf: Cf, k: &[u8], v: &[u8]| -> std::io::Result<()> {
+            out.write_all(&[cf.tag()])?;
+            out.write_all(&(k.len() as u32).to_be_bytes())?;
+            out.write_all(k)?;
+            out.write_all(&(v.len() as u32).to_be_bytes())?;
+            out.write_all(v)
+        };
+        for cf in Cf::MVCC {
+            for row in view.scan(cf, &[], None)? {
+                let (k, v) = row?;
+                write_row(cf, &k, &v).map_err(io_err(&tmp))?;
+            }
+        }
+        for key in [schema::SM_REVISION, schema::SM_COMPACTED] {
+            if let Some(v) = view.get(Cf::SmMeta, key)? {
+                write_row(Cf::SmMeta, key, &v).map_err(io_err(&tmp))?;
+            }
+        }
+        out.write_all(&[END_TAG]).map_err(io_err(&tmp))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| StoreError::Io(tmp.display().to_string(), e.into_error()))?;
+        file.sync_all().map_err(io_err(&tmp))?;
+        let current = dir.join(CURRENT_SNAPSHOT);
+        std::fs::rename(&tmp, &current).map_err(io_err(&current))?;
+        Ok(meta)
+    })
+}
+
+fn unique_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn open_snapshot(
+    path: &Path,
+) -> Result<(BufReader<std::fs::File>, SnapshotMeta<NodeId, Node>), StoreError> {
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut input = BufReader::new(file);
+    let mut magic = [0u8; 8];
+    input.read_exact(&mut magic).map_err(io_err(path))?;
+    if &magic != SNAPSHOT_MAGIC {
+        return Err(StoreError::Corrupt(format!(
+            "{} is not a kubestore snapshot",
+            path.display()
+        )));
+    }
+    let meta_bytes = read_chunk(&mut input).map_err(io_err(path))?;
+    Ok((input, bincode::deserialize(&meta_bytes)?))
+}
+
+fn read_snapshot_meta(path: &Path) -> Result<SnapshotMeta<NodeId, Node>, StoreError> {
+    open_snapshot(path).map(|(_, meta)| meta)
+}
+
+fn read_chunk(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len)?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    input.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// Replaces the whole state machine with the snapshot in `path`, clearing
+/// the install marker in the same final batch as the new last-applied id.
+fn install_from_file(
+    engine: &Engine,
+    path: &Path,
+    meta: &SnapshotMeta<NodeId, Node>,
+) -> Result<(), StoreError> {
+    let (mut input, _) = open_snapshot(path)?;
+    for cf in Cf::MVCC {
+        engine.clear(cf)?;
+    }
+    let mut batch = engine.batch();
+    batch.delete(Cf::SmMeta, schema::SM_REVISION)?;
+    batch.delete(Cf::SmMeta, schema::SM_COMPACTED)?;
+    loop {
+        let mut tag = [0u8; 1];
+        input.read_exact(&mut tag).map_err(io_err(path))?;
+        if tag[0] == END_TAG {
+            break;
+        }
+        let cf = Cf::from_tag(tag[0])
+            .filter(|cf| Cf::MVCC.contains(cf) || *cf == Cf::SmMeta)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("snapshot row has unknown tag {}", tag[0]))
+            })?;
+        let key = read_chunk(&mut input).map_err(io_err(path))?;
+        let value = read_chunk(&mut input).map_err(io_err(path))?;
+        batch.put(cf, &key, &value)?;
+        if batch.len() >= INSTALL_BATCH_ROWS {
+            let full = std::mem::replace(&mut batch, engine.batch());
+            engine.write(full, false)?;
+        }
+    }
+    batch.put(
+        Cf::SmMeta,
+        schema::SM_LAST_APPLIED,
+        &bincode::serialize(&meta.last_log_id)?,
+    )?;
+    batch.put(
+        Cf::SmMeta,
+        schema::SM_MEMBERSHIP,
+        &bincode::serialize(&meta.last_membership)?,
+    )?;
+    batch.delete(Cf::SmMeta, schema::SM_INSTALLING)?;
+    engine.write(batch, true)
+}
+
+fn promote_staged(dir: &Path) -> Result<(), StoreError> {
+    let staged = dir.join(STAGED_SNAPSHOT);
+    let current = dir.join(CURRENT_SNAPSHOT);
+    std::fs::rename(&staged, &current).map_err(io_err(&current))
+}
