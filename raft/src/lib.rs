@@ -1,1 +1,32 @@
-//! placeholder
+//! kubestore's Raft layer: one openraft node per process, replicating the
+//! storage crate's commands over a tonic transport.
+//!
+//! Its one job is to turn "a front end wants this command committed" or
+//! "wants a linearizable read" into the right Raft operations, from any
+//! node. It knows nothing of Kubernetes kinds or HTTP.
+//!
+//! # Invariants
+//!
+//! - A write is acknowledged only once its entry is committed on a quorum
+//!   (openraft) and applied on the node that answers.
+//! - Writes arriving at a follower are forwarded to the leader internally;
+//!   a forward is retried elsewhere only when the leader surely did not get
+//!   it (unreachable, or "not the leader"), never when the outcome is unknown.
+//! - [`RaftNode::linearizable_barrier`] returns only after this node has
+//!   applied everything committed before the call began (ReadIndex).
+//!
+//! # Layout
+//!
+//! - [`node`]: start/bootstrap, write forwarding, read barrier, status.
+//! - [`network`]: the tonic transport and fault injection.
+//! - `read`: batching of concurrent read-index requests into rounds.
+//! - [`error`]: [`RaftNodeError`].
+
+pub mod error;
+pub mod network;
+pub mod node;
+mod read;
+
+pub use error::RaftNodeError;
+pub use network::Faults;
+pub use node::{ClusterStatus, Member, RaftNode, RaftNodeConfig};

@@ -1,0 +1,32 @@
+//! The raft layer's one error type. Cloneable, because one read-barrier
+//! round answers many waiting readers.
+
+use kubestore_storage::NodeId;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RaftNodeError {
+    #[error("no leader is known (an election may be in progress)")]
+    NoLeader,
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    #[error("node {node} could not be reached: {message}")]
+    Unreachable { node: NodeId, message: String },
+    /// The request reached the leader but its outcome is unknown: it may or
+    /// may not have been committed.
+    #[error("the outcome of the write is unknown: {0}")]
+    Indeterminate(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("storage: {0}")]
+    Storage(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("the node is shutting down")]
+    ShuttingDown,
+}
+
+impl From<kubestore_storage::StoreError> for RaftNodeError {
+    fn from(e: kubestore_storage::StoreError) -> Self {
+        RaftNodeError::Storage(e.to_string())
+    }
+}

@@ -1,0 +1,581 @@
+//! A kubestore Raft node: storage + openraft + the node-to-node services,
+//! with the two operations the front ends need: [`RaftNode::write`] (from
+//! any node; followers forward to the leader) and
+//! [`RaftNode::linearizable_barrier`] (from any node).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
+use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
+use kubestore_proto::raft::raft_service_server::RaftServiceServer;
+use kubestore_proto::raft::{ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse};
+use kubestore_storage::{AppliedState, Command, Node, NodeId, Response, Store, TypeConfig};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{Raft, ServerState, SnapshotPolicy};
+use tonic::transport::Channel;
+use tracing::{instrument, Instrument};
+
+use crate::error::RaftNodeError;
+use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
+use crate::read::ReadBarrier;
+
+/// How a node joins and runs its Raft group.
+#[derive(Debug, Clone)]
+pub struct RaftNodeConfig {
+    pub id: NodeId,
+    /// Where this node keeps its RocksDB database and snapshots.
+    pub data_dir: PathBuf,
+    /// Every member of the initial cluster, this node included: id → gRPC
+    /// address. A node whose storage is empty bootstraps with exactly these.
+    pub members: BTreeMap<NodeId, String>,
+    pub heartbeat_interval: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+    /// Build a snapshot (and purge the log before it) after this many entries.
+    pub snapshot_after_entries: u64,
+    /// Entries kept in the log behind the snapshot, for lagging followers.
+    pub log_entries_kept_after_snapshot: u64,
+    /// How long a write or read barrier waits for a leader before failing.
+    pub request_timeout: Duration,
+}
+
+impl RaftNodeConfig {
+    /// Defaults for a node: 100 ms heartbeats, 0.5–1 s elections.
+    pub fn new(id: NodeId, data_dir: PathBuf, members: BTreeMap<NodeId, String>) -> Self {
+        Self {
+            id,
+            data_dir,
+            members,
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(500),
+            election_timeout_max: Duration::from_millis(1000),
+            snapshot_after_entries: 10_000,
+            log_entries_kept_after_snapshot: 1_000,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A snapshot of the node's Raft view, for `/debug/cluster` and tests.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterStatus {
+    pub node_id: NodeId,
+    pub leader_id: Option<NodeId>,
+    pub state: String,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub committed_index: u64,
+    pub applied_index: u64,
+    pub revision: u64,
+    pub compacted_revision: u64,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub members: Vec<Member>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Member {
+    pub id: NodeId,
+    pub addr: String,
+}
+
+struct Inner {
+    id: NodeId,
+    raft: Raft<TypeConfig>,
+    store: Store,
+    faults: Faults,
+    request_timeout: Duration,
+    peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
+    barrier: ReadBarrier,
+}
+
+/// A running Raft node. Cheap to clone.
+#[derive(Clone)]
+pub struct RaftNode {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RaftNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftNode")
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}
+
+impl RaftNode {
+    /// Opens storage, starts openraft, and bootstraps the cluster from
+    /// `config.members` if this node has never been initialized. The caller
+    /// serves [`RaftNode::raft_service`] and [`RaftNode::cluster_service`]
+    /// on the node's gRPC address.
+    #[instrument(skip_all, fields(node = config.id))]
+    pub async fn start(config: RaftNodeConfig) -> Result<Self, RaftNodeError> {
+        if !config.members.contains_key(&config.id) {
+            return Err(RaftNodeError::Config(format!(
+                "node {} is not among the members {:?}",
+                config.id,
+                config.members.keys().collect::<Vec<_>>()
+            )));
+        }
+        let raft_config = openraft::Config {
+            cluster_name: "kubestore".into(),
+            heartbeat_interval: config.heartbeat_interval.as_millis() as u64,
+            election_timeout_min: config.election_timeout_min.as_millis() as u64,
+            election_timeout_max: config.election_timeout_max.as_millis() as u64,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_after_entries),
+            max_in_snapshot_log_to_keep: config.log_entries_kept_after_snapshot,
+            max_payload_entries: 512,
+            install_snapshot_timeout: 5_000,
+            ..Default::default()
+        };
+        let raft_config = Arc::new(
+            raft_config
+                .validate()
+                .map_err(|e| RaftNodeError::Config(e.to_string()))?,
+        );
+        let (log_store, state_machine, store) = kubestore_storage::open(&config.data_dir)?;
+        let faults = Faults::default();
+        let network = NetworkFactory {
+            faults: faults.clone(),
+        };
+        let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+
+        let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let weak = weak.clone();
+            let barrier = ReadBarrier::spawn(move || {
+                let weak = weak.clone();
+                async move {
+                    match weak.upgrade() {
+                        Some(inner) => RaftNode { inner }.fetch_read_index().await,
+                        None => Err(RaftNodeError::ShuttingDown),
+                    }
+                }
+            });
+            Inner {
+                id: config.id,
+                raft,
+                store,
+                faults,
+                request_timeout: config.request_timeout,
+                peers: Mutex::new(HashMap::new()),
+                barrier,
+            }
+        });
+        let node = RaftNode { inner: node };
+
+        if !node
+            .inner
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?
+        {
+            let members: BTreeMap<NodeId, Node> = config
+                .members
+                .iter()
+                .map(|(id, addr)| (*id, Node { addr: addr.clone() }))
+                .collect();
+            tracing::info!(?members, "bootstrapping a new cluster");
+            match node.inner.raft.initialize(members).await {
+                Ok(()) => {}
+                // Another member's bootstrap reached us first: nothing to do.
+                Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(RaftNodeError::Raft(e.to_string())),
+            }
+        }
+        Ok(node)
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    /// The read handle on this node's store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Fault injection for tests.
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    /// The Raft replication service, to be served on the node's gRPC port.
+    pub fn raft_service(&self) -> RaftServiceServer<RaftRpcServer> {
+        RaftServiceServer::new(RaftRpcServer {
+            raft: self.inner.raft.clone(),
+            faults: self.inner.faults.clone(),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Write forwarding and read index, to be served on the node's gRPC port.
+    pub fn cluster_service(&self) -> ClusterServiceServer<ClusterRpcServer> {
+        ClusterServiceServer::new(ClusterRpcServer { node: self.clone() })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    pub fn current_leader(&self) -> Option<NodeId> {
+        self.inner.raft.metrics().borrow().current_leader
+    }
+
+    /// Waits until some leader is known.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, RaftNodeError> {
+        let mut metrics = self.inner.raft.metrics();
+        let outcome =
+            match tokio::time::timeout(timeout, metrics.wait_for(|m| m.current_leader.is_some()))
+                .await
+            {
+                Ok(Ok(m)) => m.current_leader.ok_or(RaftNodeError::NoLeader),
+                Ok(Err(_)) => Err(RaftNodeError::ShuttingDown),
+                Err(_) => Err(RaftNodeError::Timeout("a leader")),
+            };
+        outcome
+    }
+
+    /// Commits `cmd` through the leader and returns the state machine's
+    /// response. Called on a follower, the command is forwarded to the
+    /// leader; the client never sees a redirect.
+    #[instrument(skip_all, fields(node = self.inner.id, cmd = %cmd))]
+    pub async fn write(&self, cmd: Command) -> Result<Response, RaftNodeError> {
+        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
+        let mut leader_hint = self.current_leader();
+        loop {
+            let leader = match leader_hint {
+                Some(l) => l,
+                None => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    self.wait_for_leader(left).await?
+                }
+            };
+            let attempt = if leader == self.inner.id {
+                self.write_local(cmd.clone()).await
+            } else {
+                self.forward(leader, &cmd).await
+            };
+            match attempt {
+                Ok(resp) => return Ok(resp),
+                Err(Redirect::To(next)) => {
+                    tracing::debug!(?next, "leader changed, retrying");
+                    leader_hint = match next {
+                        Some(n) if n != leader => Some(n),
+                        _ => {
+                            self.pause_for_election(deadline, leader).await?;
+                            self.current_leader()
+                        }
+                    };
+                }
+                Err(Redirect::Fail(e)) => return Err(e),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RaftNodeError::Timeout("the write to commit"));
+            }
+        }
+    }
+
+    /// Waits a little for leadership to move away from `stale`.
+    async fn pause_for_election(
+        &self,
+        deadline: tokio::time::Instant,
+        stale: NodeId,
+    ) -> Result<(), RaftNodeError> {
+        let mut metrics = self.inner.raft.metrics();
+        let until = deadline.min(tokio::time::Instant::now() + Duration::from_millis(300));
+        let wait = metrics.wait_for(|m| m.current_leader.is_some_and(|l| l != stale));
+        let stopped = matches!(tokio::time::timeout_at(until, wait).await, Ok(Err(_)));
+        if stopped {
+            return Err(RaftNodeError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    async fn write_local(&self, cmd: Command) -> Result<Response, Redirect> {
+        match self.inner.raft.client_write(cmd).await {
+            Ok(resp) => Ok(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(Redirect::To(f.leader_id))
+            }
+            Err(e) => Err(Redirect::Fail(RaftNodeError::Raft(e.to_string()))),
+        }
+    }
+
+    fn peer_client(&self, peer: NodeId) -> Result<ClusterServiceClient<Channel>, RaftNodeError> {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = peers.get(&peer) {
+            return Ok(c.clone());
+        }
+        let addr = self
+            .inner
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .nodes()
+            .find(|(id, _)| **id == peer)
+            .map(|(_, n)| n.addr.clone())
+            .ok_or(RaftNodeError::Unreachable {
+                node: peer,
+                message: "not a member".into(),
+            })?;
+        let channel = network::channel(&addr).map_err(|e| RaftNodeError::Unreachable {
+            node: peer,
+            message: e.to_string(),
+        })?;
+        let client = ClusterServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        peers.insert(peer, client.clone());
+        Ok(client)
+    }
+
+    #[instrument(level = "debug", skip_all, fields(leader))]
+    async fn forward(&self, leader: NodeId, cmd: &Command) -> Result<Response, Redirect> {
+        if self.inner.faults.is_isolated() {
+            return Err(Redirect::Fail(RaftNodeError::Unreachable {
+                node: leader,
+                message: "isolated by fault injection".into(),
+            }));
+        }
+        let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
+        let command = bincode::serialize(cmd)
+            .map_err(|e| Redirect::Fail(RaftNodeError::Raft(e.to_string())))?;
+        match client.forward(ForwardRequest { command }).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                if !reply.error.is_empty() {
+                    return Err(Redirect::Fail(RaftNodeError::Raft(reply.error)));
+                }
+                if reply.response.is_empty() {
+                    return Err(Redirect::To(reply.leader_id));
+                }
+                bincode::deserialize(&reply.response).map_err(|e| {
+                    Redirect::Fail(RaftNodeError::Raft(format!("bad forward reply: {e}")))
+                })
+            }
+            // The leader never got the request: safe to retry elsewhere.
+            Err(status) if status.code() == tonic::Code::Unavailable => Err(Redirect::To(None)),
+            Err(status) => Err(Redirect::Fail(RaftNodeError::Indeterminate(
+                status.to_string(),
+            ))),
+        }
+    }
+
+    /// One read-index round: on the leader, confirm leadership with a quorum;
+    /// on a follower, ask the leader.
+    async fn fetch_read_index(&self) -> Result<u64, RaftNodeError> {
+        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
+        loop {
+            let leader = match self.current_leader() {
+                Some(l) => l,
+                None => self.wait_for_leader(self.inner.request_timeout).await?,
+            };
+            match self.read_index_from(leader).await {
+                Err(RaftNodeError::NoLeader) if tokio::time::Instant::now() < deadline => {
+                    self.pause_for_election(deadline, leader).await?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn read_index_from(&self, leader: NodeId) -> Result<u64, RaftNodeError> {
+        if leader == self.inner.id {
+            return match self.inner.raft.get_read_log_id().await {
+                Ok((read_log_id, _)) => Ok(read_log_id.map_or(0, |l| l.index)),
+                Err(e) => Err(RaftNodeError::Raft(e.to_string())),
+            };
+        }
+        if self.inner.faults.is_isolated() {
+            return Err(RaftNodeError::Unreachable {
+                node: leader,
+                message: "isolated by fault injection".into(),
+            });
+        }
+        let mut client = self.peer_client(leader)?;
+        let reply = client
+            .read_index(ReadIndexRequest {})
+            .await
+            .map_err(|s| RaftNodeError::Unreachable {
+                node: leader,
+                message: s.to_string(),
+            })?
+            .into_inner();
+        if reply.leader_id != Some(leader) {
+            // Leadership moved since we looked: find the new leader.
+            return Err(RaftNodeError::NoLeader);
+        }
+        if !reply.error.is_empty() {
+            return Err(RaftNodeError::Raft(reply.error));
+        }
+        Ok(reply.index)
+    }
+
+    /// Waits until a read on this node would see every write acknowledged
+    /// before the call, and returns the applied state it may read at.
+    #[instrument(level = "debug", skip_all, fields(node = self.inner.id))]
+    pub async fn linearizable_barrier(&self) -> Result<AppliedState, RaftNodeError> {
+        let index =
+            tokio::time::timeout(self.inner.request_timeout, self.inner.barrier.read_index())
+                .await
+                .map_err(|_| RaftNodeError::Timeout("a read index"))??;
+        self.wait_applied(index).await
+    }
+
+    /// Waits until this node has applied log `index`.
+    pub async fn wait_applied(&self, index: u64) -> Result<AppliedState, RaftNodeError> {
+        let mut applied = self.inner.store.subscribe();
+        let outcome = match tokio::time::timeout(
+            self.inner.request_timeout,
+            applied.wait_for(|s| s.log_index >= index),
+        )
+        .await
+        {
+            Ok(Ok(state)) => Ok(*state),
+            Ok(Err(_)) => Err(RaftNodeError::ShuttingDown),
+            Err(_) => Err(RaftNodeError::Timeout("the local apply to catch up")),
+        };
+        outcome
+    }
+
+    /// The node's Raft view right now.
+    pub async fn status(&self) -> Result<ClusterStatus, RaftNodeError> {
+        let committed = self
+            .inner
+            .raft
+            .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        let m = self.inner.raft.metrics().borrow().clone();
+        let applied = self.inner.store.applied();
+        Ok(ClusterStatus {
+            node_id: self.inner.id,
+            leader_id: m.current_leader,
+            state: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            }
+            .into(),
+            term: m.current_term,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            committed_index: committed,
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            revision: applied.revision.0,
+            compacted_revision: applied.compacted.0,
+            snapshot_index: m.snapshot.map(|l| l.index),
+            purged_index: m.purged.map(|l| l.index),
+            members: m
+                .membership_config
+                .nodes()
+                .map(|(id, n)| Member {
+                    id: *id,
+                    addr: n.addr.clone(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Asks openraft to build a snapshot now (and purge the log behind it).
+    pub async fn trigger_snapshot(&self) -> Result<(), RaftNodeError> {
+        self.inner
+            .raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+    }
+
+    /// Stops openraft. Storage is closed when the last handle is dropped.
+    pub async fn shutdown(&self) -> Result<(), RaftNodeError> {
+        self.inner
+            .raft
+            .shutdown()
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+    }
+}
+
+/// Why a write attempt did not finish on the node it was sent to.
+enum Redirect {
+    /// Try again at this leader (or wait for one).
+    To(Option<NodeId>),
+    Fail(RaftNodeError),
+}
+
+/// Serves forwarded writes and read-index requests from other nodes.
+#[derive(Clone)]
+pub struct ClusterRpcServer {
+    node: RaftNode,
+}
+
+#[tonic::async_trait]
+impl ClusterService for ClusterRpcServer {
+    async fn forward(
+        &self,
+        req: tonic::Request<ForwardRequest>,
+    ) -> Result<tonic::Response<ForwardResponse>, tonic::Status> {
+        if self.node.inner.faults.is_isolated() {
+            return Err(tonic::Status::unavailable("isolated by fault injection"));
+        }
+        let cmd: Command = network::decode(&req.get_ref().command)?;
+        let span = tracing::info_span!("forwarded_write", node = self.node.inner.id);
+        let reply = match self.node.write_local(cmd).instrument(span).await {
+            Ok(resp) => ForwardResponse {
+                response: bincode::serialize(&resp)
+                    .map_err(|e| tonic::Status::internal(e.to_string()))?,
+                leader_id: Some(self.node.inner.id),
+                error: String::new(),
+            },
+            Err(Redirect::To(leader_id)) => ForwardResponse {
+                response: Vec::new(),
+                leader_id,
+                error: String::new(),
+            },
+            Err(Redirect::Fail(e)) => ForwardResponse {
+                response: Vec::new(),
+                leader_id: None,
+                error: e.to_string(),
+            },
+        };
+        Ok(tonic::Response::new(reply))
+    }
+
+    async fn read_index(
+        &self,
+        _req: tonic::Request<ReadIndexRequest>,
+    ) -> Result<tonic::Response<ReadIndexResponse>, tonic::Status> {
+        if self.node.inner.faults.is_isolated() {
+            return Err(tonic::Status::unavailable("isolated by fault injection"));
+        }
+        let leader = self.node.current_leader();
+        if leader != Some(self.node.inner.id) {
+            return Ok(tonic::Response::new(ReadIndexResponse {
+                index: 0,
+                leader_id: leader,
+                error: format!("node {} is not the leader", self.node.inner.id),
+            }));
+        }
+        let reply = match self.node.inner.barrier.read_index().await {
+            Ok(index) => ReadIndexResponse {
+                index,
+                leader_id: leader,
+                error: String::new(),
+            },
+            Err(e) => ReadIndexResponse {
+                index: 0,
+                leader_id: None,
+                error: e.to_string(),
+            },
+        };
+        Ok(tonic::Response::new(reply))
+    }
+}
