@@ -1,1 +1,62 @@
-fn main() {}
+//! `kubestore`: the one binary. `serve` runs a node (with no flags: a
+//! single node on 127.0.0.1 with its data in `./kubestore-data`);
+//! `cluster` runs a local multi-node cluster of `serve` processes.
+
+use clap::{Parser, Subcommand};
+use kubestore_server::launcher::{self, ClusterArgs};
+use kubestore_server::{RunningNode, ServeConfig};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubestore",
+    version,
+    about = "A Raft-replicated store that serves the Kubernetes API"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run one node.
+    Serve(ServeConfig),
+    /// Run a local cluster of N nodes as separate processes.
+    Cluster(ClusterArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("KUBESTORE_LOG")
+                .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Cmd::Serve(ServeConfig::single_node(
+        "kubestore-data".into(),
+    ))) {
+        Cmd::Serve(config) => serve(config).await,
+        Cmd::Cluster(args) => launcher::run(args).await,
+    }
+}
+
+async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let node = RunningNode::bind_and_start(config).await?;
+    println!(
+        "kubestore node {} serving the Kubernetes API on http://{} (gRPC {})",
+        node.raft.id(),
+        node.rest_addr,
+        node.grpc_addr
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    Ok(())
+}

@@ -232,12 +232,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
     ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
         let path = self.snapshot_dir.join(INCOMING_SNAPSHOT);
-        let file = tokio::fs::File::create(&path).await.map_err(|e| {
-            snap_err(
-                StoreError::Io(path.display().to_string(), e),
-                ErrorVerb::Write,
-            )
-        })?;
+        // Read and write: openraft writes the chunks, install reads them back.
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(|e| {
+                snap_err(
+                    StoreError::Io(path.display().to_string(), e),
+                    ErrorVerb::Write,
+                )
+            })?;
         Ok(Box::new(file))
     }
 

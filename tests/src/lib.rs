@@ -1,1 +1,436 @@
-//! placeholder
+//! The shared cluster harness of kubestore's integration tests.
+//!
+//! [`TestCluster::new`] starts N nodes in this process, on port 0 with
+//! temporary directories; [`TestCluster::spawn`] starts N real `kubestore
+//! serve` processes. Both offer `leader()`, `wait_for(..)`, kill, restart
+//! and (in-process) isolation of a node, and a REST client per node.
+//!
+//! Waiting is event-driven where the harness can see events (Raft metrics,
+//! applied state); across processes it polls `/debug/cluster`, the only
+//! signal a separate process gives.
+
+pub mod kube;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use kubestore_server::{RunningNode, ServeConfig};
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+pub use kube::KubeClient;
+
+/// Installs a tracing subscriber once, honouring `KUBESTORE_LOG` (default:
+/// warnings only, so failing tests show what went wrong).
+pub fn init_tracing() {
+    let filter = std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_test_writer()
+        .try_init();
+}
+
+/// How a node of the cluster runs.
+enum Slot {
+    InProcess(Option<RunningNode>),
+    Process(Option<tokio::process::Child>),
+}
+
+struct NodeSlot {
+    id: u64,
+    rest_addr: SocketAddr,
+    grpc_addr: SocketAddr,
+    data_dir: PathBuf,
+    slot: Slot,
+}
+
+/// A cluster of kubestore nodes for tests.
+pub struct TestCluster {
+    nodes: Vec<NodeSlot>,
+    peers: Vec<String>,
+    snapshot_after_entries: u64,
+    _dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+/// Tuning of a test cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Build a Raft snapshot every this many entries (small values force
+    /// followers to catch up by snapshot).
+    pub snapshot_after_entries: u64,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            snapshot_after_entries: 10_000,
+        }
+    }
+}
+
+async fn free_listener() -> anyhow::Result<TcpListener> {
+    Ok(TcpListener::bind("127.0.0.1:0").await?)
+}
+
+/// The `kubestore` binary next to the test executable (`target/<profile>/`).
+pub fn kubestore_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("KUBESTORE_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow!("cannot locate the target directory from {}", exe.display()))?;
+    let bin = profile_dir.join("kubestore");
+    if !bin.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --workspace` first",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+impl TestCluster {
+    /// Starts `n` nodes in this process.
+    pub async fn new(n: usize) -> anyhow::Result<Self> {
+        Self::with_options(n, ClusterOptions::default()).await
+    }
+
+    pub async fn with_options(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
+        init_tracing();
+        let dir = tempfile::tempdir()?;
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push((free_listener().await?, free_listener().await?));
+        }
+        let peers: Vec<String> = listeners
+            .iter()
+            .enumerate()
+            .map(|(i, (_, g))| Ok(format!("{}={}", i + 1, g.local_addr()?)))
+            .collect::<anyhow::Result<_>>()?;
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            peers,
+            snapshot_after_entries: options.snapshot_after_entries,
+            _dir: dir,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+        };
+        for (i, (rest, grpc)) in listeners.into_iter().enumerate() {
+            let id = i as u64 + 1;
+            let data_dir = cluster._dir.path().join(format!("node-{id}"));
+            let (rest_addr, grpc_addr) = (rest.local_addr()?, grpc.local_addr()?);
+            let node = RunningNode::start(
+                cluster.config(id, &data_dir, rest_addr, grpc_addr),
+                rest,
+                grpc,
+            )
+            .await?;
+            cluster.nodes.push(NodeSlot {
+                id,
+                rest_addr,
+                grpc_addr,
+                data_dir,
+                slot: Slot::InProcess(Some(node)),
+            });
+        }
+        cluster.wait_for_leader(Duration::from_secs(30)).await?;
+        Ok(cluster)
+    }
+
+    /// Starts `n` real `kubestore serve` processes.
+    pub async fn spawn(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
+        init_tracing();
+        let dir = tempfile::tempdir()?;
+        // Reserve ports by binding port 0, then hand them to the processes.
+        let mut addrs = Vec::new();
+        for _ in 0..n {
+            let (r, g) = (free_listener().await?, free_listener().await?);
+            addrs.push((r.local_addr()?, g.local_addr()?));
+        }
+        let peers = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, g))| format!("{}={g}", i + 1))
+            .collect();
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            peers,
+            snapshot_after_entries: options.snapshot_after_entries,
+            _dir: dir,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+        };
+        for (i, (rest_addr, grpc_addr)) in addrs.into_iter().enumerate() {
+            let id = i as u64 + 1;
+            let data_dir = cluster._dir.path().join(format!("node-{id}"));
+            cluster.nodes.push(NodeSlot {
+                id,
+                rest_addr,
+                grpc_addr,
+                data_dir,
+                slot: Slot::Process(None),
+            });
+            cluster.start_process(id)?;
+        }
+        cluster.wait_for_leader(Duration::from_secs(60)).await?;
+        Ok(cluster)
+    }
+
+    fn config(&self, id: u64, data_dir: &Path, rest: SocketAddr, grpc: SocketAddr) -> ServeConfig {
+        let mut c = ServeConfig::single_node(data_dir.to_path_buf());
+        c.id = id;
+        c.rest_addr = rest;
+        c.grpc_addr = grpc;
+        c.peers = self.peers.clone();
+        c.snapshot_after_entries = self.snapshot_after_entries;
+        c
+    }
+
+    fn slot(&self, id: u64) -> anyhow::Result<&NodeSlot> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| anyhow!("no node {id}"))
+    }
+
+    fn slot_mut(&mut self, id: u64) -> anyhow::Result<&mut NodeSlot> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .ok_or_else(|| anyhow!("no node {id}"))
+    }
+
+    fn start_process(&mut self, id: u64) -> anyhow::Result<()> {
+        let bin = kubestore_binary()?;
+        let peers = self.peers.join(",");
+        let snapshot = self.snapshot_after_entries.to_string();
+        let slot = self.slot_mut(id)?;
+        std::fs::create_dir_all(&slot.data_dir)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(slot.data_dir.with_extension("log"))?;
+        let child = tokio::process::Command::new(bin)
+            .args(["serve", "--id", &id.to_string()])
+            .arg("--data-dir")
+            .arg(&slot.data_dir)
+            .args(["--rest-addr", &slot.rest_addr.to_string()])
+            .args(["--grpc-addr", &slot.grpc_addr.to_string()])
+            .args(["--peers", &peers])
+            .args(["--snapshot-after-entries", &snapshot])
+            .env(
+                "KUBESTORE_LOG",
+                std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning kubestore")?;
+        slot.slot = Slot::Process(Some(child));
+        Ok(())
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    /// The REST base URL of a node.
+    pub fn rest_url(&self, id: u64) -> String {
+        self.slot(id)
+            .map(|s| format!("http://{}", s.rest_addr))
+            .unwrap_or_default()
+    }
+
+    /// A Kubernetes REST client bound to one node.
+    pub fn kube(&self, id: u64) -> KubeClient {
+        KubeClient::new(self.http.clone(), self.rest_url(id))
+    }
+
+    /// Where a spawned node writes its log.
+    pub fn log_path(&self, id: u64) -> Option<PathBuf> {
+        self.slot(id).ok().map(|s| s.data_dir.with_extension("log"))
+    }
+
+    /// `/debug/cluster` of one node, if it answers.
+    pub async fn status(&self, id: u64) -> Option<Value> {
+        let resp = self
+            .http
+            .get(format!("{}/debug/cluster", self.rest_url(id)))
+            .send()
+            .await
+            .ok()?;
+        resp.json().await.ok()
+    }
+
+    fn is_running(&self, id: u64) -> bool {
+        match self.slot(id).map(|s| &s.slot) {
+            Ok(Slot::InProcess(n)) => n.is_some(),
+            Ok(Slot::Process(c)) => c.is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// Waits until `pred` holds for the statuses of every running node.
+    pub async fn wait_for<F>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> anyhow::Result<Vec<Value>>
+    where
+        F: Fn(&[Value]) -> bool,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let mut statuses = Vec::new();
+            for id in self.ids().into_iter().filter(|id| self.is_running(*id)) {
+                match self.status(id).await {
+                    Some(s) => statuses.push(s),
+                    None => statuses.clear(),
+                }
+            }
+            if !statuses.is_empty() && pred(&statuses) {
+                return Ok(statuses);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for {what}; last statuses: {statuses:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every running node agrees on one leader, and returns it.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let statuses = self
+            .wait_for("a leader all running nodes agree on", timeout, |s| {
+                let first = s[0]["leader_id"].as_u64();
+                first.is_some()
+                    && s.iter().all(|x| x["leader_id"].as_u64() == first)
+                    && s.iter().any(|x| x["node_id"].as_u64() == first)
+            })
+            .await?;
+        statuses[0]["leader_id"]
+            .as_u64()
+            .ok_or_else(|| anyhow!("no leader"))
+    }
+
+    /// The current leader.
+    pub async fn leader(&self) -> anyhow::Result<u64> {
+        self.wait_for_leader(Duration::from_secs(30)).await
+    }
+
+    /// Waits until every running node has applied the same log index and
+    /// reports the same revision.
+    pub async fn wait_converged(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let statuses = self
+            .wait_for(
+                "all nodes at the same applied index and revision",
+                timeout,
+                |s| {
+                    let a = (&s[0]["applied_index"], &s[0]["revision"]);
+                    s.iter().all(|x| (&x["applied_index"], &x["revision"]) == a)
+                        && s.len() == self.ids().iter().filter(|id| self.is_running(**id)).count()
+                },
+            )
+            .await?;
+        statuses[0]["revision"]
+            .as_u64()
+            .ok_or_else(|| anyhow!("no revision"))
+    }
+
+    /// Stops a node abruptly: an in-process node loses its servers and Raft
+    /// at once; a process gets SIGKILL.
+    pub async fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        let slot = self.slot_mut(id)?;
+        match &mut slot.slot {
+            Slot::InProcess(node) => {
+                if let Some(n) = node.take() {
+                    n.shutdown().await;
+                }
+            }
+            Slot::Process(child) => {
+                if let Some(mut c) = child.take() {
+                    c.kill().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped node again on the same addresses and data.
+    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        let (rest_addr, grpc_addr, data_dir, in_process) = {
+            let s = self.slot(id)?;
+            (
+                s.rest_addr,
+                s.grpc_addr,
+                s.data_dir.clone(),
+                matches!(s.slot, Slot::InProcess(_)),
+            )
+        };
+        if in_process {
+            let rest = bind_again(rest_addr).await?;
+            let grpc = bind_again(grpc_addr).await?;
+            let node =
+                RunningNode::start(self.config(id, &data_dir, rest_addr, grpc_addr), rest, grpc)
+                    .await?;
+            self.slot_mut(id)?.slot = Slot::InProcess(Some(node));
+        } else {
+            self.start_process(id)?;
+        }
+        Ok(())
+    }
+
+    /// Cuts an in-process node off from its peers (or reconnects it).
+    pub fn isolate(&self, id: u64, isolated: bool) -> anyhow::Result<()> {
+        match &self.slot(id)?.slot {
+            Slot::InProcess(Some(n)) => {
+                n.raft.faults().set_isolated(isolated);
+                Ok(())
+            }
+            _ => bail!("node {id} is not a running in-process node"),
+        }
+    }
+
+    /// The in-process node, for direct access in tests.
+    pub fn node(&self, id: u64) -> Option<&RunningNode> {
+        match &self.slot(id).ok()?.slot {
+            Slot::InProcess(n) => n.as_ref(),
+            Slot::Process(_) => None,
+        }
+    }
+
+    /// Shuts every node down (in-process nodes release their databases).
+    pub async fn shutdown(mut self) {
+        for id in self.ids() {
+            let _ = self.kill(id).await;
+        }
+    }
+}
+
+/// Rebinds an address a stopped node just released (the OS may take a
+/// moment to let it go).
+async fn bind_again(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let mut last = None;
+    for _ in 0..100 {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(anyhow!("cannot bind {addr} again: {last:?}"))
+}

@@ -1,0 +1,103 @@
+//! Configuration of one node. Every flag has an environment variable of
+//! the same name (`--rest-addr` = `KUBESTORE_REST_ADDR`), and the defaults
+//! run a single node on 127.0.0.1 with its data in `./kubestore-data`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kubestore_storage::NodeId;
+
+/// Default body limit: kube's own limit for a request body is 3 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeConfig {
+    /// This node's id in the Raft group (1, 2, 3, ...).
+    #[arg(long, env = "KUBESTORE_ID", default_value_t = 1)]
+    pub id: NodeId,
+    /// Where this node keeps its database and snapshots.
+    #[arg(long, env = "KUBESTORE_DATA_DIR", default_value = "kubestore-data")]
+    pub data_dir: PathBuf,
+    /// Address of the Kubernetes REST API.
+    #[arg(long, env = "KUBESTORE_REST_ADDR", default_value = "127.0.0.1:8080")]
+    pub rest_addr: SocketAddr,
+    /// Address of the gRPC port (node-to-node Raft traffic).
+    #[arg(long, env = "KUBESTORE_GRPC_ADDR", default_value = "127.0.0.1:2379")]
+    pub grpc_addr: SocketAddr,
+    /// The gRPC address peers reach this node at, if not `--grpc-addr`.
+    #[arg(long, env = "KUBESTORE_ADVERTISE_GRPC_ADDR")]
+    pub advertise_grpc_addr: Option<String>,
+    /// Every member of the cluster as `id=host:port` (gRPC addresses),
+    /// comma-separated, this node included. Empty: a single-node cluster.
+    #[arg(long, env = "KUBESTORE_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Largest request body accepted, in bytes (larger: 413).
+    #[arg(long, env = "KUBESTORE_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Build a Raft snapshot (and purge the log behind it) every this many entries.
+    #[arg(
+        long,
+        env = "KUBESTORE_SNAPSHOT_AFTER_ENTRIES",
+        default_value_t = 10_000
+    )]
+    pub snapshot_after_entries: u64,
+}
+
+impl ServeConfig {
+    /// The defaults of `kubestore serve` with no flags.
+    pub fn single_node(data_dir: PathBuf) -> Self {
+        Self {
+            id: 1,
+            data_dir,
+            rest_addr: ([127, 0, 0, 1], 8080).into(),
+            grpc_addr: ([127, 0, 0, 1], 2379).into(),
+            advertise_grpc_addr: None,
+            peers: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            snapshot_after_entries: 10_000,
+        }
+    }
+
+    /// The members map, from `--peers` or this node alone.
+    pub fn members(&self, advertised: &str) -> Result<BTreeMap<NodeId, String>, String> {
+        if self.peers.is_empty() {
+            return Ok(BTreeMap::from([(self.id, advertised.to_string())]));
+        }
+        let mut members = BTreeMap::new();
+        for p in &self.peers {
+            let (id, addr) = p
+                .split_once('=')
+                .ok_or_else(|| format!("peer {p:?} is not of the form id=host:port"))?;
+            let id: NodeId = id
+                .trim()
+                .parse()
+                .map_err(|_| format!("peer id {id:?} is not a number"))?;
+            members.insert(id, addr.trim().to_string());
+        }
+        if !members.contains_key(&self.id) {
+            return Err(format!("--peers does not list this node's id {}", self.id));
+        }
+        Ok(members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_must_include_self() {
+        let mut c = ServeConfig::single_node("d".into());
+        assert_eq!(
+            c.members("a:1").expect("ok"),
+            BTreeMap::from([(1, "a:1".to_string())])
+        );
+        c.peers = vec!["1=h:1".into(), "2=h:2".into()];
+        assert_eq!(c.members("ignored").expect("ok").len(), 2);
+        c.id = 3;
+        assert!(c.members("x").is_err());
+        c.peers = vec!["x=h:1".into()];
+        assert!(c.members("x").is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! Discovery (`/api`, `/apis`, per group/version resource lists), `/version`
+//! and the OpenAPI v3 documents kubectl reads to detect server-side field
+//! validation. Served as legacy JSON discovery: kubectl and client-go fall
+//! back to it by the response content type.
+
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::http::status::ApiError;
+use crate::kube::resources::{self, ResourceType};
+
+/// The Kubernetes version kubestore's API corresponds to.
+pub const KUBE_MAJOR: &str = "1";
+pub const KUBE_MINOR: &str = "33";
+
+fn json_ok(body: Value) -> Response {
+    let mut resp = (StatusCode::OK, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+pub fn api_versions(req: &Request) -> Result<Response, ApiError> {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    Ok(json_ok(json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": host }],
+    })))
+}
+
+fn group_entry(group: &str, version: &str) -> Value {
+    let gv = json!({ "groupVersion": format!("{group}/{version}"), "version": version });
+    json!({ "name": group, "versions": [gv.clone()], "preferredVersion": gv })
+}
+
+pub fn group_list() -> Response {
+    let groups: Vec<Value> = resources::groups()
+        .into_iter()
+        .map(|(g, v)| group_entry(g, v))
+        .collect();
+    json_ok(json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups }))
+}
+
+pub fn group(group: &str) -> Result<Response, ApiError> {
+    let (g, v) = resources::groups()
+        .into_iter()
+        .find(|(g, _)| *g == group)
+        .ok_or(ApiError::NoSuchResource)?;
+    let mut body = group_entry(g, v);
+    body["kind"] = json!("APIGroup");
+    body["apiVersion"] = json!("v1");
+    Ok(json_ok(body))
+}
+
+fn api_resource(rt: &ResourceType) -> Value {
+    let mut r = json!({
+        "name": rt.plural,
+        "singularName": rt.singular,
+        "namespaced": rt.namespaced,
+        "kind": rt.kind,
+        "verbs": rt.verbs(),
+    });
+    if !rt.short_names.is_empty() {
+        r["shortNames"] = json!(rt.short_names);
+    }
+    if !rt.categories.is_empty() {
+        r["categories"] = json!(rt.categories);
+    }
+    r
+}
+
+pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
+    let list: Vec<Value> = resources::in_group_version(group, version)
+        .map(api_resource)
+        .collect();
+    if list.is_empty() {
+        return Err(ApiError::NoSuchResource);
+    }
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut body =
+        json!({ "kind": "APIResourceList", "groupVersion": group_version, "resources": list });
+    if !group.is_empty() {
+        body["apiVersion"] = json!("v1");
+    }
+    Ok(json_ok(body))
+}
+
+pub async fn version() -> Response {
+    json_ok(json!({
+        "major": KUBE_MAJOR,
+        "minor": KUBE_MINOR,
+        "emulationMajor": KUBE_MAJOR,
+        "emulationMinor": KUBE_MINOR,
+        "minCompatibilityMajor": KUBE_MAJOR,
+        "minCompatibilityMinor": "32",
+        "gitVersion": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0-kubestore.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "n/a (kubestore is written in Rust)",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    }))
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: the index of per group/version documents.
+pub async fn openapi_index() -> Response {
+    let mut paths = serde_json::Map::new();
+    let mut gvs = vec![("", "v1")];
+    gvs.extend(resources::groups());
+    for (g, v) in gvs {
+        let p = gv_path(g, v);
+        paths.insert(p.clone(), json!({ "serverRelativeURL": format!("/openapi/v3/{p}?hash={}", env!("CARGO_PKG_VERSION")) }));
+    }
+    json_ok(json!({ "paths": paths }))
+}
+
+/// `/openapi/v3/api/v1`, `/openapi/v3/apis/<g>/<v>`: each object path with
+/// its operations, the GVK extension and the `fieldValidation` parameter.
+/// Schemas are open objects: kubestore validates names and metadata, not
+/// every field of every built-in type.
+pub fn openapi_group_version(group: &str, version: &str) -> Result<Response, ApiError> {
+    let types: Vec<&ResourceType> = resources::in_group_version(group, version).collect();
+    if types.is_empty() {
+        return Err(ApiError::NoSuchResource);
+    }
+    let prefix = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    let field_validation = json!({
+        "name": "fieldValidation", "in": "query", "schema": { "type": "string", "uniqueItems": true },
+        "description": "Strict, Warn or Ignore: how to treat unknown or duplicate fields."
+    });
+    let mut paths = serde_json::Map::new();
+    let mut schemas = serde_json::Map::new();
+    for rt in types {
+        let gvk = json!({ "group": rt.group, "version": rt.version, "kind": rt.kind });
+        let schema_name = format!(
+            "io.kubestore.{}.{}.{}",
+            if rt.group.is_empty() {
+                "core"
+            } else {
+                rt.group
+            },
+            rt.version,
+            rt.kind
+        );
+        schemas.insert(
+            schema_name.clone(),
+            json!({ "type": "object", "x-kubernetes-group-version-kind": [gvk.clone()], "additionalProperties": true }),
+        );
+        let body = json!({ "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema_name}") } } } });
+        let op = |action: &str| {
+            json!({
+                "operationId": format!("{action}{}", rt.kind),
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [field_validation],
+                "requestBody": body,
+                "responses": { "200": { "description": "OK" } },
+            })
+        };
+        let mut patch = op("patch");
+        patch["requestBody"] = json!({ "content": {
+            "application/json-patch+json": { "schema": { "type": "object" } },
+            "application/merge-patch+json": { "schema": { "type": "object" } },
+        }});
+        let (collection, object) = if rt.namespaced {
+            (
+                format!("{prefix}/namespaces/{{namespace}}/{}", rt.plural),
+                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", rt.plural),
+            )
+        } else {
+            (
+                format!("{prefix}/{}", rt.plural),
+                format!("{prefix}/{}/{{name}}", rt.plural),
+            )
+        };
+        paths.insert(collection, json!({ "post": op("post"), "get": op("list") }));
+        paths.insert(
+            object,
+            json!({ "get": op("get"), "put": op("put"), "patch": patch, "delete": op("delete") }),
+        );
+    }
+    Ok(json_ok(json!({
+        "openapi": "3.0.0",
+        "info": { "title": "kubestore", "version": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0") },
+        "paths": paths,
+        "components": { "schemas": schemas },
+    })))
+}

@@ -1,0 +1,493 @@
+//! The resource verbs: get, list, create, update, patch, delete and
+//! deletecollection on every served type, cluster- and namespace-scoped,
+//! with paths exactly as the Kubernetes API concepts define them.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+use crate::http::negotiate::{self, Rendering};
+use crate::http::status::ApiError;
+use crate::http::{discovery, table, AppState};
+use crate::kube::object;
+use crate::kube::resources::{self, ResourceType};
+use crate::kube::selectors::Selectors;
+use crate::kube::store::{Freshness, Preconditions};
+
+/// A resource URL, parsed.
+#[derive(Debug)]
+struct Target {
+    rt: &'static ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+fn no_resource() -> ApiError {
+    ApiError::NoSuchResource
+}
+
+/// Parses `<resource>[/<name>]` or `namespaces/<ns>/<resource>[/<name>]`.
+fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
+    let find = |plural: &str| resources::find(group, version, plural).ok_or_else(no_resource);
+    let (rt, namespace, name) = match rest {
+        [plural] => (find(plural)?, None, None),
+        [plural, name] => {
+            let rt = find(plural)?;
+            if rt.namespaced {
+                return Err(no_resource());
+            }
+            (rt, None, Some(*name))
+        }
+        ["namespaces", ns, plural] => (find(plural)?, Some(*ns), None),
+        ["namespaces", ns, plural, name] => (find(plural)?, Some(*ns), Some(*name)),
+        _ => return Err(no_resource()),
+    };
+    if namespace.is_some() && !rt.namespaced {
+        return Err(no_resource());
+    }
+    if name.is_some_and(str::is_empty) || namespace.is_some_and(str::is_empty) {
+        return Err(no_resource());
+    }
+    Ok(Target {
+        rt,
+        namespace: namespace.map(str::to_string),
+        name: name.map(str::to_string),
+    })
+}
+
+/// Entry point for everything under `/api` and `/apis`.
+pub async fn api(State(state): State<AppState>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let span = tracing::info_span!("kube_request", node = state.node.id(), %method, %path);
+    let _enter = span.enter();
+    drop(_enter);
+    let result = tracing::Instrument::instrument(route(state, req), span).await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let rendering = negotiate::rendering(req.headers())?;
+    match segments.as_slice() {
+        ["api"] => discovery::api_versions(&req),
+        ["api", "v1"] => discovery::resource_list("", "v1"),
+        ["apis"] => Ok(discovery::group_list()),
+        ["apis", group] => discovery::group(group),
+        ["apis", group, version] => discovery::resource_list(group, version),
+        ["api", "v1", rest @ ..] => {
+            let target = parse_target("", "v1", rest)?;
+            verb(state, target, rendering, req).await
+        }
+        ["apis", group, version, rest @ ..] => {
+            let target = parse_target(group, version, rest)?;
+            verb(state, target, rendering, req).await
+        }
+        _ => Err(no_resource()),
+    }
+}
+
+fn query_map(req: &Request) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// kube's lenient boolean: absent, `0` or `false` (any case) is false.
+fn query_bool(q: &HashMap<String, String>, key: &str) -> bool {
+    match q.get(key) {
+        None => false,
+        Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
+    }
+}
+
+async fn verb(
+    state: AppState,
+    target: Target,
+    rendering: Rendering,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let q = query_map(&req);
+    let method = req.method().clone();
+    let rt = target.rt;
+    let ns = target.namespace.as_deref();
+    match (&method, &target.name) {
+        (&Method::GET, None) => {
+            if query_bool(&q, "watch") {
+                return Err(ApiError::MethodNotAllowed(format!(
+                    "watch is not supported on resources of kind \"{}\"",
+                    rt.group_resource()
+                )));
+            }
+            let selectors = Selectors::parse(
+                rt,
+                q.get("labelSelector").map(String::as_str),
+                q.get("fieldSelector").map(String::as_str),
+            )?;
+            let listed = state.kube.list(rt, ns, freshness(&q)?, &selectors).await?;
+            Ok(render_list(
+                rt,
+                listed.items,
+                listed.revision.0,
+                rendering,
+                &q,
+            ))
+        }
+        (&Method::GET, Some(name)) => {
+            let obj = state.kube.get(rt, ns, name, freshness(&q)?).await?;
+            Ok(render_object(rt, obj, StatusCode::OK, rendering, &q))
+        }
+        (&Method::POST, None) => {
+            if rt.namespaced && ns.is_none() {
+                return Err(ApiError::MethodNotAllowed(format!(
+                    "create is not supported on resources of kind \"{}\" without a namespace",
+                    rt.group_resource()
+                )));
+            }
+            let body = read_json_body(&state, req).await?;
+            let mut obj = object::decode_body(rt, &body)?;
+            let name = resolve_create_name(rt, &mut obj)?;
+            let obj_ns = check_namespace(rt, ns, &mut obj)?;
+            object::validate_object_meta(rt, &name, obj_ns.as_deref())?;
+            object::prepare_create(rt, &mut obj);
+            let created = state.kube.create(rt, obj_ns.as_deref(), &name, obj).await?;
+            Ok(render_object(
+                rt,
+                created,
+                StatusCode::CREATED,
+                rendering,
+                &q,
+            ))
+        }
+        (&Method::PUT, Some(name)) => {
+            let body = read_json_body(&state, req).await?;
+            let mut obj = object::decode_body(rt, &body)?;
+            let body_name = object::meta_str(&obj, "name").unwrap_or("").to_string();
+            if body_name != *name {
+                return Err(ApiError::BadRequest(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+            let obj_ns = check_namespace(rt, ns, &mut obj)?;
+            object::validate_object_meta(rt, name, obj_ns.as_deref())?;
+            let updated = state.kube.update(rt, obj_ns.as_deref(), name, obj).await?;
+            Ok(render_object(rt, updated, StatusCode::OK, rendering, &q))
+        }
+        (&Method::PATCH, Some(name)) => {
+            let kind = patch_kind(req.headers())?;
+            let body = read_body(&state, req).await?;
+            let patched = crate::http::patch::apply(&state, rt, ns, name, kind, &body).await?;
+            Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
+        }
+        (&Method::DELETE, Some(name)) => {
+            let body = read_body(&state, req).await?;
+            let pre = delete_preconditions(&body, &q)?;
+            let last = state.kube.delete(rt, ns, name, &pre).await?;
+            Ok(render_object(rt, last, StatusCode::OK, rendering, &q))
+        }
+        (&Method::DELETE, None) => {
+            let selectors = Selectors::parse(
+                rt,
+                q.get("labelSelector").map(String::as_str),
+                q.get("fieldSelector").map(String::as_str),
+            )?;
+            let deleted = state.kube.delete_collection(rt, ns, &selectors).await?;
+            Ok(render_list(
+                rt,
+                deleted.items,
+                deleted.revision.0,
+                Rendering::Json,
+                &q,
+            ))
+        }
+        (m, _) => Err(ApiError::MethodNotAllowed(format!(
+            "{} is not supported on resources of kind \"{}\"",
+            m.as_str(),
+            rt.group_resource()
+        ))),
+    }
+}
+
+/// `resourceVersion` unset means most recent (linearizable); any value
+/// means "not older than", which this node's applied state satisfies.
+fn freshness(q: &HashMap<String, String>) -> Result<Freshness, ApiError> {
+    match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") => Ok(Freshness::MostRecent),
+        Some(rv) => {
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv:?}")))?;
+            Ok(Freshness::Any)
+        }
+    }
+}
+
+fn resolve_create_name(
+    rt: &ResourceType,
+    obj: &mut Map<String, Value>,
+) -> Result<String, ApiError> {
+    let meta = object::metadata_mut(obj);
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !name.is_empty() {
+        return Ok(name);
+    }
+    match meta.get("generateName").and_then(Value::as_str) {
+        Some(base) if !base.is_empty() => {
+            let generated = object::generate_name(base);
+            meta.insert("name".into(), json!(generated));
+            Ok(generated)
+        }
+        _ => Err(ApiError::invalid(
+            rt,
+            "",
+            vec![crate::http::status::FieldCause::required(
+                "metadata.name",
+                "name or generateName is required",
+            )],
+        )),
+    }
+}
+
+/// The URL's namespace wins; a different one in the body is a 400.
+fn check_namespace(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    obj: &mut Map<String, Value>,
+) -> Result<Option<String>, ApiError> {
+    let meta = object::metadata_mut(obj);
+    let body_ns = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if !rt.namespaced {
+        if body_ns.as_deref().is_some_and(|n| !n.is_empty()) {
+            meta.remove("namespace");
+        }
+        return Ok(None);
+    }
+    match (url_ns, body_ns.as_deref()) {
+        (Some(u), Some(b)) if !b.is_empty() && u != b => Err(ApiError::BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request"
+                .into(),
+        )),
+        (Some(u), _) => {
+            meta.insert("namespace".into(), json!(u));
+            Ok(Some(u.to_string()))
+        }
+        (None, b) => Ok(b.map(str::to_string)),
+    }
+}
+
+fn delete_preconditions(
+    body: &[u8],
+    q: &HashMap<String, String>,
+) -> Result<Preconditions, ApiError> {
+    let mut pre = Preconditions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let opts: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}")))?;
+        if let Some(p) = opts.get("preconditions") {
+            pre.uid = p.get("uid").and_then(Value::as_str).map(str::to_string);
+            if let Some(rv) = p.get("resourceVersion").and_then(Value::as_str) {
+                pre.resource_version = Some(rv.parse().map_err(|_| {
+                    ApiError::BadRequest(format!("invalid resourceVersion precondition {rv:?}"))
+                })?);
+            }
+        }
+    }
+    if q.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::BadRequest(
+            "dryRun is not supported by kubestore yet".into(),
+        ));
+    }
+    Ok(pre)
+}
+
+/// The patch formats kubestore applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+}
+
+fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match ct.as_str() {
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        _ => Err(ApiError::UnsupportedMediaType),
+    }
+}
+
+async fn read_body(state: &AppState, req: Request) -> Result<Vec<u8>, ApiError> {
+    let limit = state.max_body_bytes;
+    if req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > limit)
+    {
+        return Err(ApiError::RequestEntityTooLarge(limit));
+    }
+    let body: Body = req.into_body();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(b) => Ok(b.to_vec()),
+        Err(e) => {
+            let too_large = std::error::Error::source(&e).is_some_and(|s| {
+                s.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+            });
+            if too_large {
+                Err(ApiError::RequestEntityTooLarge(limit))
+            } else {
+                Err(ApiError::BadRequest(format!(
+                    "failed to read the request body: {e}"
+                )))
+            }
+        }
+    }
+}
+
+/// Reads a JSON body; another declared content type is a 415.
+async fn read_json_body(state: &AppState, req: Request) -> Result<Vec<u8>, ApiError> {
+    if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+        let ct = ct
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if ct != "application/json" && !ct.is_empty() {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+    }
+    read_body(state, req).await
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut resp = (status, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn render_object(
+    rt: &ResourceType,
+    obj: Value,
+    status: StatusCode,
+    rendering: Rendering,
+    q: &HashMap<String, String>,
+) -> Response {
+    match rendering {
+        Rendering::Json => json_response(status, &obj),
+        Rendering::Table => {
+            let rv = obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            match table::render(rt, std::slice::from_ref(&obj), &rv, q) {
+                Ok(t) => json_response(status, &t),
+                Err(e) => e.into_response(),
+            }
+        }
+    }
+}
+
+fn render_list(
+    rt: &ResourceType,
+    items: Vec<Value>,
+    revision: u64,
+    rendering: Rendering,
+    q: &HashMap<String, String>,
+) -> Response {
+    let rv = revision.to_string();
+    match rendering {
+        Rendering::Json => json_response(
+            StatusCode::OK,
+            &json!({
+                "kind": rt.list_kind(),
+                "apiVersion": rt.api_version(),
+                "metadata": { "resourceVersion": rv },
+                "items": items,
+            }),
+        ),
+        Rendering::Table => match table::render(rt, &items, &rv, q) {
+            Ok(t) => json_response(StatusCode::OK, &t),
+            Err(e) => e.into_response(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_parse_as_kube_defines_them() {
+        let t =
+            parse_target("", "v1", &["namespaces", "d", "configmaps", "a"]).expect("object path");
+        assert_eq!(
+            (t.rt.plural, t.namespace.as_deref(), t.name.as_deref()),
+            ("configmaps", Some("d"), Some("a"))
+        );
+        let t = parse_target("", "v1", &["configmaps"]).expect("all namespaces");
+        assert_eq!((t.namespace, t.name), (None, None));
+        let t = parse_target("", "v1", &["namespaces", "d"]).expect("a namespace object");
+        assert_eq!((t.rt.plural, t.name.as_deref()), ("namespaces", Some("d")));
+        assert!(
+            parse_target("", "v1", &["configmaps", "a"]).is_err(),
+            "namespaced object without namespace"
+        );
+        assert!(
+            parse_target("", "v1", &["namespaces", "d", "nodes"]).is_err(),
+            "cluster-scoped under a namespace"
+        );
+        assert!(parse_target("", "v1", &["widgets"]).is_err());
+        assert!(parse_target(
+            "apps",
+            "v1",
+            &["namespaces", "d", "deployments", "x", "scale"]
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn booleans_are_lenient_like_kube() {
+        let q: HashMap<String, String> = [("a", "True"), ("b", "0"), ("c", "FALSE"), ("d", "")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert!(query_bool(&q, "a"));
+        assert!(!query_bool(&q, "b"));
+        assert!(!query_bool(&q, "c"));
+        assert!(query_bool(&q, "d"));
+        assert!(!query_bool(&q, "missing"));
+    }
+}

@@ -1,0 +1,85 @@
+//! The Kubernetes REST front end (axum): routing, discovery, health, the
+//! verbs, and the one mapping of errors to `Status` objects.
+
+pub mod discovery;
+pub mod handlers;
+pub mod health;
+pub mod negotiate;
+pub mod patch;
+pub mod status;
+pub mod table;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+
+use kubestore_raft::RaftNode;
+
+use crate::kube::store::KubeStore;
+
+/// Everything a request handler may touch.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub node: RaftNode,
+    pub kube: KubeStore,
+    /// Largest request body accepted; larger ones get `413`.
+    pub max_body_bytes: usize,
+}
+
+/// The whole REST surface of a node.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/version", get(discovery::version))
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/healthz", get(health::healthz))
+        .route("/debug/cluster", get(debug_cluster))
+        .route("/openapi/v3", get(discovery::openapi_index))
+        .route("/openapi/v3/api/{version}", get(openapi_core))
+        .route("/openapi/v3/apis/{group}/{version}", get(openapi_group))
+        .route("/api", any(handlers::api))
+        .route("/api/{*rest}", any(handlers::api))
+        .route("/apis", any(handlers::api))
+        .route("/apis/{*rest}", any(handlers::api))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn openapi_core(Path(version): Path<String>) -> Response {
+    discovery::openapi_group_version("", &version).unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn openapi_group(Path((group, version)): Path<(String, String)>) -> Response {
+    discovery::openapi_group_version(&group, &version).unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Unknown non-resource paths: plain text, as kube answers them.
+async fn not_found() -> Response {
+    let mut resp = (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// `GET /debug/cluster`: this node's Raft view, for benchmarks and fault tests.
+async fn debug_cluster(State(state): State<AppState>) -> Response {
+    match state.node.status().await {
+        Ok(status) => {
+            let mut resp = (
+                StatusCode::OK,
+                serde_json::to_string(&status).unwrap_or_default(),
+            )
+                .into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+        Err(e) => status::ApiError::from(e).into_response(),
+    }
+}

@@ -1,0 +1,337 @@
+//! The one place where errors become Kubernetes `Status` objects on the
+//! wire: code, reason, message and details exactly as kube words them.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::kube::resources::ResourceType;
+
+/// One field problem of an `Invalid` error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldCause {
+    /// `FieldValueInvalid`, `FieldValueRequired`, ...
+    pub reason: &'static str,
+    pub field: String,
+    /// The full message, `metadata.name: Invalid value: "x": ...`.
+    pub message: String,
+}
+
+impl FieldCause {
+    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            field: field.to_string(),
+            message: format!("Invalid value: {}: {detail}", json!(value)),
+        }
+    }
+
+    pub fn required(field: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueRequired",
+            field: field.to_string(),
+            message: format!("Required value: {detail}"),
+        }
+    }
+
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueForbidden",
+            field: field.to_string(),
+            message: format!("Forbidden: {detail}"),
+        }
+    }
+}
+
+/// Every error the Kubernetes front end answers with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    #[error("{} \"{name}\" not found", .resource)]
+    NotFound { resource: String, name: String },
+    #[error("{} \"{name}\" already exists", .resource)]
+    AlreadyExists { resource: String, name: String },
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {detail}")]
+    Conflict {
+        resource: String,
+        name: String,
+        detail: String,
+    },
+    #[error("{kind} \"{name}\" is invalid: {}", join_causes(.causes))]
+    Invalid {
+        kind: String,
+        group: String,
+        name: String,
+        causes: Vec<FieldCause>,
+    },
+    /// A path under `/api` or `/apis` that names no served resource.
+    #[error("the server could not find the requested resource")]
+    NoSuchResource,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{message}")]
+    Forbidden {
+        resource: String,
+        name: String,
+        message: String,
+    },
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("the body of the request was in an unknown format - accepted media types include: application/json")]
+    UnsupportedMediaType,
+    #[error("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io")]
+    NotAcceptable,
+    #[error("Request entity too large: limit is {0}")]
+    RequestEntityTooLarge(usize),
+    #[error("{0}")]
+    ServiceUnavailable(String),
+    #[error("Timeout: {0}")]
+    Timeout(String),
+    #[error("Internal error occurred: {0}")]
+    Internal(String),
+}
+
+fn join_causes(causes: &[FieldCause]) -> String {
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("[{}]", parts.join(", "))
+    }
+}
+
+impl ApiError {
+    pub fn not_found(rt: &ResourceType, name: &str) -> Self {
+        ApiError::NotFound {
+            resource: rt.group_resource(),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
+        ApiError::AlreadyExists {
+            resource: rt.group_resource(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The optimistic-concurrency failure of an update or delete.
+    pub fn conflict(rt: &ResourceType, name: &str) -> Self {
+        ApiError::Conflict {
+            resource: rt.group_resource(),
+            name: name.to_string(),
+            detail: "the object has been modified; please apply your changes to the latest version and try again"
+                .to_string(),
+        }
+    }
+
+    pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<FieldCause>) -> Self {
+        ApiError::Invalid {
+            kind: rt.group_kind(),
+            group: rt.group.to_string(),
+            name: name.to_string(),
+            causes,
+        }
+    }
+
+    pub fn code(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound { .. } | ApiError::NoSuchResource => StatusCode::NOT_FOUND,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
+            ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::NotFound { .. } | ApiError::NoSuchResource => "NotFound",
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Forbidden { .. } => "Forbidden",
+            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
+            ApiError::UnsupportedMediaType => "UnsupportedMediaType",
+            ApiError::NotAcceptable => "NotAcceptable",
+            ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
+            ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::Timeout(_) => "Timeout",
+            ApiError::Internal(_) => "InternalError",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, when that is the point.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::ServiceUnavailable(_) | ApiError::Timeout(_) => Some(1),
+            _ => None,
+        }
+    }
+
+    fn details(&self) -> Option<Value> {
+        let mut details = match self {
+            ApiError::NotFound { resource, name }
+            | ApiError::AlreadyExists { resource, name }
+            | ApiError::Conflict { resource, name, .. }
+            | ApiError::Forbidden { resource, name, .. } => {
+                let (kind, group) = match resource.split_once('.') {
+                    Some((k, g)) => (k, g),
+                    None => (resource.as_str(), ""),
+                };
+                let mut d = json!({ "name": name, "kind": kind });
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                d
+            }
+            ApiError::Invalid {
+                kind,
+                group,
+                name,
+                causes,
+            } => {
+                let kind = kind.split('.').next().unwrap_or(kind);
+                let causes: Vec<Value> = causes
+                    .iter()
+                    .map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field }))
+                    .collect();
+                let mut d = json!({ "name": name, "kind": kind, "causes": causes });
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                d
+            }
+            ApiError::Internal(msg) => json!({ "causes": [{ "message": msg }] }),
+            _ => json!({}),
+        };
+        if let Some(secs) = self.retry_after() {
+            details["retryAfterSeconds"] = json!(secs);
+        }
+        if details.as_object().is_some_and(|o| o.is_empty()) {
+            None
+        } else {
+            Some(details)
+        }
+    }
+
+    /// The `metav1.Status` body.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": match self {
+                ApiError::Forbidden { message, .. } => message.clone(),
+                other => other.to_string(),
+            },
+            "reason": self.reason(),
+            "code": self.code().as_u16(),
+        });
+        if let Some(details) = self.details() {
+            status["details"] = details;
+        }
+        status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.code().is_server_error() {
+            tracing::warn!(error = %self, code = self.code().as_u16(), "request failed");
+        } else {
+            tracing::debug!(error = %self, code = self.code().as_u16(), "request refused");
+        }
+        let body = self.to_status().to_string();
+        let mut resp = (self.code(), body).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(secs) = self.retry_after() {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+impl From<kubestore_raft::RaftNodeError> for ApiError {
+    fn from(e: kubestore_raft::RaftNodeError) -> Self {
+        use kubestore_raft::RaftNodeError as E;
+        match e {
+            E::NoLeader | E::Unreachable { .. } | E::ShuttingDown => {
+                ApiError::ServiceUnavailable(format!("the store is unavailable: {e}"))
+            }
+            E::Timeout(what) => ApiError::Timeout(format!(
+                "request did not complete within the allowed duration (waiting for {what})"
+            )),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<kubestore_storage::StoreError> for ApiError {
+    fn from(e: kubestore_storage::StoreError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::resources;
+
+    #[test]
+    fn not_found_matches_kube() {
+        let rt = resources::find("apps", "v1", "deployments").expect("deployments");
+        let s = ApiError::not_found(rt, "web").to_status();
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["reason"], "NotFound");
+        assert_eq!(s["message"], "deployments.apps \"web\" not found");
+        assert_eq!(
+            s["details"],
+            json!({"name": "web", "kind": "deployments", "group": "apps"})
+        );
+    }
+
+    #[test]
+    fn invalid_lists_its_causes() {
+        let rt = resources::find("", "v1", "configmaps").expect("configmaps");
+        let err = ApiError::invalid(
+            rt,
+            "Bad",
+            vec![FieldCause::invalid(
+                "metadata.name",
+                "Bad",
+                "must be lower case",
+            )],
+        );
+        let s = err.to_status();
+        assert_eq!(s["code"], 422);
+        assert_eq!(
+            s["message"],
+            "ConfigMap \"Bad\" is invalid: metadata.name: Invalid value: \"Bad\": must be lower case"
+        );
+        assert_eq!(s["details"]["causes"][0]["reason"], "FieldValueInvalid");
+        assert_eq!(s["details"]["kind"], "ConfigMap");
+    }
+
+    #[test]
+    fn unavailable_carries_retry_after() {
+        let s = ApiError::ServiceUnavailable("x".into()).to_status();
+        assert_eq!(s["details"]["retryAfterSeconds"], 1);
+        assert_eq!(s["code"], 503);
+    }
+}

@@ -1,0 +1,412 @@
+//! Kubernetes verbs as transactions on the revision log.
+//!
+//! Every write is the transaction a kube-apiserver would send to etcd:
+//! create = `Txn[MOD(key) == 0 (and the namespace exists) → Put]`, update
+//! and delete = `Txn[MOD(key) == rev → Put/Delete, else Range]`. The
+//! preconditions are decided inside the state machine, so a conflict is
+//! decided once, identically on every node.
+
+use serde_json::{json, Map, Value};
+
+use kubestore_raft::RaftNode;
+use kubestore_storage::{
+    Command, CommandResult, Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, KeyValue,
+    Op, OpResponse, PutRequest, RangeRequest, Response, Revision, Txn, TxnResponse,
+};
+
+use crate::http::status::ApiError;
+use crate::kube::object;
+use crate::kube::resources::{self, ResourceType};
+use crate::kube::selectors::Selectors;
+
+/// Namespaces that exist from the start and may not be deleted.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// How many times an unconditional update retries a lost race.
+const UPDATE_RETRIES: usize = 8;
+
+/// How fresh a read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Linearizable: sees every write acknowledged before the read began.
+    MostRecent,
+    /// Whatever this node has applied.
+    Any,
+}
+
+/// A list result: the items (as clients see them) and the revision read at.
+#[derive(Debug)]
+pub struct Listed {
+    pub items: Vec<Value>,
+    pub revision: Revision,
+}
+
+/// Optional preconditions of a delete (`DeleteOptions.preconditions`).
+#[derive(Debug, Default, Clone)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<u64>,
+}
+
+/// The Kubernetes object store of one node.
+#[derive(Debug, Clone)]
+pub struct KubeStore {
+    node: RaftNode,
+}
+
+fn range_one(key: &str) -> Op {
+    Op::Range(RangeRequest {
+        range: KeyRange::single(key.as_bytes().to_vec()),
+        ..RangeRequest::default()
+    })
+}
+
+fn txn_result(resp: Response) -> Result<(TxnResponse, Revision), ApiError> {
+    match resp.result {
+        Ok(CommandResult::Txn(t)) => Ok((t, resp.revision)),
+        Ok(other) => Err(ApiError::Internal(format!(
+            "unexpected state machine answer {other:?}"
+        ))),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+/// The key-values a Range op of a transaction returned.
+fn range_kvs(resp: &TxnResponse, i: usize) -> &[KeyValue] {
+    match resp.responses.get(i) {
+        Some(OpResponse::Range(r)) => &r.kvs,
+        _ => &[],
+    }
+}
+
+impl KubeStore {
+    pub fn new(node: RaftNode) -> Self {
+        Self { node }
+    }
+
+    async fn settle(&self, freshness: Freshness) -> Result<(), ApiError> {
+        if freshness == Freshness::MostRecent {
+            self.node.linearizable_barrier().await?;
+        }
+        Ok(())
+    }
+
+    fn read_key(&self, key: &str) -> Result<(Option<KeyValue>, Revision), ApiError> {
+        let resp = self.node.store().range(&RangeRequest {
+            range: KeyRange::single(key.as_bytes().to_vec()),
+            ..RangeRequest::default()
+        })?;
+        Ok((resp.kvs.into_iter().next(), resp.revision))
+    }
+
+    fn decode(rt: &ResourceType, kv: &KeyValue) -> Option<Value> {
+        object::from_stored(rt, &kv.key, &kv.value, kv.mod_revision.0)
+    }
+
+    /// One object, or `NotFound`.
+    #[tracing::instrument(level = "debug", skip(self, rt), fields(resource = rt.plural))]
+    pub async fn get(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        freshness: Freshness,
+    ) -> Result<Value, ApiError> {
+        self.settle(freshness).await?;
+        let (kv, _) = self.read_key(&rt.key(ns, name))?;
+        kv.as_ref()
+            .and_then(|kv| Self::decode(rt, kv))
+            .ok_or_else(|| ApiError::not_found(rt, name))
+    }
+
+    /// Every object of a collection that matches `selectors`, in key order.
+    #[tracing::instrument(level = "debug", skip(self, rt, selectors), fields(resource = rt.plural))]
+    pub async fn list(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        freshness: Freshness,
+        selectors: &Selectors,
+    ) -> Result<Listed, ApiError> {
+        self.settle(freshness).await?;
+        let resp = self.node.store().range(&RangeRequest {
+            range: KeyRange::prefix(rt.collection_prefix(ns).into_bytes()),
+            ..RangeRequest::default()
+        })?;
+        let items = resp
+            .kvs
+            .iter()
+            .filter_map(|kv| Self::decode(rt, kv))
+            .filter(|obj| selectors.matches(obj))
+            .collect();
+        Ok(Listed {
+            items,
+            revision: resp.revision,
+        })
+    }
+
+    /// Creates `obj` (already validated and prepared). The namespace of a
+    /// namespaced object must exist, checked in the same transaction.
+    #[tracing::instrument(level = "debug", skip(self, rt, obj), fields(resource = rt.plural))]
+    pub async fn create(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Map<String, Value>,
+    ) -> Result<Value, ApiError> {
+        let key = rt.key(ns, name);
+        let mut compare = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, 0)];
+        let mut failure = vec![range_one(&key)];
+        let ns_key = ns
+            .filter(|_| rt.namespaced)
+            .map(|ns| resources::namespaces().key(None, ns));
+        if let Some(ns_key) = &ns_key {
+            compare.push(Compare {
+                range: KeyRange::single(ns_key.as_bytes().to_vec()),
+                op: CompareOp::Greater,
+                target: CompareTarget::Create(0),
+            });
+            failure.push(range_one(ns_key));
+        }
+        let stored = object::to_stored(&obj);
+        let txn = Txn {
+            compare,
+            success: vec![Op::Put(PutRequest::new(key.clone().into_bytes(), stored))],
+            failure,
+        };
+        let (resp, revision) = txn_result(self.node.write(Command::Txn(txn)).await?)?;
+        if resp.succeeded {
+            let mut obj = obj;
+            object::metadata_mut(&mut obj)
+                .insert("resourceVersion".into(), json!(revision.0.to_string()));
+            return Ok(Value::Object(obj));
+        }
+        if !range_kvs(&resp, 0).is_empty() {
+            return Err(ApiError::already_exists(rt, name));
+        }
+        match ns {
+            Some(ns) => Err(ApiError::not_found(resources::namespaces(), ns)),
+            None => Err(ApiError::Internal(
+                "create guard failed without a cause".into(),
+            )),
+        }
+    }
+
+    /// Replaces an object. With `metadata.resourceVersion` set, it is the
+    /// optimistic-concurrency precondition (409 on mismatch); without, the
+    /// update applies to whatever is current.
+    #[tracing::instrument(level = "debug", skip(self, rt, obj), fields(resource = rt.plural))]
+    pub async fn update(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Map<String, Value>,
+    ) -> Result<Value, ApiError> {
+        let key = rt.key(ns, name);
+        let wanted_rv = match object::meta_str(&obj, "resourceVersion") {
+            None | Some("") => None,
+            Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "invalid resourceVersion {rv:?}: must be an unsigned integer"
+                ))
+            })?),
+        };
+        for _ in 0..UPDATE_RETRIES {
+            let (current, _) = self.read_key(&key)?;
+            let Some(current) = current else {
+                return Err(ApiError::not_found(rt, name));
+            };
+            let old = match serde_json::from_slice::<Value>(&current.value) {
+                Ok(Value::Object(o)) => o,
+                _ => Map::new(),
+            };
+            let guard_rev = wanted_rv.unwrap_or(current.mod_revision.0);
+            let mut new = obj.clone();
+            object::prepare_update(rt, &old, &mut new);
+            let txn = Txn {
+                compare: vec![Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    guard_rev,
+                )],
+                success: vec![Op::Put(PutRequest::new(
+                    key.clone().into_bytes(),
+                    object::to_stored(&new),
+                ))],
+                failure: vec![range_one(&key)],
+            };
+            let (resp, revision) = txn_result(self.node.write(Command::Txn(txn)).await?)?;
+            if resp.succeeded {
+                object::metadata_mut(&mut new)
+                    .insert("resourceVersion".into(), json!(revision.0.to_string()));
+                return Ok(Value::Object(new));
+            }
+            if range_kvs(&resp, 0).is_empty() {
+                return Err(ApiError::not_found(rt, name));
+            }
+            if wanted_rv.is_some() {
+                return Err(ApiError::conflict(rt, name));
+            }
+            // Lost a race with another writer: read again and retry.
+        }
+        Err(ApiError::conflict(rt, name))
+    }
+
+    /// Deletes one object and returns its last state. Deleting a namespace
+    /// deletes every object in it in the same revision.
+    #[tracing::instrument(level = "debug", skip(self, rt), fields(resource = rt.plural))]
+    pub async fn delete(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        pre: &Preconditions,
+    ) -> Result<Value, ApiError> {
+        if rt.plural == "namespaces" && SYSTEM_NAMESPACES.contains(&name) {
+            return Err(ApiError::Forbidden {
+                resource: rt.group_resource(),
+                name: name.to_string(),
+                message: format!(
+                    "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+                ),
+            });
+        }
+        let key = rt.key(ns, name);
+        for _ in 0..UPDATE_RETRIES {
+            let (current, _) = self.read_key(&key)?;
+            let Some(current) = current else {
+                return Err(ApiError::not_found(rt, name));
+            };
+            let last = Self::decode(rt, &current).unwrap_or_else(|| json!({}));
+            if let Some(uid) = &pre.uid {
+                let actual = last
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if actual != uid {
+                    return Err(ApiError::Conflict {
+                        resource: rt.group_resource(),
+                        name: name.to_string(),
+                        detail: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                    });
+                }
+            }
+            let guard_rev = pre.resource_version.unwrap_or(current.mod_revision.0);
+            let mut success = vec![Op::Delete(DeleteRequest {
+                range: KeyRange::single(key.clone().into_bytes()),
+                prev_kv: false,
+            })];
+            if rt.plural == "namespaces" {
+                for member in resources::RESOURCES.iter().filter(|r| r.namespaced) {
+                    success.push(Op::Delete(DeleteRequest {
+                        range: KeyRange::prefix(member.collection_prefix(Some(name)).into_bytes()),
+                        prev_kv: false,
+                    }));
+                }
+            }
+            let txn = Txn {
+                compare: vec![Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    guard_rev,
+                )],
+                success,
+                failure: vec![range_one(&key)],
+            };
+            let (resp, _) = txn_result(self.node.write(Command::Txn(txn)).await?)?;
+            if resp.succeeded {
+                return Ok(last);
+            }
+            if range_kvs(&resp, 0).is_empty() {
+                return Err(ApiError::not_found(rt, name));
+            }
+            if pre.resource_version.is_some() {
+                return Err(ApiError::conflict(rt, name));
+            }
+        }
+        Err(ApiError::conflict(rt, name))
+    }
+
+    /// Deletes every object of a collection matching `selectors`, in one
+    /// revision, and returns what was deleted.
+    #[tracing::instrument(level = "debug", skip(self, rt, selectors), fields(resource = rt.plural))]
+    pub async fn delete_collection(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        selectors: &Selectors,
+    ) -> Result<Listed, ApiError> {
+        let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
+        let mut success = Vec::new();
+        let mut deleted = Vec::new();
+        for item in listed.items {
+            let name = item
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let item_ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
+            if rt.plural == "namespaces" && SYSTEM_NAMESPACES.contains(&name) {
+                continue;
+            }
+            success.push(Op::Delete(DeleteRequest {
+                range: KeyRange::single(rt.key(item_ns, name).into_bytes()),
+                prev_kv: false,
+            }));
+            deleted.push(item);
+        }
+        if success.is_empty() {
+            return Ok(Listed {
+                items: deleted,
+                revision: listed.revision,
+            });
+        }
+        let (_, revision) = txn_result(
+            self.node
+                .write(Command::Txn(Txn {
+                    success,
+                    ..Txn::default()
+                }))
+                .await?,
+        )?;
+        Ok(Listed {
+            items: deleted,
+            revision,
+        })
+    }
+
+    /// Creates `default`, `kube-system` and `kube-public` if they do not
+    /// exist (idempotent: a guard per namespace, one transaction).
+    pub async fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
+        let rt = resources::namespaces();
+        let mut ops = Vec::new();
+        for name in SYSTEM_NAMESPACES {
+            let key = rt.key(None, name);
+            let mut obj = object::decode_body(
+                rt,
+                json!({ "metadata": { "name": name } })
+                    .to_string()
+                    .as_bytes(),
+            )?;
+            object::prepare_create(rt, &mut obj);
+            ops.push(Op::Txn(Txn {
+                compare: vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)],
+                success: vec![Op::Put(PutRequest::new(
+                    key.into_bytes(),
+                    object::to_stored(&obj),
+                ))],
+                failure: vec![],
+            }));
+        }
+        txn_result(
+            self.node
+                .write(Command::Txn(Txn {
+                    success: ops,
+                    ..Txn::default()
+                }))
+                .await?,
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,140 @@
+//! One running kubestore node: the Raft node, its gRPC server and its REST
+//! server, started together and stopped together. Used by `kubestore serve`
+//! and by the in-process test cluster.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use kubestore_raft::{RaftNode, RaftNodeConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tower_http::trace::TraceLayer;
+
+use crate::config::ServeConfig;
+use crate::http::{self, AppState};
+use crate::kube::store::KubeStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("raft: {0}")]
+    Raft(#[from] kubestore_raft::RaftNodeError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A node with its servers running.
+#[derive(Debug)]
+pub struct RunningNode {
+    pub raft: RaftNode,
+    pub rest_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Starts a node on already-bound listeners (so tests can use port 0).
+    pub async fn start(
+        config: ServeConfig,
+        rest: TcpListener,
+        grpc: TcpListener,
+    ) -> Result<Self, NodeError> {
+        let rest_addr = rest.local_addr()?;
+        let grpc_addr = grpc.local_addr()?;
+        let advertised = config
+            .advertise_grpc_addr
+            .clone()
+            .unwrap_or_else(|| grpc_addr.to_string());
+        let members = config.members(&advertised).map_err(NodeError::Config)?;
+        let mut raft_config = RaftNodeConfig::new(config.id, config.data_dir.clone(), members);
+        raft_config.snapshot_after_entries = config.snapshot_after_entries;
+        raft_config.log_entries_kept_after_snapshot = (config.snapshot_after_entries / 10).max(10);
+        let raft = RaftNode::start(raft_config).await?;
+        let (shutdown, _) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        let grpc_server = tonic::transport::Server::builder()
+            .add_service(raft.raft_service())
+            .add_service(raft.cluster_service());
+        let mut stop = shutdown.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let incoming = TcpListenerStream::new(grpc);
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = grpc_server
+                .serve_with_incoming_shutdown(incoming, stopped)
+                .await
+            {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        }));
+
+        let kube = KubeStore::new(raft.clone());
+        let state = AppState {
+            node: raft.clone(),
+            kube: kube.clone(),
+            max_body_bytes: config.max_body_bytes,
+        };
+        let app = http::router(state).layer(TraceLayer::new_for_http());
+        let mut stop = shutdown.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(rest, app).with_graceful_shutdown(stopped).await {
+                tracing::error!(error = %e, "REST server failed");
+            }
+        }));
+
+        let mut stop = shutdown.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let ensure = async {
+                loop {
+                    match kube.ensure_system_namespaces().await {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "system namespaces not written yet; retrying");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                _ = ensure => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+        }));
+
+        tracing::info!(node = config.id, %rest_addr, %grpc_addr, "kubestore node started");
+        Ok(Self {
+            raft,
+            rest_addr,
+            grpc_addr,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Binds the configured addresses and starts.
+    pub async fn bind_and_start(config: ServeConfig) -> Result<Self, NodeError> {
+        let rest = TcpListener::bind(config.rest_addr).await?;
+        let grpc = TcpListener::bind(config.grpc_addr).await?;
+        Self::start(config, rest, grpc).await
+    }
+
+    /// Stops the servers and Raft; the storage closes when this returns.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}

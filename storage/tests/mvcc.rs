@@ -1,0 +1,342 @@
+//! The MVCC store through the state machine: revisions, reads at old
+//! revisions, compaction, snapshots, and recovery after a crash.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command as Process, Stdio};
+
+use kubestore_storage::{
+    ApplyError, Command, CommandResult, DeleteRequest, KeyRange, Op, PutRequest, RangeRequest,
+    Revision, StateMachine, Store, StoreError, Txn,
+};
+use openraft::storage::RaftStateMachine;
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
+
+fn log_id(index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(1, 1), index)
+}
+
+fn put(key: &str, value: &str) -> Command {
+    Command::Txn(Txn {
+        success: vec![Op::Put(PutRequest::new(key, value))],
+        ..Txn::default()
+    })
+}
+
+fn delete(key: &str) -> Command {
+    Command::Txn(Txn {
+        success: vec![Op::Delete(DeleteRequest {
+            range: KeyRange::single(key),
+            prev_kv: false,
+        })],
+        ..Txn::default()
+    })
+}
+
+/// Applies commands as consecutive log entries starting after `next - 1`.
+async fn apply_all(
+    sm: &mut StateMachine,
+    next: &mut u64,
+    cmds: Vec<Command>,
+) -> Vec<kubestore_storage::Response> {
+    let entries: Vec<Entry<kubestore_storage::TypeConfig>> = cmds
+        .into_iter()
+        .map(|cmd| {
+            let e = Entry {
+                log_id: log_id(*next),
+                payload: EntryPayload::Normal(cmd),
+            };
+            *next += 1;
+            e
+        })
+        .collect();
+    sm.apply(entries).await.expect("apply")
+}
+
+fn read(store: &Store, prefix: &str, at: Option<u64>) -> Result<Vec<(String, String)>, StoreError> {
+    let resp = store.range(&RangeRequest {
+        range: KeyRange::prefix(prefix),
+        revision: at.map(Revision),
+        ..RangeRequest::default()
+    })?;
+    Ok(resp
+        .kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key).into_owned(),
+                String::from_utf8_lossy(&kv.value).into_owned(),
+            )
+        })
+        .collect())
+}
+
+fn kv(k: &str, v: &str) -> (String, String) {
+    (k.to_string(), v.to_string())
+}
+
+#[tokio::test]
+async fn revisions_increase_by_one_per_write_and_old_revisions_stay_readable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+    let mut next = 1;
+    let responses = apply_all(
+        &mut sm,
+        &mut next,
+        vec![
+            put("a", "1"),
+            put("b", "1"),
+            put("a", "2"),
+            delete("b"),
+            delete("missing"),
+            put("c", "1"),
+        ],
+    )
+    .await;
+    let revisions: Vec<u64> = responses.iter().map(|r| r.revision.0).collect();
+    // The delete of a missing key writes nothing and keeps the revision.
+    assert_eq!(revisions, vec![1, 2, 3, 4, 4, 5]);
+    assert_eq!(store.applied().revision, Revision(5));
+    assert_eq!(store.applied().log_index, 6);
+
+    assert_eq!(
+        read(&store, "", Some(1)).expect("rev 1"),
+        vec![kv("a", "1")]
+    );
+    assert_eq!(
+        read(&store, "", Some(2)).expect("rev 2"),
+        vec![kv("a", "1"), kv("b", "1")]
+    );
+    assert_eq!(
+        read(&store, "", Some(3)).expect("rev 3"),
+        vec![kv("a", "2"), kv("b", "1")]
+    );
+    assert_eq!(
+        read(&store, "", Some(4)).expect("rev 4"),
+        vec![kv("a", "2")]
+    );
+    assert_eq!(
+        read(&store, "", None).expect("current"),
+        vec![kv("a", "2"), kv("c", "1")]
+    );
+    assert!(matches!(
+        read(&store, "", Some(6)),
+        Err(StoreError::FutureRevision { .. })
+    ));
+
+    let events = store.events_after(Revision(2), 10).expect("events");
+    let revs: Vec<u64> = events.iter().map(|(r, _)| r.0).collect();
+    assert_eq!(revs, vec![3, 4, 5]);
+    let deleted = &events[1].1[0];
+    assert_eq!(
+        deleted.prev_kv.as_ref().map(|p| p.value.clone()),
+        Some(b"1".to_vec()),
+        "a delete carries the last state"
+    );
+}
+
+#[tokio::test]
+async fn compaction_drops_history_below_the_revision_and_keeps_reads_at_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+    let mut next = 1;
+    apply_all(
+        &mut sm,
+        &mut next,
+        vec![
+            put("a", "1"),
+            put("b", "1"),
+            put("a", "2"),
+            delete("b"),
+            put("a", "3"),
+        ],
+    )
+    .await;
+    let resp = apply_all(
+        &mut sm,
+        &mut next,
+        vec![Command::Compact {
+            revision: Revision(4),
+        }],
+    )
+    .await;
+    assert_eq!(resp[0].result, Ok(CommandResult::Compacted));
+    assert_eq!(store.applied().compacted, Revision(4));
+
+    assert!(matches!(
+        read(&store, "", Some(3)),
+        Err(StoreError::Compacted { .. })
+    ));
+    assert_eq!(
+        read(&store, "", Some(4)).expect("at the compaction point"),
+        vec![kv("a", "2")]
+    );
+    assert_eq!(read(&store, "", None).expect("current"), vec![kv("a", "3")]);
+    assert!(matches!(
+        store.events_after(Revision(1), 10),
+        Err(StoreError::Compacted { .. })
+    ));
+    assert_eq!(
+        store
+            .events_after(Revision(3), 10)
+            .expect("from the compaction point")
+            .len(),
+        2
+    );
+
+    // Compacting again to an older or the same revision is refused identically on every node.
+    let again = apply_all(
+        &mut sm,
+        &mut next,
+        vec![Command::Compact {
+            revision: Revision(2),
+        }],
+    )
+    .await;
+    assert_eq!(again[0].result, Err(ApplyError::Compacted));
+    let future = apply_all(
+        &mut sm,
+        &mut next,
+        vec![Command::Compact {
+            revision: Revision(99),
+        }],
+    )
+    .await;
+    assert_eq!(future[0].result, Err(ApplyError::FutureRevision));
+}
+
+#[tokio::test]
+async fn a_snapshot_round_trips_to_a_fresh_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let mut next = 1;
+    let cmds: Vec<Command> = (0..200)
+        .map(|i| put(&format!("k/{:03}", i % 50), &i.to_string()))
+        .collect();
+    apply_all(&mut sm, &mut next, cmds).await;
+    apply_all(
+        &mut sm,
+        &mut next,
+        vec![
+            delete("k/007"),
+            Command::Compact {
+                revision: Revision(120),
+            },
+        ],
+    )
+    .await;
+
+    let mut builder = sm.get_snapshot_builder().await;
+    let snapshot = builder.build_snapshot().await.expect("build");
+    assert_eq!(snapshot.meta.last_log_id, Some(log_id(next - 1)));
+
+    let (_log2, mut sm2, store2) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
+    let mut source = snapshot.snapshot;
+    tokio::io::copy(&mut source, &mut *incoming)
+        .await
+        .expect("copy");
+    sm2.install_snapshot(&snapshot.meta, incoming)
+        .await
+        .expect("install");
+
+    let (applied, _) = sm2.applied_state().await.expect("applied state");
+    assert_eq!(applied, snapshot.meta.last_log_id);
+    assert_eq!(store2.applied().revision, store.applied().revision);
+    assert_eq!(store2.applied().compacted, Revision(120));
+    assert_eq!(
+        read(&store2, "", None).expect("b"),
+        read(&store, "", None).expect("a")
+    );
+    assert_eq!(
+        read(&store2, "", Some(150)).expect("b@150"),
+        read(&store, "", Some(150)).expect("a@150")
+    );
+    assert_eq!(
+        store2.events_after(Revision(150), 1000).expect("b events"),
+        store.events_after(Revision(150), 1000).expect("a events")
+    );
+    // The installed node keeps applying from where the snapshot ends.
+    let r = apply_all(&mut sm2, &mut next, vec![put("after", "snapshot")]).await;
+    assert_eq!(r[0].revision, store.applied().revision.next());
+}
+
+const CRASH_DIR: &str = "KUBESTORE_TEST_CRASH_DIR";
+
+/// Not a test on its own: the child process of the crash test, which applies
+/// entries until it is killed.
+#[tokio::test]
+async fn crash_child_applies_until_killed() {
+    let Ok(dir) = std::env::var(CRASH_DIR) else {
+        return;
+    };
+    let (_log, mut sm, store) = kubestore_storage::open(std::path::Path::new(&dir)).expect("open");
+    let mut next = store.applied().log_index + 1;
+    loop {
+        let cmds = (0..3)
+            .map(|i| put(&format!("key/{}", (next + i) % 97), &next.to_string()))
+            .collect();
+        apply_all(&mut sm, &mut next, cmds).await;
+        println!("applied {}", next - 1);
+    }
+}
+
+#[tokio::test]
+async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreement() {
+    if std::env::var(CRASH_DIR).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    for round in 0..3 {
+        // Phase 1: a child process applies entries; kill -9 it mid-stream.
+        let mut child = Process::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "crash_child_applies_until_killed",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_DIR, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut seen = 0;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("line");
+            if line.starts_with("applied ") {
+                seen += 1;
+                if seen == 50 + round * 17 {
+                    break;
+                }
+            }
+        }
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+
+        // Phase 2: every applied entry wrote exactly one revision, so the
+        // revision must equal the last applied index, and the data must
+        // match that revision's history.
+        let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("reopen");
+        let (last_applied, _) = sm.applied_state().await.expect("applied");
+        let index = last_applied.map_or(0, |l| l.index);
+        assert!(index > 0, "the child applied something");
+        assert_eq!(
+            store.applied().revision,
+            Revision(index),
+            "data and last-applied disagree after a crash"
+        );
+        let current = read(&store, "", None).expect("current");
+        let at_revision = read(&store, "", Some(index)).expect("at revision");
+        assert_eq!(current, at_revision);
+        let max_value: u64 = current
+            .iter()
+            .filter_map(|(_, v)| v.parse().ok())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            max_value <= index,
+            "a value from an unapplied entry survived"
+        );
+    }
+}
