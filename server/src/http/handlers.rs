@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
 use crate::http::status::ApiError;
-use crate::http::{discovery, table, AppState};
+use crate::http::{discovery, protobuf, table, AppState};
 use crate::kube::object;
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
@@ -154,7 +154,7 @@ async fn verb(
                     rt.group_resource()
                 )));
             }
-            let body = read_json_body(&state, req).await?;
+            let body = read_json_body(&state, rt, req).await?;
             let mut obj = object::decode_body(rt, &body)?;
             let name = resolve_create_name(rt, &mut obj)?;
             let obj_ns = check_namespace(rt, ns, &mut obj)?;
@@ -170,7 +170,7 @@ async fn verb(
             ))
         }
         (&Method::PUT, Some(name)) => {
-            let body = read_json_body(&state, req).await?;
+            let body = read_json_body(&state, rt, req).await?;
             let mut obj = object::decode_body(rt, &body)?;
             let body_name = object::meta_str(&obj, "name").unwrap_or("").to_string();
             if body_name != *name {
@@ -370,22 +370,28 @@ async fn read_body(state: &AppState, req: Request) -> Result<Vec<u8>, ApiError> 
     }
 }
 
-/// Reads a JSON body; another declared content type is a 415.
-async fn read_json_body(state: &AppState, req: Request) -> Result<Vec<u8>, ApiError> {
-    if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-        let ct = ct
-            .to_str()
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if ct != "application/json" && !ct.is_empty() {
-            return Err(ApiError::UnsupportedMediaType);
-        }
+/// Reads an object body as JSON: JSON as is, protobuf (for the types
+/// [`protobuf`] models) converted; another content type is a 415.
+async fn read_json_body(
+    state: &AppState,
+    rt: &ResourceType,
+    req: Request,
+) -> Result<Vec<u8>, ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match ct.as_str() {
+        "" | "application/json" => read_body(state, req).await,
+        protobuf::MEDIA_TYPE => protobuf::to_json(rt, &read_body(state, req).await?),
+        _ => Err(ApiError::UnsupportedMediaType),
     }
-    read_body(state, req).await
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {

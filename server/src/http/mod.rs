@@ -6,6 +6,7 @@ pub mod handlers;
 pub mod health;
 pub mod negotiate;
 pub mod patch;
+pub mod protobuf;
 pub mod status;
 pub mod table;
 
