@@ -1,0 +1,322 @@
+//! Cluster behaviour under faults: linearizable reads from every node, a
+//! leader killed with -9 during writes, and followers catching up by log
+//! and by snapshot.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubestore_tests::{ClusterOptions, KubeClient, TestCluster};
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+/// The configmaps of `ns` as (name, resourceVersion) pairs, read through `n`.
+async fn snapshot_of(n: &KubeClient, ns: &str) -> (u64, Vec<(String, String)>) {
+    let list = n
+        .get(&format!("/api/v1/namespaces/{ns}/configmaps"))
+        .await
+        .expect("list");
+    assert_eq!(list.status, StatusCode::OK, "{}", list.text);
+    let items = list.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| {
+            (
+                i["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                i["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    (list.rv(), items)
+}
+
+/// Creates `count` configmaps named `<prefix>-<i>` with `writers` concurrent
+/// clients, each through the node its index picks from `ids`.
+async fn write_many(c: &TestCluster, ids: &[u64], prefix: &str, count: usize, writers: usize) {
+    let clients: Vec<KubeClient> = ids.iter().map(|id| c.kube(*id)).collect();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let client = clients[w % clients.len()].clone();
+        let prefix = prefix.to_string();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..count).step_by(writers) {
+                let r = client
+                    .create_configmap("default", &format!("{prefix}-{i}"), &i.to_string())
+                    .await
+                    .expect("create");
+                assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_through_one_node_is_seen_by_a_most_recent_read_on_every_other() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let ids = c.ids();
+    let mut tasks = Vec::new();
+    for t in 0..4u64 {
+        let clients: Vec<KubeClient> = ids.iter().map(|id| c.kube(*id)).collect();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25u64 {
+                let writer = ((t + i) % 3) as usize;
+                let reader = ((t + i + 1) % 3) as usize;
+                let name = format!("lin-{t}-{i}");
+                let created = clients[writer]
+                    .create_configmap("default", &name, "x")
+                    .await
+                    .expect("create");
+                assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+                // The read starts after the write was acknowledged: it must see it.
+                let got = clients[reader]
+                    .get(&format!("/api/v1/namespaces/default/configmaps/{name}"))
+                    .await
+                    .expect("get");
+                assert_eq!(
+                    got.status,
+                    StatusCode::OK,
+                    "stale read on node {}: {}",
+                    reader + 1,
+                    got.text
+                );
+                assert_eq!(got.rv(), created.rv());
+                let list = clients[reader]
+                    .get("/api/v1/namespaces/default/configmaps")
+                    .await
+                    .expect("list");
+                assert!(
+                    list.rv() >= created.rv(),
+                    "a most-recent list is older than an acknowledged write"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    c.shutdown().await;
+}
+
+async fn follower_catch_up(options: ClusterOptions, expect_snapshot: bool) {
+    let mut c = TestCluster::with_options(3, options)
+        .await
+        .expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
+
+    // Phase 1: stop a follower, write 1000 objects through the others.
+    let before = c.status(follower).await.expect("status");
+    let stopped_at = before["applied_index"].as_u64().expect("applied");
+    c.kill(follower).await.expect("kill");
+    write_many(&c, &others, "catchup", 1000, 8).await;
+    let leader_status = c.status(leader).await.expect("leader status");
+    let purged = leader_status["purged_index"].as_u64();
+    if expect_snapshot {
+        assert!(
+            purged.is_some_and(|p| p > stopped_at),
+            "the leader must have purged the log past the follower ({purged:?} vs {stopped_at}) so only a snapshot can catch it up"
+        );
+    } else {
+        assert!(
+            purged.is_none_or(|p| p < stopped_at),
+            "the log must still hold what the follower misses"
+        );
+    }
+
+    // Phase 2: restart it; it catches up to identical data and revisions.
+    c.restart(follower).await.expect("restart");
+    let revision = c
+        .wait_converged(Duration::from_secs(60))
+        .await
+        .expect("converged");
+    let status = c.status(follower).await.expect("status");
+    if expect_snapshot {
+        assert!(
+            status["snapshot_index"]
+                .as_u64()
+                .is_some_and(|s| s > stopped_at),
+            "caught up by snapshot: {status}"
+        );
+    }
+    let reference = snapshot_of(&c.kube(leader), "default").await;
+    assert_eq!(reference.1.len(), 1000);
+    assert_eq!(reference.0, revision);
+    for id in c.ids() {
+        assert_eq!(
+            snapshot_of(&c.kube(id), "default").await,
+            reference,
+            "node {id} differs"
+        );
+    }
+    // And it keeps working as a member: a write through it is seen elsewhere.
+    let r = c
+        .kube(follower)
+        .create_configmap("default", "after-restart", "1")
+        .await
+        .expect("create");
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let got = c
+        .kube(leader)
+        .get("/api/v1/namespaces/default/configmaps/after-restart")
+        .await
+        .expect("get");
+    assert_eq!(got.status, StatusCode::OK);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_follower_catches_up_by_log() {
+    follower_catch_up(ClusterOptions::default(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_follower_catches_up_by_snapshot() {
+    follower_catch_up(
+        ClusterOptions {
+            snapshot_after_entries: 100,
+        },
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_follower_refuses_stale_reads_and_rejoins() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("follower");
+    c.isolate(follower, true).expect("isolate");
+    let w = c
+        .kube(leader)
+        .create_configmap("default", "while-isolated", "1")
+        .await
+        .expect("create");
+    assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
+    // A most-recent read on the cut-off node must fail, not answer stale data.
+    let r = c
+        .kube(follower)
+        .get("/api/v1/namespaces/default/configmaps/while-isolated")
+        .await
+        .expect("get");
+    assert!(
+        r.status.is_server_error(),
+        "an isolated node answered {}: {}",
+        r.status,
+        r.text
+    );
+    assert_eq!(r.body["kind"], "Status");
+    c.isolate(follower, false).expect("reconnect");
+    let r = c
+        .kube(follower)
+        .get("/api/v1/namespaces/default/configmaps/while-isolated")
+        .await
+        .expect("get");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    c.shutdown().await;
+}
+
+/// Real processes, real kill -9: 8 writers create configmaps through every
+/// node while the leader is killed; every acknowledged object survives on
+/// every node, and the nodes end identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_during_writes_loses_no_acknowledged_write() {
+    let mut c = TestCluster::spawn(3, ClusterOptions::default())
+        .await
+        .expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let acked: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let (kill_tx, kill_rx) = tokio::sync::watch::channel(false);
+
+    // Phase 1: 8 writers, spread over the nodes, each retrying through the
+    // next node when one fails (as a client with several endpoints does).
+    let mut writers = Vec::new();
+    for w in 0..8usize {
+        let clients: Vec<KubeClient> = c.ids().iter().map(|id| c.kube(*id)).collect();
+        let acked = acked.clone();
+        let kill_tx = kill_tx.clone();
+        writers.push(tokio::spawn(async move {
+            let mut node = w % clients.len();
+            let mut i = 0;
+            let mut failures = 0;
+            while i < 60 {
+                let name = format!("w{w}-{i}");
+                match clients[node].create_configmap("default", &name, "v").await {
+                    Ok(r) if r.status == StatusCode::CREATED => {
+                        acked.lock().await.insert(name);
+                        i += 1;
+                        if acked.lock().await.len() >= 100 {
+                            kill_tx.send_replace(true);
+                        }
+                    }
+                    // A retried create whose first attempt did commit.
+                    Ok(r)
+                        if r.status == StatusCode::CONFLICT
+                            && r.body["reason"] == "AlreadyExists" =>
+                    {
+                        acked.lock().await.insert(name);
+                        i += 1;
+                    }
+                    _ => {
+                        failures += 1;
+                        assert!(failures < 500, "writer {w} cannot make progress");
+                        node = (node + 1) % clients.len();
+                    }
+                }
+            }
+        }));
+    }
+
+    // Phase 2: once 100 writes are acknowledged, kill -9 the leader.
+    let mut kill_rx = kill_rx;
+    kill_rx.wait_for(|k| *k).await.expect("kill signal");
+    c.kill(leader).await.expect("kill leader");
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let acked = acked.lock().await.clone();
+    assert_eq!(acked.len(), 480);
+    let new_leader = c.leader().await.expect("new leader");
+    assert_ne!(new_leader, leader, "a new leader took over");
+
+    // Phase 3: the killed node restarts with the same command and catches up.
+    c.restart(leader).await.expect("restart");
+    let revision = c
+        .wait_converged(Duration::from_secs(60))
+        .await
+        .expect("converged");
+    let reference = snapshot_of(&c.kube(new_leader), "default").await;
+    assert_eq!(reference.0, revision);
+    let names: BTreeSet<String> = reference.1.iter().map(|(n, _)| n.clone()).collect();
+    let lost: Vec<&String> = acked.difference(&names).collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    for id in c.ids() {
+        assert_eq!(
+            snapshot_of(&c.kube(id), "default").await,
+            reference,
+            "node {id} differs"
+        );
+        let s: Value = c.status(id).await.expect("status");
+        assert_eq!(s["revision"], revision);
+    }
+    c.shutdown().await;
+}

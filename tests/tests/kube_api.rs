@@ -1,0 +1,556 @@
+//! The Kubernetes REST API of a 3-node in-process cluster: verbs through
+//! every node, server-set fields, and kube's exact errors for bad input.
+
+use kubestore_tests::TestCluster;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+async fn cluster() -> TestCluster {
+    TestCluster::new(3).await.expect("cluster")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crud_through_different_nodes_with_optimistic_concurrency() {
+    let c = cluster().await;
+    let (n1, n2, n3) = (c.kube(1), c.kube(2), c.kube(3));
+
+    // Phase 1: create through node 1; server-set fields are filled in.
+    let created = n1
+        .create_configmap("default", "app-config", "v1")
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let meta = &created.body["metadata"];
+    assert!(meta["uid"].as_str().is_some_and(|u| u.len() == 36));
+    assert!(meta["creationTimestamp"]
+        .as_str()
+        .is_some_and(|t| t.ends_with('Z')));
+    let rv1 = created.rv();
+    assert!(rv1 > 0);
+
+    // Phase 2: a most-recent read on the other nodes sees it at the same revision.
+    for n in [&n2, &n3] {
+        let got = n
+            .get("/api/v1/namespaces/default/configmaps/app-config")
+            .await
+            .expect("get");
+        assert_eq!(got.status, StatusCode::OK, "{}", got.text);
+        assert_eq!(got.rv(), rv1);
+        assert_eq!(got.body["data"]["value"], "v1");
+        assert_eq!(got.body["kind"], "ConfigMap");
+    }
+
+    // Phase 3: update through node 2 with the current resourceVersion.
+    let mut obj = created.body.clone();
+    obj["data"]["value"] = json!("v2");
+    let updated = n2
+        .put("/api/v1/namespaces/default/configmaps/app-config", &obj)
+        .await
+        .expect("put");
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.text);
+    assert!(updated.rv() > rv1);
+    assert_eq!(
+        updated.body["metadata"]["uid"], meta["uid"],
+        "uid is immutable"
+    );
+
+    // Phase 4: the same stale resourceVersion again is a 409 Conflict.
+    let stale = n3
+        .put("/api/v1/namespaces/default/configmaps/app-config", &obj)
+        .await
+        .expect("put");
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert_eq!(stale.body["reason"], "Conflict");
+    assert_eq!(
+        stale.body["message"],
+        "Operation cannot be fulfilled on configmaps \"app-config\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+
+    // Phase 5: lists (one namespace and all namespaces) from node 3.
+    let list = n3
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .expect("list");
+    assert_eq!(list.body["kind"], "ConfigMapList");
+    assert_eq!(list.names(), vec!["app-config"]);
+    assert!(list.rv() >= updated.rv());
+    let all = n3.get("/api/v1/configmaps").await.expect("list all");
+    assert_eq!(all.names(), vec!["app-config"]);
+    let empty = n1
+        .get("/api/v1/namespaces/kube-system/configmaps")
+        .await
+        .expect("empty list");
+    assert_eq!(
+        empty.body["items"],
+        json!([]),
+        "lists always carry items: []"
+    );
+
+    // Phase 6: delete through node 3; gone everywhere.
+    let deleted = n3
+        .delete("/api/v1/namespaces/default/configmaps/app-config")
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    for n in [&n1, &n2, &n3] {
+        let got = n
+            .get("/api/v1/namespaces/default/configmaps/app-config")
+            .await
+            .expect("get");
+        assert_eq!(got.status, StatusCode::NOT_FOUND);
+        assert_eq!(got.body["reason"], "NotFound");
+        assert_eq!(got.body["message"], "configmaps \"app-config\" not found");
+        assert_eq!(
+            got.body["details"],
+            json!({"name": "app-config", "kind": "configmaps"})
+        );
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_generate_name_generation_and_deletecollection() {
+    let c = cluster().await;
+    let n1 = c.kube(1);
+
+    // The system namespaces exist from the start, on every node.
+    for id in c.ids() {
+        let names = c
+            .kube(id)
+            .get("/api/v1/namespaces")
+            .await
+            .expect("list")
+            .names();
+        for ns in ["default", "kube-public", "kube-system"] {
+            assert!(
+                names.contains(&ns.to_string()),
+                "node {id} lacks {ns}: {names:?}"
+            );
+        }
+    }
+    let forbidden = n1
+        .delete("/api/v1/namespaces/default")
+        .await
+        .expect("delete default");
+    assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
+
+    // Creating in a namespace that does not exist is rejected as kube does.
+    let orphan = n1
+        .create_configmap("nowhere", "x", "1")
+        .await
+        .expect("create");
+    assert_eq!(orphan.status, StatusCode::NOT_FOUND);
+    assert_eq!(orphan.body["message"], "namespaces \"nowhere\" not found");
+
+    let ns = n1
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "team-a"}}),
+        )
+        .await
+        .expect("ns");
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.text);
+    assert_eq!(ns.body["status"]["phase"], "Active");
+
+    // generateName.
+    let gen = n1
+        .post(
+            "/api/v1/namespaces/team-a/configmaps",
+            &json!({"metadata": {"generateName": "cfg-"}}),
+        )
+        .await
+        .expect("generateName");
+    assert_eq!(gen.status, StatusCode::CREATED, "{}", gen.text);
+    let name = gen.body["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
+    assert!(name.starts_with("cfg-") && name.len() == 9, "{name}");
+
+    // generation starts at 1 and moves only when spec changes.
+    let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                     "spec": {"replicas": 1}});
+    let created = n1
+        .post("/apis/apps/v1/namespaces/team-a/deployments", &dep)
+        .await
+        .expect("deploy");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["metadata"]["generation"], 1);
+    let mut same = created.body.clone();
+    same["metadata"]["labels"] = json!({"a": "b"});
+    let same = n1
+        .put("/apis/apps/v1/namespaces/team-a/deployments/web", &same)
+        .await
+        .expect("put");
+    assert_eq!(same.body["metadata"]["generation"], 1, "{}", same.text);
+    let mut changed = same.body.clone();
+    changed["spec"]["replicas"] = json!(3);
+    let changed = n1
+        .put("/apis/apps/v1/namespaces/team-a/deployments/web", &changed)
+        .await
+        .expect("put");
+    assert_eq!(
+        changed.body["metadata"]["generation"], 2,
+        "{}",
+        changed.text
+    );
+
+    // Leases live in their group; label selectors filter deletecollection.
+    for (name, tier) in [("l1", "a"), ("l2", "a"), ("l3", "b")] {
+        let lease = json!({"metadata": {"name": name, "labels": {"tier": tier}}, "spec": {"holderIdentity": name}});
+        let r = n1
+            .post(
+                "/apis/coordination.k8s.io/v1/namespaces/team-a/leases",
+                &lease,
+            )
+            .await
+            .expect("lease");
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    let gone = n1
+        .request(
+            Method::DELETE,
+            "/apis/coordination.k8s.io/v1/namespaces/team-a/leases?labelSelector=tier%3Da",
+            None,
+        )
+        .await
+        .expect("deletecollection");
+    assert_eq!(gone.status, StatusCode::OK, "{}", gone.text);
+    let mut deleted = gone.names();
+    deleted.sort();
+    assert_eq!(deleted, vec!["l1", "l2"]);
+    let left = c
+        .kube(2)
+        .get("/apis/coordination.k8s.io/v1/namespaces/team-a/leases")
+        .await
+        .expect("list");
+    assert_eq!(left.names(), vec!["l3"]);
+
+    // Deleting the namespace deletes what it holds.
+    let del = n1
+        .delete("/api/v1/namespaces/team-a")
+        .await
+        .expect("delete ns");
+    assert_eq!(del.status, StatusCode::OK, "{}", del.text);
+    let leftovers = c
+        .kube(3)
+        .get("/apis/apps/v1/deployments")
+        .await
+        .expect("list");
+    assert!(leftovers.names().is_empty(), "{:?}", leftovers.names());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_kube_status_errors_never_500() {
+    let c = cluster().await;
+    let n = c.kube(2);
+    let cms = "/api/v1/namespaces/default/configmaps";
+
+    let cases: Vec<(&str, Method, String, Option<(Vec<u8>, &str)>, u16, &str)> = vec![
+        (
+            "malformed JSON",
+            Method::POST,
+            cms.into(),
+            Some((b"{nope".to_vec(), "application/json")),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a JSON array",
+            Method::POST,
+            cms.into(),
+            Some((b"[]".to_vec(), "application/json")),
+            400,
+            "BadRequest",
+        ),
+        (
+            "bad name",
+            Method::POST,
+            cms.into(),
+            Some((
+                br#"{"metadata":{"name":"Bad_Name"}}"#.to_vec(),
+                "application/json",
+            )),
+            422,
+            "Invalid",
+        ),
+        (
+            "no name",
+            Method::POST,
+            cms.into(),
+            Some((br#"{"metadata":{}}"#.to_vec(), "application/json")),
+            422,
+            "Invalid",
+        ),
+        (
+            "wrong kind",
+            Method::POST,
+            cms.into(),
+            Some((
+                br#"{"kind":"Secret","apiVersion":"v1","metadata":{"name":"a"}}"#.to_vec(),
+                "application/json",
+            )),
+            400,
+            "BadRequest",
+        ),
+        (
+            "wrong apiVersion",
+            Method::POST,
+            cms.into(),
+            Some((
+                br#"{"kind":"ConfigMap","apiVersion":"v2","metadata":{"name":"a"}}"#.to_vec(),
+                "application/json",
+            )),
+            400,
+            "BadRequest",
+        ),
+        (
+            "namespace mismatch",
+            Method::POST,
+            cms.into(),
+            Some((
+                br#"{"metadata":{"name":"a","namespace":"kube-system"}}"#.to_vec(),
+                "application/json",
+            )),
+            400,
+            "BadRequest",
+        ),
+        (
+            "name mismatch on PUT",
+            Method::PUT,
+            format!("{cms}/a"),
+            Some((br#"{"metadata":{"name":"b"}}"#.to_vec(), "application/json")),
+            400,
+            "BadRequest",
+        ),
+        (
+            "form body",
+            Method::POST,
+            cms.into(),
+            Some((b"a=b".to_vec(), "application/x-www-form-urlencoded")),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            "yaml patch type",
+            Method::PATCH,
+            format!("{cms}/a"),
+            Some((b"{}".to_vec(), "application/apply-patch+yaml")),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            "POST on an object",
+            Method::POST,
+            format!("{cms}/a"),
+            None,
+            405,
+            "MethodNotAllowed",
+        ),
+        (
+            "unknown resource",
+            Method::GET,
+            "/api/v1/widgets".into(),
+            None,
+            404,
+            "NotFound",
+        ),
+        (
+            "unknown group",
+            Method::GET,
+            "/apis/nope/v1".into(),
+            None,
+            404,
+            "NotFound",
+        ),
+        (
+            "non-numeric resourceVersion",
+            Method::GET,
+            format!("{cms}?resourceVersion=abc"),
+            None,
+            400,
+            "BadRequest",
+        ),
+        (
+            "bad label selector",
+            Method::GET,
+            format!("{cms}?labelSelector=a%20in%20(b"),
+            None,
+            400,
+            "BadRequest",
+        ),
+        (
+            "unsupported field selector",
+            Method::GET,
+            format!("{cms}?fieldSelector=spec.x%3D1"),
+            None,
+            400,
+            "BadRequest",
+        ),
+        (
+            "missing object",
+            Method::GET,
+            format!("{cms}/missing"),
+            None,
+            404,
+            "NotFound",
+        ),
+    ];
+    for (what, method, path, body, code, reason) in cases {
+        let r = n.request(method, &path, body).await.expect("request");
+        assert_eq!(r.status.as_u16(), code, "{what}: {}", r.text);
+        assert_eq!(r.body["kind"], "Status", "{what}: {}", r.text);
+        assert_eq!(r.body["reason"], reason, "{what}: {}", r.text);
+        assert_eq!(r.body["code"], code, "{what}");
+    }
+
+    // Oversized body: 413 with a Status, not a dropped connection.
+    let big = json!({"metadata": {"name": "big"}, "data": {"x": "y".repeat(4 * 1024 * 1024)}});
+    let r = n.post(cms, &big).await.expect("big");
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.body["reason"], "RequestEntityTooLarge");
+
+    // Creating twice is AlreadyExists.
+    assert_eq!(
+        n.create_configmap("default", "twice", "1")
+            .await
+            .expect("1")
+            .status,
+        StatusCode::CREATED
+    );
+    let again = n
+        .create_configmap("default", "twice", "1")
+        .await
+        .expect("2");
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert_eq!(again.body["reason"], "AlreadyExists");
+
+    // Unknown non-resource paths: plain text 404 like kube.
+    let r = n.get("/nope").await.expect("nope");
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.text, "404 page not found\n");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_version_health_openapi_and_debug() {
+    let c = cluster().await;
+    let n = c.kube(3);
+    let api = n.get("/api").await.expect("api");
+    assert_eq!(api.body["versions"], json!(["v1"]));
+    assert!(api.body["serverAddressByClientCIDRs"].is_array());
+    let v1 = n.get("/api/v1").await.expect("v1");
+    let names: Vec<&str> = v1.body["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for r in [
+        "namespaces",
+        "configmaps",
+        "secrets",
+        "pods",
+        "services",
+        "serviceaccounts",
+        "endpoints",
+        "events",
+        "nodes",
+    ] {
+        assert!(names.contains(&r), "{r} missing from /api/v1");
+    }
+    let apis = n.get("/apis").await.expect("apis");
+    let groups: Vec<&str> = apis.body["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(groups, vec!["apps", "coordination.k8s.io"]);
+    for gv in ["/apis/apps/v1", "/apis/coordination.k8s.io/v1"] {
+        let r = n.get(gv).await.expect("gv");
+        assert_eq!(r.body["kind"], "APIResourceList", "{gv}");
+    }
+    let version = n.get("/version").await.expect("version");
+    assert_eq!(version.body["major"], "1");
+    for key in [
+        "minor",
+        "gitVersion",
+        "gitCommit",
+        "gitTreeState",
+        "buildDate",
+        "goVersion",
+        "compiler",
+        "platform",
+    ] {
+        assert!(version.body.get(key).is_some(), "/version lacks {key}");
+    }
+    for path in ["/livez", "/readyz", "/healthz"] {
+        let r = n.get(path).await.expect("health");
+        assert_eq!(
+            (r.status, r.text.as_str()),
+            (StatusCode::OK, "ok"),
+            "{path}"
+        );
+    }
+    let verbose = n.get("/readyz?verbose").await.expect("verbose");
+    assert!(
+        verbose.text.contains("[+]raft-leader ok")
+            && verbose.text.ends_with("readyz check passed\n"),
+        "{}",
+        verbose.text
+    );
+
+    // kubectl's validation probe: the PATCH operation carries the GVK and fieldValidation.
+    let index = n.get("/openapi/v3").await.expect("openapi");
+    let url = index.body["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("url")
+        .to_string();
+    let doc = n.get(&url).await.expect("gv doc");
+    let patch = &doc.body["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+    assert_eq!(
+        patch["x-kubernetes-group-version-kind"]["kind"],
+        "ConfigMap"
+    );
+    assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
+
+    // Table rendering for kubectl get.
+    let mut table_req = reqwest::Client::new()
+        .get(format!("{}/api/v1/namespaces", c.rest_url(1)))
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .send()
+        .await
+        .expect("table")
+        .json::<Value>()
+        .await
+        .expect("json");
+    assert_eq!(table_req["kind"], "Table");
+    assert_eq!(table_req["columnDefinitions"][0]["format"], "name");
+    assert!(table_req["metadata"]["resourceVersion"].as_str().is_some());
+    let first_row = table_req["rows"][0].take();
+    assert_eq!(first_row["object"]["kind"], "PartialObjectMetadata");
+
+    // /debug/cluster on every node.
+    let leader = c.leader().await.expect("leader");
+    for id in c.ids() {
+        let s = c.status(id).await.expect("status");
+        assert_eq!(s["node_id"], id);
+        assert_eq!(s["leader_id"], leader);
+        for key in [
+            "term",
+            "last_log_index",
+            "committed_index",
+            "applied_index",
+            "revision",
+        ] {
+            assert!(s[key].is_u64(), "{key} missing: {s}");
+        }
+        assert_eq!(s["members"].as_array().map(Vec::len), Some(3));
+    }
+    c.shutdown().await;
+}
