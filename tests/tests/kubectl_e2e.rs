@@ -1,0 +1,324 @@
+//! End to end with real clients: `kubestore cluster --nodes 3` as a user
+//! runs it, then kubectl (found through `$KUBECTL`, installed by
+//! `scripts/test.sh`) through different nodes, then a follower killed with
+//! -9 and restarted from the command line recorded in cluster.json.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use kubestore_tests::{kubestore_binary, KubeClient};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn kubectl_path() -> String {
+    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
+}
+
+fn kubectl(kubeconfig: &Path, context: &str, args: &[&str]) -> Output {
+    let out = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--context", context])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run kubectl ({}): {e}; run scripts/test.sh, which installs it",
+                kubectl_path()
+            )
+        });
+    out
+}
+
+fn ok(out: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A base port with `n` free consecutive ports after it.
+fn free_port_range(n: u16) -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (rand_u16() % 40_000);
+        let held: Vec<_> = (0..n)
+            .filter_map(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == n as usize {
+            return base;
+        }
+    }
+    panic!("no free port range");
+}
+
+fn rand_u16() -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (nanos ^ std::process::id()) as u16
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rest_port = free_port_range(3);
+    let grpc_port = free_port_range(3);
+
+    // Phase 1: the launcher starts 3 processes and reports when they are up.
+    let mut launcher = tokio::process::Command::new(kubestore_binary().expect("binary"))
+        .args(["cluster", "--nodes", "3"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args([
+            "--rest-port",
+            &rest_port.to_string(),
+            "--grpc-port",
+            &grpc_port.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("launcher");
+    let mut lines = BufReader::new(launcher.stdout.take().expect("stdout")).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(90), async {
+        while let Some(line) = lines.next_line().await.expect("line") {
+            if line.starts_with("Press Ctrl-C") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .expect("launcher reported nothing within 90 s");
+    assert!(ready, "launcher exited before the cluster was up");
+
+    let cluster: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("cluster.json")).expect("cluster.json"),
+    )
+    .expect("json");
+    let nodes = cluster["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes.len(), 3);
+    for n in &nodes {
+        for key in ["id", "pid", "rest_url", "grpc_url", "data_dir", "args"] {
+            assert!(!n[key].is_null(), "cluster.json node lacks {key}: {n}");
+        }
+    }
+    let kubeconfig = dir.path().join("kubeconfig");
+
+    // Phase 2: kubectl through different nodes.
+    ok(
+        &kubectl(&kubeconfig, "node-1", &["create", "namespace", "e2e"]),
+        "create namespace",
+    );
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-2",
+            &[
+                "-n",
+                "e2e",
+                "create",
+                "configmap",
+                "cfg",
+                "--from-literal=greeting=hello",
+            ],
+        ),
+        "create configmap",
+    );
+    let manifest = dir.path().join("cm.json");
+    std::fs::write(
+        &manifest,
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"from-file","namespace":"e2e","labels":{"app":"web"}},"data":{"k":"v"}}"#,
+    )
+    .expect("manifest");
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-3",
+            &["create", "-f", manifest.to_str().expect("path")],
+        ),
+        "create -f",
+    );
+    let got = ok(
+        &kubectl(
+            &kubeconfig,
+            "node-3",
+            &[
+                "-n",
+                "e2e",
+                "get",
+                "configmap",
+                "cfg",
+                "-o",
+                "jsonpath={.data.greeting}",
+            ],
+        ),
+        "get",
+    );
+    assert_eq!(got, "hello");
+    let listed = ok(
+        &kubectl(&kubeconfig, "node-1", &["-n", "e2e", "get", "configmaps"]),
+        "get configmaps",
+    );
+    assert!(
+        listed.contains("cfg") && listed.contains("from-file") && listed.contains("DATA"),
+        "{listed}"
+    );
+    let selected = ok(
+        &kubectl(
+            &kubeconfig,
+            "node-2",
+            &["get", "cm", "-A", "-l", "app=web", "-o", "name"],
+        ),
+        "get -l",
+    );
+    assert_eq!(selected.trim(), "configmap/from-file");
+    let namespaces = ok(
+        &kubectl(&kubeconfig, "node-2", &["get", "namespaces", "-o", "name"]),
+        "get ns",
+    );
+    for ns in [
+        "namespace/default",
+        "namespace/kube-system",
+        "namespace/kube-public",
+        "namespace/e2e",
+    ] {
+        assert!(namespaces.contains(ns), "{ns} missing: {namespaces}");
+    }
+    let resources = ok(
+        &kubectl(&kubeconfig, "node-3", &["api-resources"]),
+        "api-resources",
+    );
+    for r in [
+        "configmaps",
+        "namespaces",
+        "deployments",
+        "leases",
+        "pods",
+        "secrets",
+        "services",
+    ] {
+        assert!(
+            resources.contains(r),
+            "{r} missing from api-resources:\n{resources}"
+        );
+    }
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-1",
+            &["-n", "e2e", "delete", "configmap", "cfg"],
+        ),
+        "delete configmap",
+    );
+    let gone = kubectl(
+        &kubeconfig,
+        "node-2",
+        &["-n", "e2e", "get", "configmap", "cfg"],
+    );
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+
+    // Phase 3: kill -9 a follower, write, restart it from cluster.json's args.
+    let status: Value = reqwest::get(format!(
+        "{}/debug/cluster",
+        nodes[0]["rest_url"].as_str().expect("url")
+    ))
+    .await
+    .expect("status")
+    .json()
+    .await
+    .expect("json");
+    let leader = status["leader_id"].as_u64().expect("leader");
+    let victim = nodes
+        .iter()
+        .find(|n| n["id"].as_u64() != Some(leader))
+        .expect("follower")
+        .clone();
+    let pid = victim["pid"].as_i64().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    let writer = nodes
+        .iter()
+        .find(|n| n["id"] != victim["id"])
+        .expect("live node");
+    let client = KubeClient::new(
+        reqwest::Client::new(),
+        writer["rest_url"].as_str().expect("url").to_string(),
+    );
+    let mut last_rv = 0;
+    for i in 0..50 {
+        let r = client
+            .create_configmap("e2e", &format!("while-down-{i}"), "x")
+            .await
+            .expect("create");
+        assert_eq!(r.status, reqwest::StatusCode::CREATED, "{}", r.text);
+        last_rv = r.rv();
+    }
+    let args: Vec<String> = victim["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(String::from))
+        .collect();
+    let mut restarted = tokio::process::Command::new(&args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("restart");
+    let victim_ctx = format!("node-{}", victim["id"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl(
+            &kubeconfig,
+            &victim_ctx,
+            &[
+                "-n",
+                "e2e",
+                "get",
+                "configmap",
+                "while-down-49",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+        );
+        if out.status.success() {
+            assert_eq!(String::from_utf8_lossy(&out.stdout), last_rv.to_string());
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "restarted node never caught up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Phase 4: SIGTERM stops the launcher and its children.
+    let launcher_pid = launcher.id().expect("launcher pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(launcher_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("term");
+    let exit = tokio::time::timeout(Duration::from_secs(30), launcher.wait())
+        .await
+        .expect("launcher stops")
+        .expect("wait");
+    assert!(exit.success(), "launcher exit: {exit:?}");
+    restarted.kill().await.expect("stop restarted node");
+}
