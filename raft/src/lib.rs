@@ -9,9 +9,14 @@
 //!
 //! - A write is acknowledged only once its entry is committed on a quorum
 //!   (openraft) and applied on the node that answers.
-//! - Writes arriving at a follower are forwarded to the leader internally;
-//!   a forward is retried elsewhere only when the leader surely did not get
-//!   it (unreachable, or "not the leader"), never when the outcome is unknown.
+//! - Writes arriving at a follower are forwarded to the leader internally.
+//!   A forward is retried at the next leader when the target answered "not
+//!   the leader" or was unreachable; any other failure is reported as
+//!   [`RaftNodeError::Indeterminate`]. An unreachable leader may still have
+//!   committed the write, so a retry can reach the state machine twice:
+//!   callers guard their writes with preconditions (as every Kubernetes
+//!   verb does), so the second attempt fails its guard instead of applying
+//!   twice.
 //! - [`RaftNode::linearizable_barrier`] returns only after this node has
 //!   applied everything committed before the call began (ReadIndex).
 //!

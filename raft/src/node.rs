@@ -256,10 +256,13 @@ impl RaftNode {
                 }
             };
             let attempt = if leader == self.inner.id {
-                self.write_local(cmd.clone()).await
+                tokio::time::timeout_at(deadline, self.write_local(cmd.clone())).await
             } else {
-                self.forward(leader, &cmd).await
+                tokio::time::timeout_at(deadline, self.forward(leader, &cmd)).await
             };
+            // Out of time with the outcome unknown (e.g. a leader cut off
+            // from its quorum never commits).
+            let attempt = attempt.map_err(|_| RaftNodeError::Timeout("the write to commit"))?;
             match attempt {
                 Ok(resp) => return Ok(resp),
                 Err(Redirect::To(next)) => {
@@ -359,7 +362,8 @@ impl RaftNode {
                     Redirect::Fail(RaftNodeError::Raft(format!("bad forward reply: {e}")))
                 })
             }
-            // The leader never got the request: safe to retry elsewhere.
+            // Unreachable: retry at whoever leads next (see the crate docs on
+            // why a possible duplicate is safe).
             Err(status) if status.code() == tonic::Code::Unavailable => Err(Redirect::To(None)),
             Err(status) => Err(Redirect::Fail(RaftNodeError::Indeterminate(
                 status.to_string(),
@@ -376,7 +380,10 @@ impl RaftNode {
                 Some(l) => l,
                 None => self.wait_for_leader(self.inner.request_timeout).await?,
             };
-            match self.read_index_from(leader).await {
+            let round = tokio::time::timeout_at(deadline, self.read_index_from(leader))
+                .await
+                .map_err(|_| RaftNodeError::Timeout("a read index"))?;
+            match round {
                 Err(RaftNodeError::NoLeader) if tokio::time::Instant::now() < deadline => {
                     self.pause_for_election(deadline, leader).await?;
                 }
@@ -389,6 +396,8 @@ impl RaftNode {
         if leader == self.inner.id {
             return match self.inner.raft.get_read_log_id().await {
                 Ok((read_log_id, _)) => Ok(read_log_id.map_or(0, |l| l.index)),
+                // Lost leadership or its quorum: look for the leader again.
+                Err(RaftError::APIError(_)) => Err(RaftNodeError::NoLeader),
                 Err(e) => Err(RaftNodeError::Raft(e.to_string())),
             };
         }

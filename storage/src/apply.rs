@@ -188,7 +188,14 @@ impl<V: MvccRead> TxnRun<'_, V> {
                 range: cmp.range.clone(),
                 ..RangeRequest::default()
             };
-            self.live_keys(&req)?.into_iter().map(Some).collect()
+            let found: Vec<Option<KeyValue>> =
+                self.live_keys(&req)?.into_iter().map(Some).collect();
+            // etcd compares an empty range as one absent key.
+            if found.is_empty() {
+                vec![None]
+            } else {
+                found
+            }
         };
         Ok(kvs.iter().all(|kv| compare_one(kv.as_ref(), cmp)))
     }
@@ -520,6 +527,24 @@ mod tests {
             revision: Revision(5),
         });
         assert_eq!(future.response.result, Err(ApplyError::FutureRevision));
+    }
+
+    #[test]
+    fn a_compare_over_an_empty_range_compares_one_absent_key() {
+        let mut view = MemView::default();
+        let guarded = |op: CompareOp, rev: u64| {
+            Command::Txn(Txn {
+                compare: vec![Compare {
+                    range: KeyRange::prefix("empty/"),
+                    op,
+                    target: CompareTarget::Mod(rev),
+                }],
+                success: vec![Op::Put(PutRequest::new("x", "1"))],
+                failure: vec![],
+            })
+        };
+        assert!(!txn_result(&view.run(guarded(CompareOp::Equal, 5))).succeeded);
+        assert!(txn_result(&view.run(guarded(CompareOp::Equal, 0))).succeeded);
     }
 
     #[test]

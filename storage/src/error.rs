@@ -22,6 +22,8 @@ pub enum StoreError {
         requested: Revision,
         current: Revision,
     },
+    #[error("a snapshot is being installed; the state is not readable until it completes")]
+    Installing,
     #[error("data directory has storage format {found}, this build reads {expected}")]
     FormatVersion { found: u32, expected: u32 },
 }

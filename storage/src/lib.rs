@@ -77,6 +77,7 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub struct Store {
     engine: engine::Engine,
     applied: watch::Receiver<AppliedState>,
+    installs: state_machine::InstallGeneration,
 }
 
 impl std::fmt::Debug for Store {
@@ -92,8 +93,21 @@ impl Store {
     /// revision rules and errors.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
         use apply::MvccRead;
-        self.engine
-            .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
+        self.consistent(|| {
+            self.engine
+                .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
+        })
+    }
+
+    /// Runs a read, failing it with [`StoreError::Installing`] if a snapshot
+    /// install ran at any point during it (it may have seen a partial state).
+    fn consistent<T>(&self, read: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let before = self.installs.stable().ok_or(StoreError::Installing)?;
+        let result = read()?;
+        if self.installs.stable() != Some(before) {
+            return Err(StoreError::Installing);
+        }
+        Ok(result)
     }
 
     /// The events of revisions after `after`, at most `limit` revisions.
@@ -102,8 +116,10 @@ impl Store {
         after: Revision,
         limit: usize,
     ) -> Result<Vec<(Revision, Vec<Event>)>, StoreError> {
-        self.engine
-            .with_snapshot(|view| mvcc::MvccReader::new(view)?.events_after(after, limit))
+        self.consistent(|| {
+            self.engine
+                .with_snapshot(|view| mvcc::MvccReader::new(view)?.events_after(after, limit))
+        })
     }
 
     /// Where the state machine stands now.
@@ -126,6 +142,16 @@ impl Store {
 /// openraft, and a [`Store`] read handle for everything else.
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
     let engine = engine::Engine::open(&dir.join("db"))?;
-    let (sm, applied) = StateMachine::open(engine.clone(), dir.join("snapshots"))?;
-    Ok((LogStore::new(engine.clone()), sm, Store { engine, applied }))
+    let installs = state_machine::InstallGeneration::default();
+    let (sm, applied) =
+        StateMachine::open(engine.clone(), dir.join("snapshots"), installs.clone())?;
+    Ok((
+        LogStore::new(engine.clone()),
+        sm,
+        Store {
+            engine,
+            applied,
+            installs,
+        },
+    ))
 }

@@ -9,6 +9,8 @@
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -59,6 +61,8 @@ pub struct StateMachine {
     last_applied: Option<LogId<NodeId>>,
     membership: SmMembership,
     applied_tx: watch::Sender<AppliedState>,
+    installs: InstallGeneration,
+    files: SnapshotFiles,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -82,6 +86,7 @@ impl StateMachine {
     pub(crate) fn open(
         engine: Engine,
         snapshot_dir: PathBuf,
+        installs: InstallGeneration,
     ) -> Result<(Self, watch::Receiver<AppliedState>), StoreError> {
         std::fs::create_dir_all(&snapshot_dir)
             .map_err(|e| StoreError::Io(snapshot_dir.display().to_string(), e))?;
@@ -105,12 +110,15 @@ impl StateMachine {
                 engine.write(batch, true)?;
             }
         }
+        let files = SnapshotFiles::default();
         if engine.get(Cf::SmMeta, schema::SM_INSTALLING)?.is_some() {
             let staged = snapshot_dir.join(STAGED_SNAPSHOT);
-            tracing::warn!(file = %staged.display(), "resuming an interrupted snapshot install");
-            let meta = read_snapshot_meta(&staged)?;
-            install_from_file(&engine, &staged, &meta)?;
-            promote_staged(&snapshot_dir)?;
+            if staged.exists() {
+                tracing::warn!(file = %staged.display(), "redoing an interrupted snapshot install");
+                let meta = read_snapshot_meta(&staged)?;
+                install_from_file(&engine, &staged, &meta)?;
+            }
+            finish_install(&engine, &snapshot_dir, &files)?;
         }
         let last_applied = get_bincode(&engine, schema::SM_LAST_APPLIED)?.flatten();
         let membership = get_bincode(&engine, schema::SM_MEMBERSHIP)?.unwrap_or_default();
@@ -123,6 +131,8 @@ impl StateMachine {
                 last_applied,
                 membership,
                 applied_tx,
+                installs,
+                files,
             },
             applied_rx,
         ))
@@ -225,6 +235,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             engine: self.engine.clone(),
             snapshot_dir: self.snapshot_dir.clone(),
+            files: self.files.clone(),
         }
     }
 
@@ -274,12 +285,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let engine = self.engine.clone();
         let dir = self.snapshot_dir.clone();
         let meta_owned = meta.clone();
+        let (installs, files) = (self.installs.clone(), self.files.clone());
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
             let mut marker = engine.batch();
             marker.put(Cf::SmMeta, schema::SM_INSTALLING, b"1")?;
             engine.write(marker, true)?;
-            install_from_file(&engine, &dir.join(STAGED_SNAPSHOT), &meta_owned)?;
-            promote_staged(&dir)
+            installs.bump();
+            let installed = install_from_file(&engine, &dir.join(STAGED_SNAPSHOT), &meta_owned)
+                .and_then(|()| finish_install(&engine, &dir, &files));
+            installs.bump();
+            installed
         })
         .await
         .map_err(|e| {
@@ -322,6 +337,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 pub struct SnapshotBuilder {
     engine: Engine,
     snapshot_dir: PathBuf,
+    files: SnapshotFiles,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -329,26 +345,21 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         let engine = self.engine.clone();
         let dir = self.snapshot_dir.clone();
-        let meta = tokio::task::spawn_blocking(move || build_snapshot_file(&engine, &dir))
-            .await
-            .map_err(|e| {
-                snap_err(
-                    StoreError::Corrupt(format!("snapshot task failed: {e}")),
-                    ErrorVerb::Write,
-                )
-            })?
-            .map_err(|e| snap_err(e, ErrorVerb::Write))?;
-        let path = self.snapshot_dir.join(CURRENT_SNAPSHOT);
-        let file = tokio::fs::File::open(&path).await.map_err(|e| {
-            snap_err(
-                StoreError::Io(path.display().to_string(), e),
-                ErrorVerb::Read,
-            )
-        })?;
+        let files = self.files.clone();
+        let (meta, file) =
+            tokio::task::spawn_blocking(move || build_snapshot_file(&engine, &dir, &files))
+                .await
+                .map_err(|e| {
+                    snap_err(
+                        StoreError::Corrupt(format!("snapshot task failed: {e}")),
+                        ErrorVerb::Write,
+                    )
+                })?
+                .map_err(|e| snap_err(e, ErrorVerb::Write))?;
         tracing::info!(snapshot_id = %meta.snapshot_id, "snapshot built");
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(file),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         })
     }
 }
@@ -357,10 +368,14 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     move |e| StoreError::Io(path.display().to_string(), e)
 }
 
+/// Writes a snapshot of the current state and makes it `current.snap`,
+/// unless an install meanwhile put a newer one there. Returns the meta and
+/// an open handle of whichever file is current.
 fn build_snapshot_file(
     engine: &Engine,
     dir: &Path,
-) -> Result<SnapshotMeta<NodeId, Node>, StoreError> {
+    files: &SnapshotFiles,
+) -> Result<(SnapshotMeta<NodeId, Node>, std::fs::File), StoreError> {
     engine.with_snapshot(|view| {
         let last_applied: Option<LogId<NodeId>> =
             match view.get(Cf::SmMeta, schema::SM_LAST_APPLIED)? {
@@ -412,8 +427,23 @@ fn build_snapshot_file(
             .map_err(|e| StoreError::Io(tmp.display().to_string(), e.into_error()))?;
         file.sync_all().map_err(io_err(&tmp))?;
         let current = dir.join(CURRENT_SNAPSHOT);
-        std::fs::rename(&tmp, &current).map_err(io_err(&current))?;
-        Ok(meta)
+        let _files = files.lock();
+        let existing = current
+            .exists()
+            .then(|| read_snapshot_meta(&current))
+            .transpose()?;
+        let meta = match existing {
+            Some(newer) if newer.last_log_id > meta.last_log_id => {
+                std::fs::remove_file(&tmp).map_err(io_err(&tmp))?;
+                newer
+            }
+            _ => {
+                std::fs::rename(&tmp, &current).map_err(io_err(&current))?;
+                meta
+            }
+        };
+        let file = std::fs::File::open(&current).map_err(io_err(&current))?;
+        Ok((meta, file))
     })
 }
 
@@ -495,8 +525,48 @@ fn install_from_file(
         schema::SM_MEMBERSHIP,
         &bincode::serialize(&meta.last_membership)?,
     )?;
+    engine.write(batch, true)
+}
+
+/// Ends an install: the staged file becomes the current snapshot, then the
+/// marker goes. A crash in between is finished at the next open.
+fn finish_install(engine: &Engine, dir: &Path, guard: &SnapshotFiles) -> Result<(), StoreError> {
+    {
+        let _files = guard.lock();
+        if dir.join(STAGED_SNAPSHOT).exists() {
+            promote_staged(dir)?;
+        }
+    }
+    let mut batch = engine.batch();
     batch.delete(Cf::SmMeta, schema::SM_INSTALLING)?;
     engine.write(batch, true)
+}
+
+/// Serialises changes to the snapshot files between builds and installs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SnapshotFiles(Arc<Mutex<()>>);
+
+impl SnapshotFiles {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Counts snapshot installs: odd while one is running. Readers compare it
+/// before and after a read so they never return a half-installed state.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct InstallGeneration(Arc<AtomicU64>);
+
+impl InstallGeneration {
+    /// The current generation, or `None` while an install runs.
+    pub(crate) fn stable(&self) -> Option<u64> {
+        let g = self.0.load(Ordering::Acquire);
+        (g % 2 == 0).then_some(g)
+    }
+
+    fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 fn promote_staged(dir: &Path) -> Result<(), StoreError> {

@@ -226,6 +226,38 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         .expect("list");
     assert_eq!(left.names(), vec!["l3"]);
 
+    // deletecollection of namespaces cascades like a single delete.
+    let doomed = n1
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "doomed", "labels": {"x": "y"}}}),
+        )
+        .await
+        .expect("ns");
+    assert_eq!(doomed.status, StatusCode::CREATED);
+    assert_eq!(
+        n1.create_configmap("doomed", "inside", "1")
+            .await
+            .expect("cm")
+            .status,
+        StatusCode::CREATED
+    );
+    let swept = n1
+        .request(
+            Method::DELETE,
+            "/api/v1/namespaces?labelSelector=x%3Dy",
+            None,
+        )
+        .await
+        .expect("sweep");
+    assert_eq!(swept.names(), vec!["doomed"], "{}", swept.text);
+    let inside = n1.get("/api/v1/configmaps").await.expect("list");
+    assert!(
+        !inside.names().contains(&"inside".to_string()),
+        "{:?}",
+        inside.names()
+    );
+
     // Deleting the namespace deletes what it holds.
     let del = n1
         .delete("/api/v1/namespaces/team-a")
@@ -406,6 +438,17 @@ async fn bad_input_gets_kube_status_errors_never_500() {
             404,
             "NotFound",
         ),
+        (
+            "server-side dry run",
+            Method::POST,
+            format!("{cms}?dryRun=All"),
+            Some((
+                br#"{"metadata":{"name":"dry"}}"#.to_vec(),
+                "application/json",
+            )),
+            400,
+            "BadRequest",
+        ),
     ];
     for (what, method, path, body, code, reason) in cases {
         let r = n.request(method, &path, body).await.expect("request");
@@ -435,6 +478,49 @@ async fn bad_input_gets_kube_status_errors_never_500() {
         .expect("2");
     assert_eq!(again.status, StatusCode::CONFLICT);
     assert_eq!(again.body["reason"], "AlreadyExists");
+
+    // A patch may not move an object to another namespace.
+    let moved = n
+        .request(
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/twice",
+            Some((
+                br#"{"metadata":{"namespace":"kube-system"}}"#.to_vec(),
+                "application/merge-patch+json",
+            )),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(
+        moved.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        moved.text
+    );
+    let patched = n
+        .request(
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/twice",
+            Some((
+                br#"[{"op":"add","path":"/data/extra","value":"y"}]"#.to_vec(),
+                "application/json-patch+json",
+            )),
+        )
+        .await
+        .expect("json patch");
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["data"]["extra"], "y");
+
+    // A namespace whose spec is not an object is normalised, not a crash.
+    let odd = n
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "odd"}, "spec": []}),
+        )
+        .await
+        .expect("odd");
+    assert_eq!(odd.status, StatusCode::CREATED, "{}", odd.text);
+    assert_eq!(odd.body["spec"]["finalizers"], json!(["kubernetes"]));
 
     // Unknown non-resource paths: plain text 404 like kube.
     let r = n.get("/nope").await.expect("nope");

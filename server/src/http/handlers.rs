@@ -64,8 +64,6 @@ pub async fn api(State(state): State<AppState>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let span = tracing::info_span!("kube_request", node = state.node.id(), %method, %path);
-    let _enter = span.enter();
-    drop(_enter);
     let result = tracing::Instrument::instrument(route(state, req), span).await;
     result.unwrap_or_else(IntoResponse::into_response)
 }
@@ -121,6 +119,12 @@ async fn verb(
     let method = req.method().clone();
     let rt = target.rt;
     let ns = target.namespace.as_deref();
+    if method != Method::GET && q.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        // Refused rather than ignored: a dry run must never write.
+        return Err(ApiError::BadRequest(
+            "dryRun is not supported by kubestore yet".into(),
+        ));
+    }
     match (&method, &target.name) {
         (&Method::GET, None) => {
             if query_bool(&q, "watch") {
@@ -191,7 +195,7 @@ async fn verb(
         }
         (&Method::DELETE, Some(name)) => {
             let body = read_body(&state, req).await?;
-            let pre = delete_preconditions(&body, &q)?;
+            let pre = delete_preconditions(&body)?;
             let last = state.kube.delete(rt, ns, name, &pre).await?;
             Ok(render_object(rt, last, StatusCode::OK, rendering, &q))
         }
@@ -291,10 +295,7 @@ fn check_namespace(
     }
 }
 
-fn delete_preconditions(
-    body: &[u8],
-    q: &HashMap<String, String>,
-) -> Result<Preconditions, ApiError> {
+fn delete_preconditions(body: &[u8]) -> Result<Preconditions, ApiError> {
     let mut pre = Preconditions::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
         let opts: Value = serde_json::from_slice(body)
@@ -307,11 +308,6 @@ fn delete_preconditions(
                 })?);
             }
         }
-    }
-    if q.get("dryRun").is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::BadRequest(
-            "dryRun is not supported by kubestore yet".into(),
-        ));
     }
     Ok(pre)
 }
@@ -340,34 +336,34 @@ fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
     }
 }
 
+/// Bodies larger than the limit are still read (and dropped) up to this
+/// many times the limit, so the client gets its 413 instead of a reset
+/// connection while it is still sending.
+const OVERSIZED_DRAIN_FACTOR: usize = 16;
+
 async fn read_body(state: &AppState, req: Request) -> Result<Vec<u8>, ApiError> {
+    use http_body_util::BodyExt;
     let limit = state.max_body_bytes;
-    if req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n > limit)
-    {
-        return Err(ApiError::RequestEntityTooLarge(limit));
-    }
-    let body: Body = req.into_body();
-    match axum::body::to_bytes(body, limit).await {
-        Ok(b) => Ok(b.to_vec()),
-        Err(e) => {
-            let too_large = std::error::Error::source(&e).is_some_and(|s| {
-                s.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-            });
-            if too_large {
-                Err(ApiError::RequestEntityTooLarge(limit))
-            } else {
-                Err(ApiError::BadRequest(format!(
-                    "failed to read the request body: {e}"
-                )))
-            }
+    let mut body: Body = req.into_body();
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::BadRequest(format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen += data.len();
+        if seen <= limit {
+            buf.extend_from_slice(&data);
+        } else if seen > limit.saturating_mul(OVERSIZED_DRAIN_FACTOR) {
+            break;
         }
     }
+    if seen > limit {
+        return Err(ApiError::RequestEntityTooLarge(limit));
+    }
+    Ok(buf)
 }
 
 /// Reads an object body as JSON: JSON as is, protobuf (for the types

@@ -33,7 +33,7 @@ pub async fn apply(
     loop {
         attempt += 1;
         let current = state.kube.get(rt, ns, name, Freshness::MostRecent).await?;
-        let (obj, own_precondition) = patch_object(rt, name, current, kind, &patch)?;
+        let (obj, own_precondition) = patch_object(rt, ns, name, current, kind, &patch)?;
         match state.kube.update(rt, ns, name, obj).await {
             Err(ApiError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {
                 continue
@@ -48,6 +48,7 @@ pub async fn apply(
 /// otherwise the version that was patched becomes the precondition.
 fn patch_object(
     rt: &ResourceType,
+    ns: Option<&str>,
     name: &str,
     current: Value,
     kind: PatchKind,
@@ -91,6 +92,18 @@ fn patch_object(
         .is_some_and(|rv| !rv.is_empty());
     if !own_precondition {
         meta.insert("resourceVersion".into(), Value::String(current_rv));
+    }
+    let patched_ns = object::meta_str(&obj, "namespace").filter(|n| !n.is_empty());
+    if rt.namespaced && patched_ns != ns {
+        return Err(ApiError::invalid(
+            rt,
+            name,
+            vec![FieldCause::invalid(
+                "metadata.namespace",
+                patched_ns.unwrap_or(""),
+                "field is immutable",
+            )],
+        ));
     }
     if object::meta_str(&obj, "name") != Some(name) {
         return Err(ApiError::invalid(

@@ -274,6 +274,9 @@ impl From<kubestore_raft::RaftNodeError> for ApiError {
             E::NoLeader | E::Unreachable { .. } | E::ShuttingDown => {
                 ApiError::ServiceUnavailable(format!("the store is unavailable: {e}"))
             }
+            E::Indeterminate(detail) => ApiError::Timeout(format!(
+                "the request may or may not have been applied: {detail}"
+            )),
             E::Timeout(what) => ApiError::Timeout(format!(
                 "request did not complete within the allowed duration (waiting for {what})"
             )),
@@ -284,7 +287,12 @@ impl From<kubestore_raft::RaftNodeError> for ApiError {
 
 impl From<kubestore_storage::StoreError> for ApiError {
     fn from(e: kubestore_storage::StoreError) -> Self {
-        ApiError::Internal(e.to_string())
+        match e {
+            kubestore_storage::StoreError::Installing => {
+                ApiError::ServiceUnavailable(e.to_string())
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
     }
 }
 

@@ -196,6 +196,9 @@ pub fn prepare_create(rt: &ResourceType, obj: &mut Map<String, Value>) {
     }
     if rt.plural == "namespaces" {
         let spec = obj.entry("spec").or_insert_with(|| json!({}));
+        if !spec.is_object() {
+            *spec = json!({});
+        }
         if spec.get("finalizers").is_none() {
             spec["finalizers"] = json!(["kubernetes"]);
         }

@@ -182,7 +182,20 @@ impl KubeStore {
                 .insert("resourceVersion".into(), json!(revision.0.to_string()));
             return Ok(Value::Object(obj));
         }
-        if !range_kvs(&resp, 0).is_empty() {
+        if let Some(existing) = range_kvs(&resp, 0).first() {
+            // A create retried after its first attempt committed finds its own
+            // uid: that is this request's success, not a conflict.
+            let ours = object::meta_str(&obj, "uid");
+            let stored = Self::decode(rt, existing);
+            if ours.is_some()
+                && stored
+                    .as_ref()
+                    .and_then(|s| s.pointer("/metadata/uid"))
+                    .and_then(Value::as_str)
+                    == ours
+            {
+                return stored.ok_or_else(|| ApiError::Internal("stored object vanished".into()));
+            }
             return Err(ApiError::already_exists(rt, name));
         }
         match ns {
@@ -213,9 +226,12 @@ impl KubeStore {
                 ))
             })?),
         };
+        // The state to update: most recent, so a follower that lags does not
+        // answer 404 for an object it has not applied yet.
+        self.settle(Freshness::MostRecent).await?;
+        let mut next = self.read_key(&key)?.0;
         for _ in 0..UPDATE_RETRIES {
-            let (current, _) = self.read_key(&key)?;
-            let Some(current) = current else {
+            let Some(current) = next.take() else {
                 return Err(ApiError::not_found(rt, name));
             };
             let old = match serde_json::from_slice::<Value>(&current.value) {
@@ -243,13 +259,12 @@ impl KubeStore {
                     .insert("resourceVersion".into(), json!(revision.0.to_string()));
                 return Ok(Value::Object(new));
             }
-            if range_kvs(&resp, 0).is_empty() {
-                return Err(ApiError::not_found(rt, name));
-            }
-            if wanted_rv.is_some() {
+            if wanted_rv.is_some() && !range_kvs(&resp, 0).is_empty() {
                 return Err(ApiError::conflict(rt, name));
             }
-            // Lost a race with another writer: read again and retry.
+            // Lost a race with another writer: retry on the state the guard
+            // saw (absent = deleted meanwhile = 404).
+            next = range_kvs(&resp, 0).first().cloned();
         }
         Err(ApiError::conflict(rt, name))
     }
@@ -274,9 +289,10 @@ impl KubeStore {
             });
         }
         let key = rt.key(ns, name);
+        self.settle(Freshness::MostRecent).await?;
+        let mut next = self.read_key(&key)?.0;
         for _ in 0..UPDATE_RETRIES {
-            let (current, _) = self.read_key(&key)?;
-            let Some(current) = current else {
+            let Some(current) = next.take() else {
                 return Err(ApiError::not_found(rt, name));
             };
             let last = Self::decode(rt, &current).unwrap_or_else(|| json!({}));
@@ -319,18 +335,20 @@ impl KubeStore {
             if resp.succeeded {
                 return Ok(last);
             }
-            if range_kvs(&resp, 0).is_empty() {
-                return Err(ApiError::not_found(rt, name));
-            }
-            if pre.resource_version.is_some() {
+            if pre.resource_version.is_some() && !range_kvs(&resp, 0).is_empty() {
                 return Err(ApiError::conflict(rt, name));
             }
+            next = range_kvs(&resp, 0).first().cloned();
         }
         Err(ApiError::conflict(rt, name))
     }
 
-    /// Deletes every object of a collection matching `selectors`, in one
-    /// revision, and returns what was deleted.
+    /// Deletes every object of a collection matching `selectors` and returns
+    /// what was deleted. Each object is guarded by the revision it was listed
+    /// at, so one changed meanwhile (and maybe no longer matching) is listed
+    /// again rather than deleted blindly; all deletes share one revision.
+    /// Namespaces go one by one through [`KubeStore::delete`], which also
+    /// deletes their contents.
     #[tracing::instrument(level = "debug", skip(self, rt, selectors), fields(resource = rt.plural))]
     pub async fn delete_collection(
         &self,
@@ -338,41 +356,72 @@ impl KubeStore {
         ns: Option<&str>,
         selectors: &Selectors,
     ) -> Result<Listed, ApiError> {
-        let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
-        let mut success = Vec::new();
-        let mut deleted = Vec::new();
-        for item in listed.items {
-            let name = item
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let item_ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
-            if rt.plural == "namespaces" && SYSTEM_NAMESPACES.contains(&name) {
-                continue;
+        for _ in 0..UPDATE_RETRIES {
+            let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
+            let mut compare = Vec::new();
+            let mut success = Vec::new();
+            let mut deleted = Vec::new();
+            for item in listed.items {
+                let name = item
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let item_ns = item
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                if rt.plural == "namespaces" {
+                    if SYSTEM_NAMESPACES.contains(&name.as_str()) {
+                        continue;
+                    }
+                    match self
+                        .delete(rt, None, &name, &Preconditions::default())
+                        .await
+                    {
+                        Ok(last) => deleted.push(last),
+                        Err(ApiError::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    continue;
+                }
+                let rv: u64 = item
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                let key = rt.key(item_ns.as_deref(), &name);
+                compare.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rv));
+                success.push(Op::Delete(DeleteRequest {
+                    range: KeyRange::single(key.into_bytes()),
+                    prev_kv: false,
+                }));
+                deleted.push(item);
             }
-            success.push(Op::Delete(DeleteRequest {
-                range: KeyRange::single(rt.key(item_ns, name).into_bytes()),
-                prev_kv: false,
-            }));
-            deleted.push(item);
+            if success.is_empty() {
+                let revision = self.node.store().applied().revision;
+                return Ok(Listed {
+                    items: deleted,
+                    revision,
+                });
+            }
+            let txn = Txn {
+                compare,
+                success,
+                failure: Vec::new(),
+            };
+            let (resp, revision) = txn_result(self.node.write(Command::Txn(txn)).await?)?;
+            if resp.succeeded {
+                return Ok(Listed {
+                    items: deleted,
+                    revision,
+                });
+            }
         }
-        if success.is_empty() {
-            return Ok(Listed {
-                items: deleted,
-                revision: listed.revision,
-            });
-        }
-        let (_, revision) = txn_result(
-            self.node
-                .write(Command::Txn(Txn {
-                    success,
-                    ..Txn::default()
-                }))
-                .await?,
-        )?;
-        Ok(Listed {
-            items: deleted,
-            revision,
+        Err(ApiError::Conflict {
+            resource: rt.group_resource(),
+            name: String::new(),
+            detail: "the collection kept changing; try again".into(),
         })
     }
 
