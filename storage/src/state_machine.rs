@@ -561,7 +561,7 @@ impl InstallGeneration {
     /// The current generation, or `None` while an install runs.
     pub(crate) fn stable(&self) -> Option<u64> {
         let g = self.0.load(Ordering::Acquire);
-        (g % 2 == 0).then_some(g)
+        g.is_multiple_of(2).then_some(g)
     }
 
     fn bump(&self) {
