@@ -35,6 +35,13 @@ pub struct ServeConfig {
     /// Largest request body accepted, in bytes (larger: 413).
     #[arg(long, env = "KUBESTORE_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Seconds between watch bookmarks (for watches that allow them).
+    #[arg(
+        long,
+        env = "KUBESTORE_WATCH_BOOKMARK_INTERVAL_SECONDS",
+        default_value_t = 60
+    )]
+    pub watch_bookmark_interval_seconds: u64,
     /// Build a Raft snapshot (and purge the log behind it) every this many entries.
     #[arg(
         long,
@@ -55,6 +62,7 @@ impl ServeConfig {
             advertise_grpc_addr: None,
             peers: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            watch_bookmark_interval_seconds: 60,
             snapshot_after_entries: 10_000,
         }
     }

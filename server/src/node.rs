@@ -79,6 +79,9 @@ impl RunningNode {
             node: raft.clone(),
             kube: kube.clone(),
             max_body_bytes: config.max_body_bytes,
+            bookmark_interval: std::time::Duration::from_secs(
+                config.watch_bookmark_interval_seconds.max(1),
+            ),
         };
         let app = http::router(state).layer(TraceLayer::new_for_http());
         let mut stop = shutdown.subscribe();

@@ -117,3 +117,47 @@ impl KubeClient {
             .await
     }
 }
+
+/// An open watch: its events, one JSON object per line.
+pub struct WatchStream {
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: Vec<u8>,
+}
+
+impl WatchStream {
+    /// The next event, or `None` when the server ended the stream.
+    pub async fn next_event(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<Option<Value>> {
+        use futures::StreamExt;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Ok(Some(serde_json::from_slice(&line)?));
+            }
+            match tokio::time::timeout(timeout, self.stream.next()).await {
+                Err(_) => anyhow::bail!("no watch event within {timeout:?}"),
+                Ok(None) => return Ok(None),
+                Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk?),
+            }
+        }
+    }
+}
+
+impl KubeClient {
+    /// Opens `GET <path>` as a watch stream (the caller adds `watch=1`).
+    pub async fn watch(&self, path: &str) -> anyhow::Result<WatchStream> {
+        let resp = self.http.get(format!("{}{path}", self.base)).send().await?;
+        anyhow::ensure!(
+            resp.status() == StatusCode::OK,
+            "watch answered {}: {}",
+            resp.status(),
+            resp.text().await?
+        );
+        Ok(WatchStream {
+            stream: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+        })
+    }
+}

@@ -51,7 +51,7 @@ struct NodeSlot {
 pub struct TestCluster {
     nodes: Vec<NodeSlot>,
     peers: Vec<String>,
-    snapshot_after_entries: u64,
+    options: ClusterOptions,
     _dir: tempfile::TempDir,
     http: reqwest::Client,
 }
@@ -62,12 +62,15 @@ pub struct ClusterOptions {
     /// Build a Raft snapshot every this many entries (small values force
     /// followers to catch up by snapshot).
     pub snapshot_after_entries: u64,
+    /// Seconds between watch bookmarks.
+    pub watch_bookmark_interval_seconds: u64,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
         Self {
             snapshot_after_entries: 10_000,
+            watch_bookmark_interval_seconds: 60,
         }
     }
 }
@@ -117,7 +120,7 @@ impl TestCluster {
         let mut cluster = Self {
             nodes: Vec::new(),
             peers,
-            snapshot_after_entries: options.snapshot_after_entries,
+            options,
             _dir: dir,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
@@ -163,7 +166,7 @@ impl TestCluster {
         let mut cluster = Self {
             nodes: Vec::new(),
             peers,
-            snapshot_after_entries: options.snapshot_after_entries,
+            options,
             _dir: dir,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
@@ -191,7 +194,8 @@ impl TestCluster {
         c.rest_addr = rest;
         c.grpc_addr = grpc;
         c.peers = self.peers.clone();
-        c.snapshot_after_entries = self.snapshot_after_entries;
+        c.snapshot_after_entries = self.options.snapshot_after_entries;
+        c.watch_bookmark_interval_seconds = self.options.watch_bookmark_interval_seconds;
         c
     }
 
@@ -212,7 +216,8 @@ impl TestCluster {
     fn start_process(&mut self, id: u64) -> anyhow::Result<()> {
         let bin = kubestore_binary()?;
         let peers = self.peers.join(",");
-        let snapshot = self.snapshot_after_entries.to_string();
+        let snapshot = self.options.snapshot_after_entries.to_string();
+        let bookmarks = self.options.watch_bookmark_interval_seconds.to_string();
         let slot = self.slot_mut(id)?;
         std::fs::create_dir_all(&slot.data_dir)?;
         let log = std::fs::OpenOptions::new()
@@ -227,6 +232,7 @@ impl TestCluster {
             .args(["--grpc-addr", &slot.grpc_addr.to_string()])
             .args(["--peers", &peers])
             .args(["--snapshot-after-entries", &snapshot])
+            .args(["--watch-bookmark-interval-seconds", &bookmarks])
             .env(
                 "KUBESTORE_LOG",
                 std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),

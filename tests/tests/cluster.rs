@@ -190,6 +190,7 @@ async fn a_stopped_follower_catches_up_by_snapshot() {
     follower_catch_up(
         ClusterOptions {
             snapshot_after_entries: 100,
+            ..ClusterOptions::default()
         },
         true,
     )

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
 use crate::http::status::ApiError;
-use crate::http::{discovery, protobuf, table, AppState};
+use crate::http::{discovery, protobuf, table, watch, AppState};
 use crate::kube::object;
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
@@ -127,17 +127,14 @@ async fn verb(
     }
     match (&method, &target.name) {
         (&Method::GET, None) => {
-            if query_bool(&q, "watch") {
-                return Err(ApiError::MethodNotAllowed(format!(
-                    "watch is not supported on resources of kind \"{}\"",
-                    rt.group_resource()
-                )));
-            }
             let selectors = Selectors::parse(
                 rt,
                 q.get("labelSelector").map(String::as_str),
                 q.get("fieldSelector").map(String::as_str),
             )?;
+            if query_bool(&q, "watch") {
+                return watch::serve(state, rt, ns, &q, selectors, rendering).await;
+            }
             let listed = state.kube.list(rt, ns, freshness(&q)?, &selectors).await?;
             Ok(render_list(
                 rt,

@@ -9,6 +9,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod status;
 pub mod table;
+pub mod watch;
 
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -27,6 +28,8 @@ pub struct AppState {
     pub kube: KubeStore,
     /// Largest request body accepted; larger ones get `413`.
     pub max_body_bytes: usize,
+    /// How often a watch with `allowWatchBookmarks` gets a bookmark.
+    pub bookmark_interval: std::time::Duration,
 }
 
 /// The whole REST surface of a node.

@@ -82,6 +82,9 @@ pub enum ApiError {
     NotAcceptable,
     #[error("Request entity too large: limit is {0}")]
     RequestEntityTooLarge(usize),
+    /// A resourceVersion older than the retained history (410).
+    #[error("{0}")]
+    Expired(String),
     #[error("{0}")]
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
@@ -147,6 +150,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Expired(_) => StatusCode::GONE,
             ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -165,6 +169,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "UnsupportedMediaType",
             ApiError::NotAcceptable => "NotAcceptable",
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
+            ApiError::Expired(_) => "Expired",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
             ApiError::Internal(_) => "InternalError",

@@ -1,0 +1,187 @@
+//! Watch on a 3-node cluster: event order and content, resume on another
+//! node, initial state, selector transitions, bookmarks, timeouts, and the
+//! too-large error.
+
+use std::time::Duration;
+
+use kubestore_tests::{ClusterOptions, TestCluster};
+use reqwest::StatusCode;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(10);
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_arrive_in_order_and_a_watch_resumes_on_another_node() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let (n1, n2, n3) = (c.kube(1), c.kube(2), c.kube(3));
+    let start = n2.get(CM).await.expect("list").rv();
+
+    // Phase 1: watch through node 2 from the list's revision.
+    let mut w = n2
+        .watch(&format!("{CM}?watch=1&resourceVersion={start}"))
+        .await
+        .expect("watch");
+    let created = n1
+        .create_configmap("default", "w", "1")
+        .await
+        .expect("create");
+    let mut obj = created.body.clone();
+    obj["data"]["value"] = json!("2");
+    let updated = n1.put(&format!("{CM}/w"), &obj).await.expect("update");
+    let deleted = n3.delete(&format!("{CM}/w")).await.expect("delete");
+    assert_eq!(deleted.status, StatusCode::OK);
+
+    let added = w.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(added["type"], "ADDED");
+    assert_eq!(added["object"]["kind"], "ConfigMap");
+    assert_eq!(
+        added["object"]["metadata"]["resourceVersion"],
+        created.rv().to_string()
+    );
+    let modified = w.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(modified["type"], "MODIFIED");
+    assert_eq!(modified["object"]["data"]["value"], "2");
+    assert_eq!(
+        modified["object"]["metadata"]["resourceVersion"],
+        updated.rv().to_string()
+    );
+    let gone = w.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(gone["type"], "DELETED");
+    assert_eq!(
+        gone["object"]["data"]["value"], "2",
+        "DELETED carries the last state"
+    );
+    let delete_rv: u64 = gone["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("rv");
+    assert!(
+        delete_rv > updated.rv(),
+        "DELETED carries the deletion's revision"
+    );
+
+    // Phase 2: resume on node 3 from the MODIFIED revision: only what came after.
+    let mut resumed = n3
+        .watch(&format!("{CM}?watch=true&resourceVersion={}", updated.rv()))
+        .await
+        .expect("resume");
+    let first = resumed
+        .next_event(WAIT)
+        .await
+        .expect("event")
+        .expect("open");
+    assert_eq!(first["type"], "DELETED");
+    assert_eq!(
+        first["object"]["metadata"]["resourceVersion"],
+        delete_rv.to_string()
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_state_selectors_bookmarks_timeout_and_too_large() {
+    let c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            watch_bookmark_interval_seconds: 1,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let (n1, n2) = (c.kube(1), c.kube(2));
+    let existing = n1
+        .create_configmap("default", "existing", "x")
+        .await
+        .expect("create");
+
+    // Without a resourceVersion: the current state as ADDED, then changes.
+    let mut w = n2.watch(&format!("{CM}?watch=True")).await.expect("watch");
+    let first = w.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("existing"))
+    );
+    assert_eq!(
+        first["object"]["metadata"]["resourceVersion"],
+        existing.rv().to_string()
+    );
+
+    // Selector transitions: in → ADDED, out → DELETED, back → ADDED.
+    let mut sel = n2
+        .watch(&format!(
+            "{CM}?watch=1&labelSelector=app%3Dweb&resourceVersion={}",
+            existing.rv()
+        ))
+        .await
+        .expect("watch");
+    let body = |app: &str| json!({"metadata": {"name": "moving", "labels": {"app": app}}});
+    let r = n1.post(CM, &body("web")).await.expect("create");
+    assert_eq!(r.status, StatusCode::CREATED);
+    let mut obj = r.body.clone();
+    obj["metadata"]["labels"]["app"] = json!("db");
+    let out = n1.put(&format!("{CM}/moving"), &obj).await.expect("update");
+    let mut obj = out.body.clone();
+    obj["metadata"]["labels"]["app"] = json!("web");
+    n1.put(&format!("{CM}/moving"), &obj).await.expect("update");
+    let kinds: Vec<String> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let e = sel.next_event(WAIT).await.expect("event").expect("open");
+            v.push(e["type"].as_str().unwrap_or_default().to_string());
+        }
+        v
+    };
+    assert_eq!(kinds, vec!["ADDED", "DELETED", "ADDED"]);
+
+    // Bookmarks on a quiet type carry the node's latest revision.
+    let latest = n1.get(CM).await.expect("list").rv();
+    let mut b = n2
+        .watch(&format!("/api/v1/namespaces/default/secrets?watch=1&allowWatchBookmarks=true&resourceVersion={latest}&timeoutSeconds=5"))
+        .await
+        .expect("watch");
+    let bookmark = b.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert_eq!(bookmark["object"]["kind"], "Secret");
+    assert_eq!(bookmark["object"]["apiVersion"], "v1");
+    assert_eq!(
+        bookmark["object"]["metadata"]["resourceVersion"],
+        latest.to_string()
+    );
+    // timeoutSeconds ends the stream.
+    while let Some(e) = b.next_event(WAIT).await.expect("stream ends in time") {
+        assert_eq!(e["type"], "BOOKMARK");
+    }
+
+    // A revision the cluster has not reached: an ERROR event with 504, after HTTP 200.
+    let mut far = n2
+        .watch(&format!("{CM}?watch=1&resourceVersion={}", latest + 1000))
+        .await
+        .expect("watch");
+    let err = far.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(err["type"], "ERROR");
+    assert_eq!(err["object"]["code"], 504);
+    assert_eq!(err["object"]["reason"], "Timeout");
+    assert!(err["object"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("Too large resource version")));
+
+    // Parameter errors are plain HTTP errors.
+    let bad = n2
+        .get(&format!("{CM}?watch=1&resourceVersion=x"))
+        .await
+        .expect("bad");
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let gated = n2
+        .get(&format!(
+            "{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        ))
+        .await
+        .expect("gated");
+    assert_eq!(gated.status, StatusCode::UNPROCESSABLE_ENTITY);
+    c.shutdown().await;
+}
