@@ -316,8 +316,9 @@ pub enum PatchKind {
     Merge,
 }
 
-fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
-    let ct = headers
+/// The request's media type without parameters, lower-cased ("" if none).
+fn media_type(headers: &HeaderMap) -> String {
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
@@ -325,8 +326,11 @@ fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
-    match ct.as_str() {
+        .to_ascii_lowercase()
+}
+
+fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
+    match media_type(headers).as_str() {
         "application/json-patch+json" => Ok(PatchKind::Json),
         "application/merge-patch+json" => Ok(PatchKind::Merge),
         _ => Err(ApiError::UnsupportedMediaType),
@@ -370,17 +374,7 @@ async fn read_json_body(
     rt: &ResourceType,
     req: Request,
 ) -> Result<Vec<u8>, ApiError> {
-    let ct = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match ct.as_str() {
+    match media_type(req.headers()).as_str() {
         "" | "application/json" => read_body(state, req).await,
         protobuf::MEDIA_TYPE => protobuf::to_json(rt, &read_body(state, req).await?),
         _ => Err(ApiError::UnsupportedMediaType),
