@@ -9,7 +9,6 @@ use kubestore_raft::{RaftNode, RaftNodeConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tower_http::trace::TraceLayer;
 
 use crate::config::ServeConfig;
@@ -62,7 +61,9 @@ impl RunningNode {
             .add_service(raft.cluster_service());
         let mut stop = shutdown.subscribe();
         tasks.push(tokio::spawn(async move {
-            let incoming = TcpListenerStream::new(grpc);
+            // No Nagle: Raft messages are small and latency-bound.
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
             let stopped = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
@@ -89,6 +90,13 @@ impl RunningNode {
             let stopped = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
+            use axum::serve::ListenerExt;
+            // No Nagle: responses are written in small pieces.
+            let rest = rest.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+            });
             if let Err(e) = axum::serve(rest, app).with_graceful_shutdown(stopped).await {
                 tracing::error!(error = %e, "REST server failed");
             }
