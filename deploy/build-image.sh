@@ -12,7 +12,7 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/rootfs/usr/local/bin" "$ctx/rootfs/data" "$ctx/rootfs/tmp"
 cp "$CARGO_TARGET_DIR/release/kubestore" "$ctx/rootfs/usr/local/bin/"
-for lib in $(ldd "$CARGO_TARGET_DIR/release/kubestore" | awk '/=> \//{print $3} /^\s*\/lib/{print $1}'); do
+for lib in $(ldd "$CARGO_TARGET_DIR/release/kubestore" | awk '/=> \//{print $3} $1 ~ /^\//{print $1}'); do
     mkdir -p "$ctx/rootfs$(dirname "$lib")"
     cp -L "$lib" "$ctx/rootfs$lib"
 done
