@@ -106,26 +106,7 @@ impl TestCluster {
     }
 
     pub async fn with_options(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
-        init_tracing();
-        let dir = tempfile::tempdir()?;
-        let mut listeners = Vec::new();
-        for _ in 0..n {
-            listeners.push((free_listener().await?, free_listener().await?));
-        }
-        let peers: Vec<String> = listeners
-            .iter()
-            .enumerate()
-            .map(|(i, (_, g))| Ok(format!("{}={}", i + 1, g.local_addr()?)))
-            .collect::<anyhow::Result<_>>()?;
-        let mut cluster = Self {
-            nodes: Vec::new(),
-            peers,
-            options,
-            _dir: dir,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()?,
-        };
+        let (mut cluster, listeners) = Self::empty(n, options).await?;
         for (i, (rest, grpc)) in listeners.into_iter().enumerate() {
             let id = i as u64 + 1;
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
@@ -148,30 +129,42 @@ impl TestCluster {
         Ok(cluster)
     }
 
-    /// Starts `n` real `kubestore serve` processes.
-    pub async fn spawn(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
+    /// A cluster with no node started yet, and `n` pairs of bound (REST,
+    /// gRPC) listeners on port 0 whose addresses its peers list names.
+    async fn empty(
+        n: usize,
+        options: ClusterOptions,
+    ) -> anyhow::Result<(Self, Vec<(TcpListener, TcpListener)>)> {
         init_tracing();
-        let dir = tempfile::tempdir()?;
-        // Reserve ports by binding port 0, then hand them to the processes.
-        let mut addrs = Vec::new();
+        let mut listeners = Vec::new();
         for _ in 0..n {
-            let (r, g) = (free_listener().await?, free_listener().await?);
-            addrs.push((r.local_addr()?, g.local_addr()?));
+            listeners.push((free_listener().await?, free_listener().await?));
         }
-        let peers = addrs
+        let peers: Vec<String> = listeners
             .iter()
             .enumerate()
-            .map(|(i, (_, g))| format!("{}={g}", i + 1))
-            .collect();
-        let mut cluster = Self {
+            .map(|(i, (_, g))| Ok(format!("{}={}", i + 1, g.local_addr()?)))
+            .collect::<anyhow::Result<_>>()?;
+        let cluster = Self {
             nodes: Vec::new(),
             peers,
             options,
-            _dir: dir,
+            _dir: tempfile::tempdir()?,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()?,
         };
+        Ok((cluster, listeners))
+    }
+
+    /// Starts `n` real `kubestore serve` processes.
+    pub async fn spawn(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
+        let (mut cluster, listeners) = Self::empty(n, options).await?;
+        // The processes bind the reserved ports themselves once released here.
+        let mut addrs = Vec::new();
+        for (rest, grpc) in listeners {
+            addrs.push((rest.local_addr()?, grpc.local_addr()?));
+        }
         for (i, (rest_addr, grpc_addr)) in addrs.into_iter().enumerate() {
             let id = i as u64 + 1;
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
