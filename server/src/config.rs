@@ -42,6 +42,27 @@ pub struct ServeConfig {
         default_value_t = 60
     )]
     pub watch_bookmark_interval_seconds: u64,
+    /// Keep at least this many seconds of history (older revisions: 410).
+    #[arg(
+        long,
+        env = "KUBESTORE_HISTORY_RETENTION_SECONDS",
+        default_value_t = 300
+    )]
+    pub history_retention_seconds: u64,
+    /// Keep at most this many revisions of history.
+    #[arg(
+        long,
+        env = "KUBESTORE_HISTORY_MAX_REVISIONS",
+        default_value_t = 1_000_000
+    )]
+    pub history_max_revisions: u64,
+    /// Seconds between the leader's compaction checks.
+    #[arg(
+        long,
+        env = "KUBESTORE_COMPACTION_INTERVAL_SECONDS",
+        default_value_t = 30
+    )]
+    pub compaction_interval_seconds: u64,
     /// Build a Raft snapshot (and purge the log behind it) every this many entries.
     #[arg(
         long,
@@ -63,6 +84,9 @@ impl ServeConfig {
             peers: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             watch_bookmark_interval_seconds: 60,
+            history_retention_seconds: 300,
+            history_max_revisions: 1_000_000,
+            compaction_interval_seconds: 30,
             snapshot_after_entries: 10_000,
         }
     }

@@ -20,10 +20,12 @@
 //!
 //! - [`config`]: flags and environment of `kubestore serve`.
 //! - [`node`]: a running node (Raft + gRPC + REST), also used by tests.
+//! - [`compaction`]: the leader's history compaction through the log.
 //! - [`launcher`]: `kubestore cluster`, the local multi-process launcher.
 //! - [`kube`]: types, objects, selectors, verbs as transactions.
 //! - [`http`]: routing, discovery, health, verbs, Tables, Status mapping.
 
+pub mod compaction;
 pub mod config;
 pub mod http;
 pub mod kube;

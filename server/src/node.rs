@@ -102,6 +102,17 @@ impl RunningNode {
             }
         }));
 
+        let policy = crate::compaction::CompactionPolicy {
+            retention: Duration::from_secs(config.history_retention_seconds),
+            max_revisions: config.history_max_revisions,
+            interval: Duration::from_secs(config.compaction_interval_seconds.max(1)),
+        };
+        tasks.push(tokio::spawn(crate::compaction::run(
+            raft.clone(),
+            policy,
+            shutdown.subscribe(),
+        )));
+
         let mut stop = shutdown.subscribe();
         tasks.push(tokio::spawn(async move {
             let ensure = async {

@@ -64,6 +64,10 @@ pub struct ClusterOptions {
     pub snapshot_after_entries: u64,
     /// Seconds between watch bookmarks.
     pub watch_bookmark_interval_seconds: u64,
+    /// History kept by the leader's periodic compaction, in seconds.
+    pub history_retention_seconds: u64,
+    /// Seconds between compaction checks.
+    pub compaction_interval_seconds: u64,
 }
 
 impl Default for ClusterOptions {
@@ -71,6 +75,8 @@ impl Default for ClusterOptions {
         Self {
             snapshot_after_entries: 10_000,
             watch_bookmark_interval_seconds: 60,
+            history_retention_seconds: 300,
+            compaction_interval_seconds: 30,
         }
     }
 }
@@ -189,6 +195,8 @@ impl TestCluster {
         c.peers = self.peers.clone();
         c.snapshot_after_entries = self.options.snapshot_after_entries;
         c.watch_bookmark_interval_seconds = self.options.watch_bookmark_interval_seconds;
+        c.history_retention_seconds = self.options.history_retention_seconds;
+        c.compaction_interval_seconds = self.options.compaction_interval_seconds;
         c
     }
 
@@ -211,6 +219,8 @@ impl TestCluster {
         let peers = self.peers.join(",");
         let snapshot = self.options.snapshot_after_entries.to_string();
         let bookmarks = self.options.watch_bookmark_interval_seconds.to_string();
+        let retention = self.options.history_retention_seconds.to_string();
+        let compaction = self.options.compaction_interval_seconds.to_string();
         let slot = self.slot_mut(id)?;
         std::fs::create_dir_all(&slot.data_dir)?;
         let log = std::fs::OpenOptions::new()
@@ -226,6 +236,8 @@ impl TestCluster {
             .args(["--peers", &peers])
             .args(["--snapshot-after-entries", &snapshot])
             .args(["--watch-bookmark-interval-seconds", &bookmarks])
+            .args(["--history-retention-seconds", &retention])
+            .args(["--compaction-interval-seconds", &compaction])
             .env(
                 "KUBESTORE_LOG",
                 std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),

@@ -185,3 +185,109 @@ async fn initial_state_selectors_bookmarks_timeout_and_too_large() {
     assert_eq!(gated.status, StatusCode::UNPROCESSABLE_ENTITY);
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_runs_through_the_log_and_makes_old_watches_expire() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let (n1, n3) = (c.kube(1), c.kube(3));
+    let first = n1
+        .create_configmap("default", "c0", "0")
+        .await
+        .expect("create")
+        .rv();
+    let mut last = first;
+    for i in 1..5 {
+        last = n1
+            .create_configmap("default", &format!("c{i}"), "x")
+            .await
+            .expect("create")
+            .rv();
+    }
+
+    // Phase 1: compact on demand through one node; every node compacts to the same revision.
+    let url = format!("{}/debug/compact?revision={last}", c.rest_url(2));
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .send()
+        .await
+        .expect("compact");
+    assert_eq!(resp.status(), StatusCode::OK);
+    c.wait_for("every node compacted", WAIT, |s| {
+        s.iter().all(|x| x["compacted_revision"] == last)
+    })
+    .await
+    .expect("compacted everywhere");
+    let again = reqwest::Client::new()
+        .post(format!("{}/debug/compact?revision={first}", c.rest_url(1)))
+        .send()
+        .await
+        .expect("compact again");
+    assert_eq!(
+        again.status(),
+        StatusCode::BAD_REQUEST,
+        "compacting backwards is refused"
+    );
+
+    // Phase 2: a watch from before the compaction point: HTTP 200, then ERROR 410 Expired.
+    let mut old = n3
+        .watch(&format!("{CM}?watch=1&resourceVersion={first}"))
+        .await
+        .expect("watch");
+    let err = old.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(err["type"], "ERROR");
+    assert_eq!(err["object"]["code"], 410);
+    assert_eq!(err["object"]["reason"], "Expired");
+    assert!(
+        old.next_event(WAIT).await.expect("end").is_none(),
+        "the stream ends after the error"
+    );
+    // From the compaction point itself the watch works.
+    let mut ok = n3
+        .watch(&format!("{CM}?watch=1&resourceVersion={last}"))
+        .await
+        .expect("watch");
+    let created = n1
+        .create_configmap("default", "after", "1")
+        .await
+        .expect("create");
+    let e = ok.next_event(WAIT).await.expect("event").expect("open");
+    assert_eq!(
+        e["object"]["metadata"]["resourceVersion"],
+        created.rv().to_string()
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_compacts_periodically_by_age() {
+    let c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            history_retention_seconds: 1,
+            compaction_interval_seconds: 1,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let written = c
+        .kube(1)
+        .create_configmap("default", "aging", "1")
+        .await
+        .expect("create")
+        .rv();
+    c.wait_for(
+        "periodic compaction past the write",
+        Duration::from_secs(30),
+        |s| {
+            s.iter().all(|x| {
+                x["compacted_revision"]
+                    .as_u64()
+                    .is_some_and(|r| r >= written)
+            })
+        },
+    )
+    .await
+    .expect("compacted by age");
+    c.shutdown().await;
+}

@@ -40,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/healthz", get(health::healthz))
         .route("/debug/cluster", get(debug_cluster))
+        .route("/debug/compact", axum::routing::post(debug_compact))
         .route("/openapi/v3", get(discovery::openapi_index))
         .route("/openapi/v3/api/{version}", get(openapi_core))
         .route("/openapi/v3/apis/{group}/{version}", get(openapi_group))
@@ -67,6 +68,40 @@ async fn not_found() -> Response {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
+}
+
+/// `POST /debug/compact?revision=N`: compact history to `N` on every node,
+/// through the log (an operator's and the tests' on-demand compaction).
+async fn debug_compact(
+    State(state): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    use crate::compaction::{self, CompactError};
+    let revision = match q.get("revision").map(|r| r.parse::<u64>()) {
+        Some(Ok(r)) => r,
+        _ => {
+            return status::ApiError::BadRequest(
+                "revision=N (an unsigned integer) is required".into(),
+            )
+            .into_response()
+        }
+    };
+    match compaction::compact(&state.node, revision).await {
+        Ok(()) => {
+            let body = serde_json::json!({ "compacted": revision }).to_string();
+            let mut resp = (StatusCode::OK, body).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+        Err(CompactError::Raft(e)) => status::ApiError::from(e).into_response(),
+        Err(e @ (CompactError::FutureRevision(_) | CompactError::AlreadyCompacted { .. })) => {
+            status::ApiError::BadRequest(e.to_string()).into_response()
+        }
+        Err(e) => status::ApiError::Internal(e.to_string()).into_response(),
+    }
 }
 
 /// `GET /debug/cluster`: this node's Raft view, for benchmarks and fault tests.
