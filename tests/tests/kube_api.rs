@@ -2,6 +2,8 @@
 //! every node, server-set fields, and kube's exact errors for bad input.
 
 use kubestore_tests::TestCluster;
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -648,5 +650,140 @@ async fn discovery_version_health_openapi_and_debug() {
         }
         assert_eq!(s["members"].as_array().map(Vec::len), Some(3));
     }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_share_one_snapshot_and_expire_with_compaction() {
+    let c = cluster().await;
+    let (n1, n2, n3) = (c.kube(1), c.kube(2), c.kube(3));
+    for i in 0..25 {
+        let r = n1
+            .create_configmap("default", &format!("page-{i:02}"), "x")
+            .await
+            .expect("create");
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    let cms = "/api/v1/namespaces/default/configmaps";
+
+    // Phase 1: first page through node 2.
+    let p1 = n2.get(&format!("{cms}?limit=10")).await.expect("page 1");
+    assert_eq!(p1.names().len(), 10);
+    let snapshot_rv = p1.rv();
+    assert_eq!(p1.body["metadata"]["remainingItemCount"], 15);
+    let token = p1.body["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+
+    // A write between pages must not show up in them.
+    n1.create_configmap("default", "page-00a", "late")
+        .await
+        .expect("late write");
+    let mut modified = n1.get(&format!("{cms}/page-20")).await.expect("get").body;
+    modified["data"]["value"] = json!("changed");
+    n1.put(&format!("{cms}/page-20"), &modified)
+        .await
+        .expect("update");
+
+    // Phase 2: the remaining pages through node 3, at the same revision.
+    let p2 = n3
+        .get(&format!("{cms}?limit=10&continue={token}"))
+        .await
+        .expect("page 2");
+    assert_eq!(p2.status, StatusCode::OK, "{}", p2.text);
+    assert_eq!(p2.rv(), snapshot_rv);
+    assert_eq!(p2.body["metadata"]["remainingItemCount"], 5);
+    let token2 = p2.body["metadata"]["continue"]
+        .as_str()
+        .expect("continue")
+        .to_string();
+    let p3 = n3
+        .get(&format!("{cms}?limit=10&continue={token2}"))
+        .await
+        .expect("page 3");
+    assert_eq!(p3.rv(), snapshot_rv);
+    assert!(
+        p3.body["metadata"]
+            .get("continue")
+            .is_none_or(|c| c.is_null()),
+        "{}",
+        p3.text
+    );
+    assert!(
+        p3.body["metadata"].get("remainingItemCount").is_none(),
+        "none on the last page"
+    );
+    let mut all: Vec<String> = [p1.names(), p2.names(), p3.names()].concat();
+    let expected: Vec<String> = (0..25).map(|i| format!("page-{i:02}")).collect();
+    assert_eq!(
+        all, expected,
+        "pages are one consistent snapshot in key order"
+    );
+    let page20 = p3.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["metadata"]["name"] == "page-20")
+        .expect("page-20");
+    assert_eq!(
+        page20["data"]["value"], "x",
+        "the snapshot shows the old value"
+    );
+    all.clear();
+
+    // Selectors: remainingItemCount is absent.
+    let sel = n2
+        .get(&format!("{cms}?limit=2&labelSelector=missing!%3Dx"))
+        .await
+        .expect("selected");
+    assert_eq!(sel.names().len(), 2);
+    assert!(sel.body["metadata"].get("remainingItemCount").is_none());
+
+    // Errors: a resourceVersion with continue, a garbage token.
+    let both = n2
+        .get(&format!(
+            "{cms}?limit=10&continue={token}&resourceVersion=5"
+        ))
+        .await
+        .expect("both");
+    assert_eq!(both.status, StatusCode::BAD_REQUEST);
+    let garbage = n2
+        .get(&format!("{cms}?limit=10&continue=nonsense"))
+        .await
+        .expect("garbage");
+    assert_eq!(garbage.status, StatusCode::BAD_REQUEST);
+
+    // Phase 3: compact past the snapshot: the token expires with a fresh one in the Status.
+    let current = n1.get(cms).await.expect("list").rv();
+    let compact = reqwest::Client::new()
+        .post(format!(
+            "{}/debug/compact?revision={current}",
+            c.rest_url(1)
+        ))
+        .send()
+        .await
+        .expect("compact");
+    assert_eq!(compact.status(), StatusCode::OK);
+    c.wait_for("compaction everywhere", Duration::from_secs(10), |s| {
+        s.iter().all(|x| x["compacted_revision"] == current)
+    })
+    .await
+    .expect("compacted");
+    let expired = n3
+        .get(&format!("{cms}?limit=10&continue={token}"))
+        .await
+        .expect("expired");
+    assert_eq!(expired.status, StatusCode::GONE, "{}", expired.text);
+    assert_eq!(expired.body["reason"], "Expired");
+    let fresh = expired.body["metadata"]["continue"]
+        .as_str()
+        .expect("inconsistent-continue token");
+    let rest = n3
+        .get(&format!("{cms}?limit=100&continue={fresh}"))
+        .await
+        .expect("continue at latest");
+    assert_eq!(rest.status, StatusCode::OK, "{}", rest.text);
+    assert!(rest.names().contains(&"page-20".to_string()));
     c.shutdown().await;
 }

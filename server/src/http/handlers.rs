@@ -14,9 +14,10 @@ use crate::http::negotiate::{self, Rendering};
 use crate::http::status::ApiError;
 use crate::http::{discovery, protobuf, table, watch, AppState};
 use crate::kube::object;
+use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
-use crate::kube::store::{Freshness, Preconditions};
+use crate::kube::store::{Freshness, Listed, Preconditions};
 
 /// A resource URL, parsed.
 #[derive(Debug)]
@@ -135,14 +136,12 @@ async fn verb(
             if query_bool(&q, "watch") {
                 return watch::serve(state, rt, ns, &q, selectors, rendering).await;
             }
-            let listed = state.kube.list(rt, ns, freshness(&q)?, &selectors).await?;
-            Ok(render_list(
-                rt,
-                listed.items,
-                listed.revision.0,
-                rendering,
-                &q,
-            ))
+            let page = page_request(&q)?;
+            let listed = state
+                .kube
+                .list_page(rt, ns, freshness(&q)?, &selectors, &page)
+                .await?;
+            Ok(render_list(rt, listed, rendering, &q))
         }
         (&Method::GET, Some(name)) => {
             let obj = state.kube.get(rt, ns, name, freshness(&q)?).await?;
@@ -203,13 +202,7 @@ async fn verb(
                 q.get("fieldSelector").map(String::as_str),
             )?;
             let deleted = state.kube.delete_collection(rt, ns, &selectors).await?;
-            Ok(render_list(
-                rt,
-                deleted.items,
-                deleted.revision.0,
-                Rendering::Json,
-                &q,
-            ))
+            Ok(render_list(rt, deleted, Rendering::Json, &q))
         }
         (m, _) => Err(ApiError::MethodNotAllowed(format!(
             "{} is not supported on resources of kind \"{}\"",
@@ -415,27 +408,62 @@ fn render_object(
 
 fn render_list(
     rt: &ResourceType,
-    items: Vec<Value>,
-    revision: u64,
+    listed: Listed,
     rendering: Rendering,
     q: &HashMap<String, String>,
 ) -> Response {
-    let rv = revision.to_string();
+    let rv = listed.revision.0.to_string();
+    let mut meta = json!({ "resourceVersion": rv });
+    if let Some(token) = &listed.continue_token {
+        meta["continue"] = json!(token);
+    }
+    if let Some(n) = listed.remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
     match rendering {
         Rendering::Json => json_response(
             StatusCode::OK,
             &json!({
                 "kind": rt.list_kind(),
                 "apiVersion": rt.api_version(),
-                "metadata": { "resourceVersion": rv },
-                "items": items,
+                "metadata": meta,
+                "items": listed.items,
             }),
         ),
-        Rendering::Table => match table::render(rt, &items, &rv, q) {
-            Ok(t) => json_response(StatusCode::OK, &t),
+        Rendering::Table => match table::render(rt, &listed.items, &rv, q) {
+            Ok(mut t) => {
+                t["metadata"] = meta;
+                json_response(StatusCode::OK, &t)
+            }
             Err(e) => e.into_response(),
         },
     }
+}
+
+/// `limit` and `continue`; a continue token with a resourceVersion other
+/// than "" or "0" is the 400 kube answers.
+fn page_request(q: &HashMap<String, String>) -> Result<PageRequest, ApiError> {
+    let limit = match q.get("limit").map(String::as_str) {
+        None | Some("") => 0,
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::BadRequest(format!("invalid limit {l:?}: must be an integer")))?
+            .max(0) as u64,
+    };
+    let token = match q.get("continue").map(String::as_str) {
+        None | Some("") => None,
+        Some(t) => {
+            if q.get("resourceVersion")
+                .is_some_and(|rv| !rv.is_empty() && rv != "0")
+            {
+                return Err(ApiError::BadRequest(
+                    "specifying resource version is not allowed when using continue".into(),
+                ));
+            }
+            Some(ContinueToken::decode(t)?)
+        }
+    };
+    Ok(PageRequest { limit, token })
 }
 
 #[cfg(test)]

@@ -85,6 +85,13 @@ pub enum ApiError {
     /// A resourceVersion older than the retained history (410).
     #[error("{0}")]
     Expired(String),
+    /// A continue token whose revision was compacted (410), with a fresh
+    /// token that continues at the latest revision.
+    #[error("{message}")]
+    ExpiredContinue {
+        message: String,
+        token: Option<String>,
+    },
     #[error("{0}")]
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
@@ -150,7 +157,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
             ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Expired(_) => StatusCode::GONE,
+            ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => StatusCode::GONE,
             ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -169,7 +176,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "UnsupportedMediaType",
             ApiError::NotAcceptable => "NotAcceptable",
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
-            ApiError::Expired(_) => "Expired",
+            ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => "Expired",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
             ApiError::Internal(_) => "InternalError",
@@ -246,6 +253,9 @@ impl ApiError {
         });
         if let Some(details) = self.details() {
             status["details"] = details;
+        }
+        if let ApiError::ExpiredContinue { token: Some(t), .. } = self {
+            status["metadata"] = json!({ "continue": t });
         }
         status
     }

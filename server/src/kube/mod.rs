@@ -3,6 +3,7 @@
 //! transactions.
 
 pub mod object;
+pub mod paging;
 pub mod resources;
 pub mod selectors;
 pub mod store;

@@ -16,6 +16,7 @@ use kubestore_storage::{
 
 use crate::http::status::ApiError;
 use crate::kube::object;
+use crate::kube::paging::{self, ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
 
@@ -39,6 +40,10 @@ pub enum Freshness {
 pub struct Listed {
     pub items: Vec<Value>,
     pub revision: Revision,
+    /// Set when more items follow: the token for the next page.
+    pub continue_token: Option<String>,
+    /// How many items follow this page (only without selectors).
+    pub remaining: Option<u64>,
 }
 
 /// Optional preconditions of a delete (`DeleteOptions.preconditions`).
@@ -128,20 +133,106 @@ impl KubeStore {
         freshness: Freshness,
         selectors: &Selectors,
     ) -> Result<Listed, ApiError> {
-        self.settle(freshness).await?;
-        let resp = self.node.store().range(&RangeRequest {
-            range: KeyRange::prefix(rt.collection_prefix(ns).into_bytes()),
-            ..RangeRequest::default()
-        })?;
-        let items = resp
-            .kvs
-            .iter()
-            .filter_map(|kv| Self::decode(rt, kv))
-            .filter(|obj| selectors.matches(obj))
-            .collect();
+        self.list_page(rt, ns, freshness, selectors, &PageRequest::default())
+            .await
+    }
+
+    /// One page of a collection. Without a continue token the page is read
+    /// at the freshness asked for; with one, at the token's revision, so
+    /// every page shows the same snapshot.
+    #[tracing::instrument(level = "debug", skip(self, rt, selectors, page), fields(resource = rt.plural))]
+    pub async fn list_page(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        freshness: Freshness,
+        selectors: &Selectors,
+        page: &PageRequest,
+    ) -> Result<Listed, ApiError> {
+        let prefix = rt.collection_prefix(ns);
+        let (mut start, mut revision) = match &page.token {
+            Some(t) => (
+                format!("{prefix}{}", t.start).into_bytes(),
+                t.revision.map(Revision),
+            ),
+            None => {
+                self.settle(freshness).await?;
+                (prefix.clone().into_bytes(), None)
+            }
+        };
+        let end = kubestore_storage::prefix_end(prefix.as_bytes());
+        let limit = page.limit;
+        let mut items = Vec::new();
+        let mut remaining = None;
+        let mut next_start: Option<Vec<u8>> = None;
+        // With selectors a chunk may match fewer than `limit`: read on.
+        loop {
+            let resp = self
+                .node
+                .store()
+                .range(&RangeRequest {
+                    range: KeyRange {
+                        key: start.clone(),
+                        range_end: end.clone(),
+                    },
+                    limit: if limit > 0 { limit.max(64) } else { 0 },
+                    revision,
+                    ..RangeRequest::default()
+                })
+                .map_err(|e| match e {
+                    kubestore_storage::StoreError::Compacted { .. } if page.token.is_some() => {
+                        let fresh = page.token.as_ref().map(|t| {
+                            ContinueToken {
+                                revision: None,
+                                start: t.start.clone(),
+                            }
+                            .encode()
+                        });
+                        paging::expired_continue(fresh)
+                    }
+                    other => ApiError::from(other),
+                })?;
+            revision = Some(resp.revision);
+            let total = resp.count;
+            let mut taken = 0u64;
+            for kv in &resp.kvs {
+                taken += 1;
+                if limit > 0 && items.len() as u64 == limit {
+                    // One more match exists beyond the page.
+                    next_start = Some(kv.key.clone());
+                    break;
+                }
+                if let Some(obj) = Self::decode(rt, kv).filter(|o| selectors.matches(o)) {
+                    items.push(obj);
+                }
+            }
+            if next_start.is_some() {
+                if selectors.is_empty() {
+                    remaining = Some(total - (taken - 1));
+                }
+                break;
+            }
+            match resp.kvs.last() {
+                Some(last) if resp.more => {
+                    start = last.key.clone();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        let revision = revision.unwrap_or_default();
+        let continue_token = next_start.map(|key| {
+            ContinueToken {
+                revision: Some(revision.0),
+                start: String::from_utf8_lossy(&key[prefix.len()..]).into_owned(),
+            }
+            .encode()
+        });
         Ok(Listed {
             items,
-            revision: resp.revision,
+            revision,
+            continue_token,
+            remaining,
         })
     }
 
@@ -403,6 +494,8 @@ impl KubeStore {
                 return Ok(Listed {
                     items: deleted,
                     revision,
+                    continue_token: None,
+                    remaining: None,
                 });
             }
             let txn = Txn {
@@ -415,6 +508,8 @@ impl KubeStore {
                 return Ok(Listed {
                     items: deleted,
                     revision,
+                    continue_token: None,
+                    remaining: None,
                 });
             }
         }
