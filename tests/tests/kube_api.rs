@@ -787,3 +787,172 @@ async fn pages_share_one_snapshot_and_expire_with_compaction() {
     assert!(rest.names().contains(&"page-20".to_string()));
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_modes_by_resource_version_and_match() {
+    let c = cluster().await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let n1 = c.kube(1);
+    let before = n1
+        .create_configmap("default", "rm-a", "1")
+        .await
+        .expect("create")
+        .rv();
+    let after = n1
+        .create_configmap("default", "rm-b", "1")
+        .await
+        .expect("create")
+        .rv();
+
+    // Phase 1: the valid cells, on every node (leader and followers).
+    for id in c.ids() {
+        let n = c.kube(id);
+        let cases: Vec<(String, u16, Option<u64>, Vec<&str>)> = vec![
+            (cms.to_string(), 200, None, vec!["rm-a", "rm-b"]),
+            (
+                format!("{cms}?resourceVersion=0"),
+                200,
+                None,
+                vec!["rm-a", "rm-b"],
+            ),
+            (
+                format!("{cms}?resourceVersion={before}&resourceVersionMatch=NotOlderThan"),
+                200,
+                None,
+                vec!["rm-a", "rm-b"],
+            ),
+            (
+                format!("{cms}?resourceVersion={before}&resourceVersionMatch=Exact"),
+                200,
+                Some(before),
+                vec!["rm-a"],
+            ),
+            (
+                format!("{cms}?resourceVersion={before}&limit=10"),
+                200,
+                Some(before),
+                vec!["rm-a"],
+            ),
+            (
+                format!("{cms}?resourceVersion={before}"),
+                200,
+                None,
+                vec!["rm-a", "rm-b"],
+            ),
+        ];
+        for (path, code, exact_rv, names) in cases {
+            let r = n.get(&path).await.expect("list");
+            assert_eq!(r.status.as_u16(), code, "node {id} {path}: {}", r.text);
+            if let Some(rv) = exact_rv {
+                assert_eq!(
+                    r.rv(),
+                    rv,
+                    "node {id} {path}: an exact read is at that revision"
+                );
+            } else {
+                assert!(
+                    r.rv() >= after,
+                    "node {id} {path}: read is older than an acknowledged write"
+                );
+            }
+            assert_eq!(r.names(), names, "node {id} {path}");
+        }
+        let old = n
+            .get(&format!("{cms}/rm-b?resourceVersion={after}"))
+            .await
+            .expect("get");
+        assert_eq!(old.status, StatusCode::OK, "{}", old.text);
+    }
+
+    // Phase 2: the invalid combinations.
+    let n2 = c.kube(2);
+    let invalid: Vec<(String, u16, &str)> = vec![
+        (
+            format!("{cms}?resourceVersionMatch=Exact"),
+            422,
+            "unless resourceVersion is provided",
+        ),
+        (
+            format!("{cms}?resourceVersion=0&resourceVersionMatch=Exact"),
+            422,
+            "forbidden for resourceVersion \"0\"",
+        ),
+        (
+            format!("{cms}?resourceVersion=1&resourceVersionMatch=Newest"),
+            422,
+            "supported values",
+        ),
+        (
+            format!("{cms}?resourceVersion=1&resourceVersionMatch=Exact&continue=abc"),
+            422,
+            "when continue is provided",
+        ),
+        (
+            format!("{cms}?sendInitialEvents=true"),
+            422,
+            "sendInitialEvents is forbidden for list",
+        ),
+        (
+            format!("{cms}?resourceVersion=-1"),
+            400,
+            "invalid resource version",
+        ),
+        (
+            format!("{cms}?resourceVersion=abc"),
+            400,
+            "invalid resource version",
+        ),
+    ];
+    for (path, code, text) in invalid {
+        let r = n2.get(&path).await.expect("invalid");
+        assert_eq!(r.status.as_u16(), code, "{path}: {}", r.text);
+        assert!(
+            r.body["message"].as_str().is_some_and(|m| m.contains(text)),
+            "{path}: {}",
+            r.text
+        );
+    }
+
+    // Phase 3: a revision nobody has reached: 504 after a short wait, with Retry-After.
+    let far = n2
+        .get(&format!(
+            "{cms}?resourceVersion={}&resourceVersionMatch=NotOlderThan",
+            after + 1000
+        ))
+        .await
+        .expect("far");
+    assert_eq!(far.status, StatusCode::GATEWAY_TIMEOUT, "{}", far.text);
+    assert_eq!(
+        far.headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert_eq!(
+        far.body["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert!(far.body["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("Too large resource version")));
+
+    // Phase 4: an exact read below the compaction point is 410 Expired.
+    let compact = reqwest::Client::new()
+        .post(format!("{}/debug/compact?revision={after}", c.rest_url(1)))
+        .send()
+        .await
+        .expect("compact");
+    assert_eq!(compact.status(), StatusCode::OK);
+    c.wait_for("compaction", Duration::from_secs(10), |s| {
+        s.iter().all(|x| x["compacted_revision"] == after)
+    })
+    .await
+    .expect("compacted");
+    let gone = n2
+        .get(&format!(
+            "{cms}?resourceVersion={before}&resourceVersionMatch=Exact"
+        ))
+        .await
+        .expect("gone");
+    assert_eq!(gone.status, StatusCode::GONE, "{}", gone.text);
+    assert_eq!(gone.body["reason"], "Expired");
+    c.shutdown().await;
+}

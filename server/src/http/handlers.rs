@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
-use crate::http::status::ApiError;
+use crate::http::status::{ApiError, FieldCause};
 use crate::http::{discovery, protobuf, table, watch, AppState};
 use crate::kube::object;
 use crate::kube::paging::{ContinueToken, PageRequest};
@@ -136,15 +136,17 @@ async fn verb(
             if query_bool(&q, "watch") {
                 return watch::serve(state, rt, ns, &q, selectors, rendering).await;
             }
+            // Option validation (422) comes before storage-level checks (400), as in kube.
+            let fresh = freshness(&q, true)?;
             let page = page_request(&q)?;
             let listed = state
                 .kube
-                .list_page(rt, ns, freshness(&q)?, &selectors, &page)
+                .list_page(rt, ns, fresh, &selectors, &page)
                 .await?;
             Ok(render_list(rt, listed, rendering, &q))
         }
         (&Method::GET, Some(name)) => {
-            let obj = state.kube.get(rt, ns, name, freshness(&q)?).await?;
+            let obj = state.kube.get(rt, ns, name, freshness(&q, false)?).await?;
             Ok(render_object(rt, obj, StatusCode::OK, rendering, &q))
         }
         (&Method::POST, None) => {
@@ -212,17 +214,74 @@ async fn verb(
     }
 }
 
-/// `resourceVersion` unset means most recent (linearizable); any value
-/// means "not older than", which this node's applied state satisfies.
-fn freshness(q: &HashMap<String, String>) -> Result<Freshness, ApiError> {
-    match q.get("resourceVersion").map(String::as_str) {
-        None | Some("") => Ok(Freshness::MostRecent),
-        Some(rv) => {
-            rv.parse::<u64>()
-                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv:?}")))?;
-            Ok(Freshness::Any)
+/// The read mode of a get or list, from `resourceVersion` and
+/// `resourceVersionMatch`, with kube's 400/422 for invalid combinations:
+/// unset = most recent; `0` = any; `N` = not older than `N`, or exactly `N`
+/// with `Exact` (and, as kube does, for a paginated list without a match).
+fn freshness(q: &HashMap<String, String>, list: bool) -> Result<Freshness, ApiError> {
+    let rv = q
+        .get("resourceVersion")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let matching = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty());
+    let has_continue = q.get("continue").is_some_and(|c| !c.is_empty());
+    let has_limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<i64>().ok())
+        .is_some_and(|l| l > 0);
+    let forbidden = |field: &str, detail: &str| {
+        ApiError::invalid_list_options(vec![FieldCause::forbidden(field, detail)])
+    };
+    if list && q.contains_key("sendInitialEvents") {
+        return Err(forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
+    }
+    if let Some(m) = matching {
+        if m != "Exact" && m != "NotOlderThan" {
+            return Err(ApiError::invalid_list_options(vec![
+                FieldCause::not_supported(
+                    "resourceVersionMatch",
+                    m,
+                    &["Exact", "NotOlderThan", ""],
+                ),
+            ]));
+        }
+        if rv.is_none() {
+            return Err(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            ));
+        }
+        if has_continue {
+            return Err(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden when continue is provided",
+            ));
+        }
+        if m == "Exact" && rv == Some("0") {
+            return Err(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ));
         }
     }
+    let Some(rv) = rv else {
+        return Ok(Freshness::MostRecent);
+    };
+    let n = rv
+        .parse::<u64>()
+        .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv:?}")))?;
+    Ok(match (n, matching) {
+        (0, _) => Freshness::Any,
+        (n, Some("Exact")) => Freshness::Exact(n),
+        (n, None) if list && has_limit => Freshness::Exact(n),
+        (n, _) => Freshness::NotOlderThan(n),
+    })
 }
 
 fn resolve_create_name(

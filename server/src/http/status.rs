@@ -34,6 +34,19 @@ impl FieldCause {
         }
     }
 
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| json!(s).to_string()).collect();
+        Self {
+            reason: "FieldValueNotSupported",
+            field: field.to_string(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                json!(value),
+                list.join(", ")
+            ),
+        }
+    }
+
     pub fn forbidden(field: &str, detail: &str) -> Self {
         Self {
             reason: "FieldValueForbidden",
@@ -92,6 +105,9 @@ pub enum ApiError {
         message: String,
         token: Option<String>,
     },
+    /// A read for a revision this node did not reach in time (504).
+    #[error("Timeout: Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion { requested: u64, current: u64 },
     #[error("{0}")]
     ServiceUnavailable(String),
     #[error("Timeout: {0}")]
@@ -146,6 +162,16 @@ impl ApiError {
         }
     }
 
+    /// kube's 422 for invalid list/watch options (kind `ListOptions`).
+    pub fn invalid_list_options(causes: Vec<FieldCause>) -> Self {
+        ApiError::Invalid {
+            kind: "ListOptions.meta.k8s.io".into(),
+            group: "meta.k8s.io".into(),
+            name: String::new(),
+            causes,
+        }
+    }
+
     pub fn code(&self) -> StatusCode {
         match self {
             ApiError::NotFound { .. } | ApiError::NoSuchResource => StatusCode::NOT_FOUND,
@@ -159,7 +185,9 @@ impl ApiError {
             ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => StatusCode::GONE,
             ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -178,7 +206,7 @@ impl ApiError {
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => "Expired",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
-            ApiError::Timeout(_) => "Timeout",
+            ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => "Timeout",
             ApiError::Internal(_) => "InternalError",
         }
     }
@@ -186,7 +214,9 @@ impl ApiError {
     /// Seconds a client should wait before retrying, when that is the point.
     fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::ServiceUnavailable(_) | ApiError::Timeout(_) => Some(1),
+            ApiError::ServiceUnavailable(_)
+            | ApiError::Timeout(_)
+            | ApiError::TooLargeResourceVersion { .. } => Some(1),
             _ => None,
         }
     }
@@ -225,6 +255,9 @@ impl ApiError {
                 d
             }
             ApiError::Internal(msg) => json!({ "causes": [{ "message": msg }] }),
+            ApiError::TooLargeResourceVersion { .. } => json!({
+                "causes": [{ "reason": "ResourceVersionTooLarge", "message": "Too large resource version" }]
+            }),
             _ => json!({}),
         };
         if let Some(secs) = self.retry_after() {

@@ -57,24 +57,15 @@ struct WatchParams {
     bookmarks: bool,
 }
 
-fn invalid_list_options(causes: Vec<FieldCause>) -> ApiError {
-    ApiError::Invalid {
-        kind: "ListOptions.meta.k8s.io".into(),
-        group: "meta.k8s.io".into(),
-        name: String::new(),
-        causes,
-    }
-}
-
 fn parse(q: &HashMap<String, String>) -> Result<WatchParams, ApiError> {
     if q.contains_key("sendInitialEvents") {
-        return Err(invalid_list_options(vec![FieldCause::forbidden(
+        return Err(ApiError::invalid_list_options(vec![FieldCause::forbidden(
             "sendInitialEvents",
             "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
         )]));
     }
     if q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty()) {
-        return Err(invalid_list_options(vec![FieldCause::forbidden(
+        return Err(ApiError::invalid_list_options(vec![FieldCause::forbidden(
             "resourceVersionMatch",
             "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
         )]));
@@ -261,9 +252,10 @@ impl Watcher {
                         Ok(Ok(_))
                     );
                     if !reached {
-                        self.send_error(ApiError::Timeout(format!(
-                            "Too large resource version: {rv}, current: {current}"
-                        )))
+                        self.send_error(ApiError::TooLargeResourceVersion {
+                            requested: rv,
+                            current,
+                        })
                         .await;
                         return None;
                     }

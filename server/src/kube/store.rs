@@ -33,7 +33,15 @@ pub enum Freshness {
     MostRecent,
     /// Whatever this node has applied.
     Any,
+    /// At least this revision: wait briefly for this node to reach it.
+    NotOlderThan(u64),
+    /// Exactly this revision, from the MVCC history.
+    Exact(u64),
 }
+
+/// How long a read for a revision this node has not reached waits before
+/// answering `504` (kube's watch cache waits 3 s too).
+const TOO_LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A list result: the items (as clients see them) and the revision read at.
 #[derive(Debug)]
@@ -66,6 +74,16 @@ fn range_one(key: &str) -> Op {
     })
 }
 
+/// A read at a compacted revision: kube's 410 for lists from storage.
+fn list_too_old(e: kubestore_storage::StoreError) -> ApiError {
+    match e {
+        kubestore_storage::StoreError::Compacted { .. } => {
+            ApiError::Expired("The resourceVersion for the provided list is too old.".into())
+        }
+        other => ApiError::from(other),
+    }
+}
+
 fn txn_result(resp: Response) -> Result<(TxnResponse, Revision), ApiError> {
     match resp.result {
         Ok(CommandResult::Txn(t)) => Ok((t, resp.revision)),
@@ -89,11 +107,44 @@ impl KubeStore {
         Self { node }
     }
 
-    async fn settle(&self, freshness: Freshness) -> Result<(), ApiError> {
-        if freshness == Freshness::MostRecent {
-            self.node.linearizable_barrier().await?;
+    /// Waits until this node may serve a read of `freshness`; returns the
+    /// revision to read at (`None`: the current state).
+    async fn settle(&self, freshness: Freshness) -> Result<Option<Revision>, ApiError> {
+        match freshness {
+            Freshness::MostRecent => {
+                self.node.linearizable_barrier().await?;
+                Ok(None)
+            }
+            Freshness::Any => Ok(None),
+            Freshness::NotOlderThan(rv) => {
+                self.wait_for_revision(rv).await?;
+                Ok(None)
+            }
+            Freshness::Exact(rv) => {
+                self.wait_for_revision(rv).await?;
+                Ok(Some(Revision(rv)))
+            }
         }
-        Ok(())
+    }
+
+    async fn wait_for_revision(&self, rv: u64) -> Result<(), ApiError> {
+        let mut applied = self.node.store().subscribe();
+        let current = applied.borrow().revision.0;
+        if current >= rv {
+            return Ok(());
+        }
+        let reached = matches!(
+            tokio::time::timeout(TOO_LARGE_WAIT, applied.wait_for(|s| s.revision.0 >= rv)).await,
+            Ok(Ok(_))
+        );
+        if reached {
+            Ok(())
+        } else {
+            Err(ApiError::TooLargeResourceVersion {
+                requested: rv,
+                current: self.node.store().applied().revision.0,
+            })
+        }
     }
 
     fn read_key(&self, key: &str) -> Result<(Option<KeyValue>, Revision), ApiError> {
@@ -117,9 +168,18 @@ impl KubeStore {
         name: &str,
         freshness: Freshness,
     ) -> Result<Value, ApiError> {
-        self.settle(freshness).await?;
-        let (kv, _) = self.read_key(&rt.key(ns, name))?;
-        kv.as_ref()
+        let at = self.settle(freshness).await?;
+        let resp = self
+            .node
+            .store()
+            .range(&RangeRequest {
+                range: KeyRange::single(rt.key(ns, name).into_bytes()),
+                revision: at,
+                ..RangeRequest::default()
+            })
+            .map_err(list_too_old)?;
+        resp.kvs
+            .first()
             .and_then(|kv| Self::decode(rt, kv))
             .ok_or_else(|| ApiError::not_found(rt, name))
     }
@@ -155,10 +215,7 @@ impl KubeStore {
                 format!("{prefix}{}", t.start).into_bytes(),
                 t.revision.map(Revision),
             ),
-            None => {
-                self.settle(freshness).await?;
-                (prefix.clone().into_bytes(), None)
-            }
+            None => (prefix.clone().into_bytes(), self.settle(freshness).await?),
         };
         let end = kubestore_storage::prefix_end(prefix.as_bytes());
         let limit = page.limit;
@@ -190,7 +247,7 @@ impl KubeStore {
                         });
                         paging::expired_continue(fresh)
                     }
-                    other => ApiError::from(other),
+                    other => list_too_old(other),
                 })?;
             revision = Some(resp.revision);
             let total = resp.count;
