@@ -857,6 +857,27 @@ async fn read_modes_by_resource_version_and_match() {
             }
             assert_eq!(r.names(), names, "node {id} {path}");
         }
+        // How each mode was served.
+        for (path, served) in [
+            (cms.to_string(), "quorum"),
+            (format!("{cms}?resourceVersion=0"), "local"),
+            (
+                format!("{cms}?resourceVersion={before}&resourceVersionMatch=NotOlderThan"),
+                "local",
+            ),
+            (
+                format!("{cms}?resourceVersion={before}&resourceVersionMatch=Exact"),
+                "history",
+            ),
+            (format!("{cms}/rm-a"), "quorum"),
+        ] {
+            let r = n.get(&path).await.expect("read");
+            let header = r
+                .headers
+                .get("x-kubestore-read")
+                .and_then(|v| v.to_str().ok());
+            assert_eq!(header, Some(served), "node {id} {path}");
+        }
         let old = n
             .get(&format!("{cms}/rm-b?resourceVersion={after}"))
             .await

@@ -143,11 +143,23 @@ async fn verb(
                 .kube
                 .list_page(rt, ns, fresh, &selectors, &page)
                 .await?;
-            Ok(render_list(rt, listed, rendering, &q))
+            let served = if page.token.is_some() {
+                READ_HISTORY
+            } else {
+                read_path(fresh)
+            };
+            Ok(with_read_path(
+                render_list(rt, listed, rendering, &q),
+                served,
+            ))
         }
         (&Method::GET, Some(name)) => {
-            let obj = state.kube.get(rt, ns, name, freshness(&q, false)?).await?;
-            Ok(render_object(rt, obj, StatusCode::OK, rendering, &q))
+            let fresh = freshness(&q, false)?;
+            let obj = state.kube.get(rt, ns, name, fresh).await?;
+            Ok(with_read_path(
+                render_object(rt, obj, StatusCode::OK, rendering, &q),
+                read_path(fresh),
+            ))
         }
         (&Method::POST, None) => {
             if rt.namespaced && ns.is_none() {
@@ -212,6 +224,30 @@ async fn verb(
             rt.group_resource()
         ))),
     }
+}
+
+/// The `X-Kubestore-Read` header: how a read was served, so benchmarks and
+/// tests can tell. `quorum`: a linearizable barrier, then this node's
+/// current state; `local`: this node's current state with no network round
+/// (after waiting for it to reach a `NotOlderThan` revision); `history`:
+/// the MVCC history at an exact revision.
+pub const READ_HEADER: &str = "x-kubestore-read";
+const READ_QUORUM: &str = "quorum";
+const READ_LOCAL: &str = "local";
+const READ_HISTORY: &str = "history";
+
+fn read_path(fresh: Freshness) -> &'static str {
+    match fresh {
+        Freshness::MostRecent => READ_QUORUM,
+        Freshness::Any | Freshness::NotOlderThan(_) => READ_LOCAL,
+        Freshness::Exact(_) => READ_HISTORY,
+    }
+}
+
+fn with_read_path(mut resp: Response, served: &'static str) -> Response {
+    resp.headers_mut()
+        .insert(READ_HEADER, HeaderValue::from_static(served));
+    resp
 }
 
 /// The read mode of a get or list, from `resourceVersion` and
