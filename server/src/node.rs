@@ -80,6 +80,7 @@ impl RunningNode {
             node: raft.clone(),
             kube: kube.clone(),
             max_body_bytes: config.max_body_bytes,
+            metrics: crate::http::metrics::Metrics::default(),
             bookmark_interval: std::time::Duration::from_secs(
                 config.watch_bookmark_interval_seconds.max(1),
             ),

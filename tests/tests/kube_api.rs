@@ -633,6 +633,35 @@ async fn discovery_version_health_openapi_and_debug() {
     let first_row = table_req["rows"][0].take();
     assert_eq!(first_row["object"]["kind"], "PartialObjectMetadata");
 
+    // /metrics: per verb and read path, plus the node's gauges.
+    let created = n
+        .create_configmap("default", "metered", "1")
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED);
+    n.get("/api/v1/namespaces/default/configmaps")
+        .await
+        .expect("list");
+    n.get("/api/v1/namespaces/default/configmaps/missing")
+        .await
+        .expect("404");
+    let metrics = n.get("/metrics").await.expect("metrics");
+    assert_eq!(metrics.status, StatusCode::OK);
+    for line in [
+        "kubestore_http_requests_total{verb=\"list\",read=\"quorum\",code=\"200\"}",
+        "kubestore_http_requests_total{verb=\"create\",read=\"none\",code=\"201\"}",
+        "kubestore_http_requests_total{verb=\"get\",read=\"none\",code=\"404\"}",
+        "kubestore_http_request_duration_seconds_bucket{verb=\"list\",read=\"quorum\",le=\"+Inf\"}",
+        "# TYPE kubestore_raft_is_leader gauge",
+        "kubestore_store_revision ",
+    ] {
+        assert!(
+            metrics.text.contains(line),
+            "/metrics lacks {line}:\n{}",
+            metrics.text
+        );
+    }
+
     // /debug/cluster on every node.
     let leader = c.leader().await.expect("leader");
     for id in c.ids() {

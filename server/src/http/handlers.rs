@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
 use crate::http::status::{ApiError, FieldCause};
-use crate::http::{discovery, protobuf, table, watch, AppState};
+use crate::http::{discovery, metrics, protobuf, table, watch, AppState};
 use crate::kube::object;
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
@@ -110,7 +110,34 @@ fn query_bool(q: &HashMap<String, String>, key: &str) -> bool {
     }
 }
 
+/// Serves a resource request and tags the response with its verb for the
+/// metrics layer (errors included).
 async fn verb(
+    state: AppState,
+    target: Target,
+    rendering: Rendering,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let has_name = target.name.is_some();
+    let name = match (req.method().clone(), has_name) {
+        (Method::GET, false) if query_bool(&query_map(&req), "watch") => "watch",
+        (Method::GET, false) => "list",
+        (Method::GET, true) => "get",
+        (Method::POST, _) => "create",
+        (Method::PUT, _) => "update",
+        (Method::PATCH, _) => "patch",
+        (Method::DELETE, true) => "delete",
+        (Method::DELETE, false) => "deletecollection",
+        _ => "other",
+    };
+    let mut resp = dispatch(state, target, rendering, req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    resp.extensions_mut().insert(metrics::Verb(name));
+    Ok(resp)
+}
+
+async fn dispatch(
     state: AppState,
     target: Target,
     rendering: Rendering,

@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod handlers;
 pub mod health;
+pub mod metrics;
 pub mod negotiate;
 pub mod patch;
 pub mod protobuf;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// How often a watch with `allowWatchBookmarks` gets a bookmark.
     pub bookmark_interval: std::time::Duration,
+    /// Request counters and latencies for `/metrics`.
+    pub metrics: metrics::Metrics,
 }
 
 /// The whole REST surface of a node.
@@ -40,6 +43,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/healthz", get(health::healthz))
         .route("/debug/cluster", get(debug_cluster))
+        .route("/metrics", get(metrics::serve))
         .route("/debug/compact", axum::routing::post(debug_compact))
         .route("/openapi/v3", get(discovery::openapi_index))
         .route("/openapi/v3/api/{version}", get(openapi_core))
@@ -49,6 +53,10 @@ pub fn router(state: AppState) -> Router {
         .route("/apis", any(handlers::api))
         .route("/apis/{*rest}", any(handlers::api))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
 }
 

@@ -1,0 +1,166 @@
+//! `/metrics` in the Prometheus text format: request counters and latency
+//! histograms per verb and read path, and the node's Raft and store gauges.
+//!
+//! Hand-written: the exposition format is a few lines of text and the set
+//! of series is small and fixed, so a registry crate would add more code
+//! (and build time) than it saves.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::http::AppState;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The verb a handler served, attached to its response for the metrics layer.
+#[derive(Debug, Clone, Copy)]
+pub struct Verb(pub &'static str);
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                self.buckets[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+}
+
+/// (verb, read path) → latency; (verb, read path, code) → count.
+#[derive(Debug, Default)]
+struct Series {
+    latency: BTreeMap<(&'static str, String), Histogram>,
+    requests: BTreeMap<(&'static str, String, u16), u64>,
+}
+
+/// The node's request metrics. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    series: Arc<Mutex<Series>>,
+}
+
+impl Metrics {
+    fn record(&self, verb: &'static str, read: String, code: u16, secs: f64) {
+        let mut s = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        s.latency
+            .entry((verb, read.clone()))
+            .or_default()
+            .observe(secs);
+        *s.requests.entry((verb, read, code)).or_default() += 1;
+    }
+
+    fn render(&self, out: &mut String) {
+        let s = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        out.push_str("# HELP kubestore_http_requests_total Kubernetes API requests by verb, read path and status code.\n");
+        out.push_str("# TYPE kubestore_http_requests_total counter\n");
+        for ((verb, read, code), n) in &s.requests {
+            let _ = writeln!(out, "kubestore_http_requests_total{{verb=\"{verb}\",read=\"{read}\",code=\"{code}\"}} {n}");
+        }
+        out.push_str("# HELP kubestore_http_request_duration_seconds Time to the response headers (for watches: to the stream's start).\n");
+        out.push_str("# TYPE kubestore_http_request_duration_seconds histogram\n");
+        for ((verb, read), h) in &s.latency {
+            for (bound, n) in BUCKETS.iter().zip(h.buckets.iter()) {
+                let _ = writeln!(out, "kubestore_http_request_duration_seconds_bucket{{verb=\"{verb}\",read=\"{read}\",le=\"{bound}\"}} {n}");
+            }
+            let _ = writeln!(out, "kubestore_http_request_duration_seconds_bucket{{verb=\"{verb}\",read=\"{read}\",le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(
+                out,
+                "kubestore_http_request_duration_seconds_sum{{verb=\"{verb}\",read=\"{read}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(out, "kubestore_http_request_duration_seconds_count{{verb=\"{verb}\",read=\"{read}\"}} {}", h.count);
+        }
+    }
+}
+
+/// The layer that times every request and counts it under the verb its
+/// handler reported (`other` for non-resource paths).
+pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let verb = resp.extensions().get::<Verb>().map_or("other", |v| v.0);
+    let read = resp
+        .headers()
+        .get(crate::http::handlers::READ_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none")
+        .to_string();
+    state.metrics.record(
+        verb,
+        read,
+        resp.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+/// `GET /metrics`.
+pub async fn serve(State(state): State<AppState>) -> Response {
+    let mut out = String::new();
+    state.metrics.render(&mut out);
+    let applied = state.node.store().applied();
+    let leader = state.node.current_leader();
+    let gauges = [
+        (
+            "kubestore_store_revision",
+            "The store's current revision.",
+            applied.revision.0 as f64,
+        ),
+        (
+            "kubestore_store_compacted_revision",
+            "The revision history is compacted to.",
+            applied.compacted.0 as f64,
+        ),
+        (
+            "kubestore_raft_applied_index",
+            "The last log index applied to the state machine.",
+            applied.log_index as f64,
+        ),
+        (
+            "kubestore_raft_is_leader",
+            "1 if this node is the Raft leader.",
+            f64::from(u8::from(leader == Some(state.node.id()))),
+        ),
+        (
+            "kubestore_raft_has_leader",
+            "1 if this node knows a leader.",
+            f64::from(u8::from(leader.is_some())),
+        ),
+        (
+            "kubestore_store_size_bytes",
+            "Approximate size of the database on disk.",
+            state.node.store().size_on_disk() as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    let mut resp = (StatusCode::OK, out).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    resp
+}
