@@ -176,13 +176,87 @@ async fn initial_state_selectors_bookmarks_timeout_and_too_large() {
         .await
         .expect("bad");
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    let gated = n2
-        .get(&format!(
-            "{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
-        ))
+    for (query, text) in [
+        (
+            "sendInitialEvents=true",
+            "requires setting resourceVersionMatch to NotOlderThan",
+        ),
+        (
+            "sendInitialEvents=true&resourceVersionMatch=Exact&resourceVersion=1",
+            "supported values: \"NotOlderThan\"",
+        ),
+        (
+            "resourceVersionMatch=NotOlderThan&resourceVersion=1",
+            "unless sendInitialEvents is provided",
+        ),
+    ] {
+        let r = n2
+            .get(&format!("{CM}?watch=1&{query}"))
+            .await
+            .expect("invalid");
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{query}: {}",
+            r.text
+        );
+        assert!(
+            r.body["message"].as_str().is_some_and(|m| m.contains(text)),
+            "{query}: {}",
+            r.text
+        );
+    }
+
+    // A streaming list: the state in key order, the initial-events-end bookmark, then changes.
+    let mut stream = n2
+        .watch(&format!("{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"))
         .await
-        .expect("gated");
-    assert_eq!(gated.status, StatusCode::UNPROCESSABLE_ENTITY);
+        .expect("streaming list");
+    let listed = n2.get(CM).await.expect("list");
+    let mut initial = Vec::new();
+    let end = loop {
+        let e = stream.next_event(WAIT).await.expect("event").expect("open");
+        if e["type"] == "BOOKMARK" {
+            break e;
+        }
+        assert_eq!(e["type"], "ADDED");
+        initial.push(
+            e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    };
+    assert_eq!(
+        initial,
+        listed.names(),
+        "initial events are the state, in key order"
+    );
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let end_rv: u64 = end["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("rv");
+    assert!(end_rv >= listed.rv());
+    let live = n1
+        .create_configmap("default", "after-stream", "1")
+        .await
+        .expect("create");
+    // (This cluster sends a periodic bookmark every second: skip those.)
+    let next = loop {
+        let e = stream.next_event(WAIT).await.expect("event").expect("open");
+        if e["type"] != "BOOKMARK" {
+            break e;
+        }
+    };
+    assert_eq!(next["type"], "ADDED");
+    assert_eq!(
+        next["object"]["metadata"]["resourceVersion"],
+        live.rv().to_string()
+    );
     c.shutdown().await;
 }
 

@@ -10,7 +10,11 @@
 //!
 //! Start: `resourceVersion` unset = the current state at a linearizable
 //! revision as synthetic `ADDED` events, then changes; `"0"` = the same
-//! from this node's state; `N` = only changes after `N`.
+//! from this node's state; `N` = only changes after `N`. A streaming list
+//! (`sendInitialEvents=true&resourceVersionMatch=NotOlderThan`) sends the
+//! state (at least at `N`) in key order, then a `BOOKMARK` annotated
+//! `k8s.io/initial-events-end: "true"` (when bookmarks are allowed), then
+//! changes.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -43,8 +47,15 @@ const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
-    /// Current state as ADDED events: linearizable (`true`) or local.
-    State { linearizable: bool },
+    /// Current state as ADDED events: linearizable (`true`), local, or
+    /// local once this node reached a revision (`at_least`). A streaming
+    /// list (`sendInitialEvents`) ends the state with an
+    /// initial-events-end bookmark.
+    State {
+        linearizable: bool,
+        at_least: Option<u64>,
+        streaming: bool,
+    },
     /// Changes after this revision.
     After(u64),
 }
@@ -58,27 +69,67 @@ struct WatchParams {
 }
 
 fn parse(q: &HashMap<String, String>) -> Result<WatchParams, ApiError> {
-    if q.contains_key("sendInitialEvents") {
-        return Err(ApiError::invalid_list_options(vec![FieldCause::forbidden(
-            "sendInitialEvents",
-            "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
-        )]));
-    }
-    if q.get("resourceVersionMatch").is_some_and(|m| !m.is_empty()) {
-        return Err(ApiError::invalid_list_options(vec![FieldCause::forbidden(
+    let forbidden = |field: &str, detail: &str| {
+        ApiError::invalid_list_options(vec![FieldCause::forbidden(field, detail)])
+    };
+    let send_initial = q
+        .get("sendInitialEvents")
+        .map(|v| !(v == "0" || v.eq_ignore_ascii_case("false")));
+    let matching = q
+        .get("resourceVersionMatch")
+        .map(String::as_str)
+        .filter(|m| !m.is_empty());
+    if q.get("continue").is_some_and(|c| !c.is_empty()) && matching.is_some() {
+        return Err(forbidden(
             "resourceVersionMatch",
-            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        )]));
+            "resourceVersionMatch is forbidden when continue is provided",
+        ));
     }
-    let start = match q.get("resourceVersion").map(String::as_str) {
-        None | Some("") => Start::State { linearizable: true },
-        Some("0") => Start::State {
-            linearizable: false,
-        },
-        Some(rv) => Start::After(
-            rv.parse()
+    match (send_initial, matching) {
+        (None, Some(_)) => {
+            return Err(forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ))
+        }
+        (Some(_), Some(m)) if m != "NotOlderThan" => {
+            return Err(ApiError::invalid_list_options(vec![
+                FieldCause::not_supported("resourceVersionMatch", m, &["NotOlderThan"]),
+            ]))
+        }
+        (Some(_), None) => {
+            return Err(forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ))
+        }
+        _ => {}
+    }
+    let rv = match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
                 .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv:?}")))?,
         ),
+    };
+    let start = match (send_initial, rv) {
+        // A streaming list: the state (at least at rv), then a bookmark, then changes.
+        (Some(true), rv) => Start::State {
+            linearizable: rv.is_none(),
+            at_least: rv.filter(|n| *n > 0),
+            streaming: true,
+        },
+        (_, None) => Start::State {
+            linearizable: true,
+            at_least: None,
+            streaming: false,
+        },
+        (_, Some(0)) => Start::State {
+            linearizable: false,
+            at_least: None,
+            streaming: false,
+        },
+        (_, Some(n)) => Start::After(n),
     };
     let timeout = match q.get("timeoutSeconds") {
         Some(s) => Duration::from_secs(s.parse().map_err(|_| {
@@ -105,6 +156,8 @@ struct Watcher {
     prefix: Vec<u8>,
     selectors: Selectors,
     rendering: Rendering,
+    /// The client allows `BOOKMARK` events.
+    bookmarks: bool,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
 }
 
@@ -127,6 +180,7 @@ pub async fn serve(
         prefix: rt.collection_prefix(ns).into_bytes(),
         selectors,
         rendering,
+        bookmarks: params.bookmarks,
         tx,
     };
     let span = tracing::info_span!("watch", resource = rt.plural, start = ?params.start);
@@ -220,7 +274,7 @@ impl Watcher {
                         return;
                     }
                 }
-                _ = tokio::time::sleep_until(bookmark_at), if params.bookmarks => {
+                _ = tokio::time::sleep_until(bookmark_at), if self.bookmarks => {
                     // `last` is the newest revision this stream has fully
                     // delivered (quiet types included): never ahead of an event.
                     if !self.send("BOOKMARK", self.bookmark(last)).await {
@@ -262,7 +316,31 @@ impl Watcher {
                 }
                 Some(rv)
             }
-            Start::State { linearizable } => {
+            Start::State {
+                linearizable,
+                at_least,
+                streaming,
+            } => {
+                if let Some(rv) = at_least {
+                    let mut applied = store.subscribe();
+                    let current = applied.borrow().revision.0;
+                    let reached = matches!(
+                        tokio::time::timeout(
+                            TOO_LARGE_WAIT,
+                            applied.wait_for(|s| s.revision.0 >= rv)
+                        )
+                        .await,
+                        Ok(Ok(_))
+                    );
+                    if !reached {
+                        self.send_error(ApiError::TooLargeResourceVersion {
+                            requested: rv,
+                            current,
+                        })
+                        .await;
+                        return None;
+                    }
+                }
                 if linearizable {
                     if let Err(e) = self.state.node.linearizable_barrier().await {
                         self.send_error(e.into()).await;
@@ -287,6 +365,13 @@ impl Watcher {
                         if self.selectors.matches(&obj) && !self.send("ADDED", obj).await {
                             return None;
                         }
+                    }
+                }
+                if streaming && self.bookmarks {
+                    let mut end = self.bookmark(listed.revision.0);
+                    end["metadata"]["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+                    if !self.send("BOOKMARK", end).await {
+                        return None;
                     }
                 }
                 Some(listed.revision.0)
