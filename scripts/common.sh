@@ -28,6 +28,14 @@ ensure_build_deps() {
     fi
 }
 
+# The official Kubernetes Python client, for tests/e2e/python_client.py.
+ensure_python_client() {
+    if ! python3 -c "import kubernetes" >/dev/null 2>&1; then
+        echo "installing the kubernetes Python client from PyPI" >&2
+        python3 -m pip install -q kubernetes
+    fi
+}
+
 # A real kubectl (1.33 preferred) for the end-to-end tests. Exports KUBECTL.
 ensure_kubectl() {
     local candidates=()

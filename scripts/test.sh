@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole check, as CI runs it: formatting, clippy with warnings denied,
-# and every test (unit, storage, cluster, kubectl end to end). Installs what
-# the tests need (libclang, kubectl) if missing. Changes no files.
+# and every test (unit, storage, cluster, kubectl and Python client end to
+# end). Installs what the tests need (libclang, kubectl, the kubernetes
+# Python package) if missing. Changes no files in the repository.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 ensure_build_deps
 ensure_kubectl
+ensure_python_client
 cd "$ROOT"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

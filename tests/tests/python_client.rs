@@ -1,0 +1,31 @@
+//! The official Kubernetes Python client (installed by `scripts/test.sh`)
+//! against a follower of a 3-node cluster: typed list models, `watch=True`,
+//! watch decoding and error codes (`tests/e2e/python_client.py`).
+
+use kubestore_tests::TestCluster;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_works_against_a_follower() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("follower");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/python_client.py");
+    let out = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(c.rest_url(follower))
+        .output()
+        .await
+        .expect("python3 runs (scripts/test.sh installs the kubernetes package)");
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("python client ok"));
+    c.shutdown().await;
+}
