@@ -38,8 +38,6 @@ use crate::kube::selectors::Selectors;
 const EVENT_BATCH: usize = 256;
 /// Encoded events buffered per watcher before its producer waits.
 const WATCHER_QUEUE: usize = 128;
-/// How long a watch for a future revision waits before answering 504.
-const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 /// kube's default `--min-request-timeout`: a watch without `timeoutSeconds`
 /// lasts between one and two of these.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -294,25 +292,9 @@ impl Watcher {
         let store = self.state.node.store();
         match start {
             Start::After(rv) => {
-                let current = store.applied().revision.0;
-                if rv > current {
-                    let mut applied = store.subscribe();
-                    let reached = matches!(
-                        tokio::time::timeout(
-                            TOO_LARGE_WAIT,
-                            applied.wait_for(|s| s.revision.0 >= rv)
-                        )
-                        .await,
-                        Ok(Ok(_))
-                    );
-                    if !reached {
-                        self.send_error(ApiError::TooLargeResourceVersion {
-                            requested: rv,
-                            current,
-                        })
-                        .await;
-                        return None;
-                    }
+                if let Err(e) = self.state.kube.wait_for_revision(rv).await {
+                    self.send_error(e).await;
+                    return None;
                 }
                 Some(rv)
             }
@@ -322,22 +304,8 @@ impl Watcher {
                 streaming,
             } => {
                 if let Some(rv) = at_least {
-                    let mut applied = store.subscribe();
-                    let current = applied.borrow().revision.0;
-                    let reached = matches!(
-                        tokio::time::timeout(
-                            TOO_LARGE_WAIT,
-                            applied.wait_for(|s| s.revision.0 >= rv)
-                        )
-                        .await,
-                        Ok(Ok(_))
-                    );
-                    if !reached {
-                        self.send_error(ApiError::TooLargeResourceVersion {
-                            requested: rv,
-                            current,
-                        })
-                        .await;
+                    if let Err(e) = self.state.kube.wait_for_revision(rv).await {
+                        self.send_error(e).await;
                         return None;
                     }
                 }

@@ -127,7 +127,9 @@ impl KubeStore {
         }
     }
 
-    async fn wait_for_revision(&self, rv: u64) -> Result<(), ApiError> {
+    /// Waits (3 s at most) for this node to reach revision `rv`; then
+    /// `504` Too large resource version, as kube answers.
+    pub async fn wait_for_revision(&self, rv: u64) -> Result<(), ApiError> {
         let mut applied = self.node.store().subscribe();
         let current = applied.borrow().revision.0;
         if current >= rv {
