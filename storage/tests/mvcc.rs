@@ -22,6 +22,12 @@ fn put(key: &str, value: &str) -> Command {
     })
 }
 
+fn compact(revision: u64) -> Command {
+    Command::Compact {
+        revision: Revision(revision),
+    }
+}
+
 fn delete(key: &str) -> Command {
     Command::Txn(Txn {
         success: vec![Op::Delete(DeleteRequest {
@@ -151,14 +157,7 @@ async fn compaction_drops_history_below_the_revision_and_keeps_reads_at_it() {
         ],
     )
     .await;
-    let resp = apply_all(
-        &mut sm,
-        &mut next,
-        vec![Command::Compact {
-            revision: Revision(4),
-        }],
-    )
-    .await;
+    let resp = apply_all(&mut sm, &mut next, vec![compact(4)]).await;
     assert_eq!(resp[0].result, Ok(CommandResult::Compacted));
     assert_eq!(store.applied().compacted, Revision(4));
 
@@ -184,23 +183,9 @@ async fn compaction_drops_history_below_the_revision_and_keeps_reads_at_it() {
     );
 
     // Compacting again to an older or the same revision is refused identically on every node.
-    let again = apply_all(
-        &mut sm,
-        &mut next,
-        vec![Command::Compact {
-            revision: Revision(2),
-        }],
-    )
-    .await;
+    let again = apply_all(&mut sm, &mut next, vec![compact(2)]).await;
     assert_eq!(again[0].result, Err(ApplyError::Compacted));
-    let future = apply_all(
-        &mut sm,
-        &mut next,
-        vec![Command::Compact {
-            revision: Revision(99),
-        }],
-    )
-    .await;
+    let future = apply_all(&mut sm, &mut next, vec![compact(99)]).await;
     assert_eq!(future[0].result, Err(ApplyError::FutureRevision));
 }
 
@@ -213,17 +198,7 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
         .map(|i| put(&format!("k/{:03}", i % 50), &i.to_string()))
         .collect();
     apply_all(&mut sm, &mut next, cmds).await;
-    apply_all(
-        &mut sm,
-        &mut next,
-        vec![
-            delete("k/007"),
-            Command::Compact {
-                revision: Revision(120),
-            },
-        ],
-    )
-    .await;
+    apply_all(&mut sm, &mut next, vec![delete("k/007"), compact(120)]).await;
 
     let mut builder = sm.get_snapshot_builder().await;
     let snapshot = builder.build_snapshot().await.expect("build");

@@ -343,6 +343,15 @@ impl TestCluster {
         self.wait_for_leader(Duration::from_secs(30)).await
     }
 
+    /// Some node that is not the current leader.
+    pub async fn follower(&self) -> anyhow::Result<u64> {
+        let leader = self.leader().await?;
+        self.ids()
+            .into_iter()
+            .find(|id| *id != leader)
+            .ok_or_else(|| anyhow!("a cluster of one has no follower"))
+    }
+
     /// Waits until every running node has applied the same log index and
     /// reports the same revision.
     pub async fn wait_converged(&self, timeout: Duration) -> anyhow::Result<u64> {

@@ -113,11 +113,7 @@ async fn follower_catch_up(options: ClusterOptions, expect_snapshot: bool) {
         .await
         .expect("cluster");
     let leader = c.leader().await.expect("leader");
-    let follower = c
-        .ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = c.follower().await.expect("a follower");
     let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
 
     // Phase 1: stop a follower, write 1000 objects through the others.
@@ -201,11 +197,7 @@ async fn a_stopped_follower_catches_up_by_snapshot() {
 async fn an_isolated_follower_refuses_stale_reads_and_rejoins() {
     let c = TestCluster::new(3).await.expect("cluster");
     let leader = c.leader().await.expect("leader");
-    let follower = c
-        .ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("follower");
+    let follower = c.follower().await.expect("a follower");
     c.isolate(follower, true).expect("isolate");
     let w = c
         .kube(leader)

@@ -7,12 +7,7 @@ use kubestore_tests::TestCluster;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_works_against_a_follower() {
     let c = TestCluster::new(3).await.expect("cluster");
-    let leader = c.leader().await.expect("leader");
-    let follower = c
-        .ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("follower");
+    let follower = c.follower().await.expect("a follower");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/python_client.py");
     let out = tokio::process::Command::new("python3")
         .arg(script)
