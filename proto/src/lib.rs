@@ -4,9 +4,32 @@
 //! crate; everything else depends on it.
 //!
 //! - [`raft`]: node-to-node RPCs (Raft replication, write forwarding, read index).
+//! - [`etcd`]: the etcd v3 client API (`proto/etcd/kv.proto`,
+//!   `proto/etcd/rpc.proto`): KV, Watch, Lease, Cluster and Maintenance, with
+//!   gRPC client and server stubs. Their wire contract (package, service,
+//!   method, message and field names, field numbers and types) must match
+//!   etcd's `api/mvccpb/kv.proto` and `api/etcdserverpb/rpc.proto` exactly,
+//!   because unmodified etcd clients (etcdctl, kube-apiserver, ...) use it.
 
 /// Internal node-to-node RPCs (`proto/raft.proto`).
 pub mod raft {
     #![allow(clippy::all, missing_docs)] // generated code
     tonic::include_proto!("kubestore.raft.v1");
+}
+
+/// The etcd v3 API. Module names follow etcd's protobuf packages, so the
+/// generated cross-package paths (`super::mvccpb::KeyValue`) resolve.
+pub mod etcd {
+    /// etcd's MVCC data types (`proto/etcd/kv.proto`, package `mvccpb`).
+    pub mod mvccpb {
+        #![allow(clippy::all, missing_docs)] // generated code
+        tonic::include_proto!("mvccpb");
+    }
+
+    /// etcd's client-facing services and messages (`proto/etcd/rpc.proto`,
+    /// package `etcdserverpb`).
+    pub mod etcdserverpb {
+        #![allow(clippy::all, missing_docs)] // generated code
+        tonic::include_proto!("etcdserverpb");
+    }
 }
