@@ -226,6 +226,23 @@ impl RaftNode {
         self.inner.raft.metrics().borrow().current_leader
     }
 
+    /// The Raft term this node is in.
+    pub fn current_term(&self) -> u64 {
+        self.inner.raft.metrics().borrow().current_term
+    }
+
+    /// The members of the cluster by id, with their advertised addresses.
+    pub fn members(&self) -> BTreeMap<NodeId, String> {
+        self.inner
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .nodes()
+            .map(|(id, n)| (*id, n.addr.clone()))
+            .collect()
+    }
+
     /// Waits until some leader is known.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, RaftNodeError> {
         let mut metrics = self.inner.raft.metrics();

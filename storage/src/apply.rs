@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::command::{
     ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget, DeleteRequest,
-    DeleteResponse, Event, EventKind, KeyValue, Op, OpResponse, PutRequest, RangeRequest,
-    RangeResponse, Response, Revision, Txn, TxnResponse,
+    DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op, OpResponse, PutRequest,
+    RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
 };
 use crate::error::StoreError;
 
@@ -23,6 +23,10 @@ pub trait MvccRead {
     fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError>;
     fn current_revision(&self) -> Revision;
     fn compacted_revision(&self) -> Revision;
+    /// Lease `id`, if it exists.
+    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError>;
+    /// The keys attached to lease `id`, in key order.
+    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError>;
 }
 
 /// The outcome of applying one command.
@@ -35,6 +39,10 @@ pub struct Applied {
     pub events: Vec<Event>,
     /// Set when the command compacts history to this revision.
     pub compact_to: Option<Revision>,
+    /// Final state of each changed lease (`None` = gone).
+    pub leases: BTreeMap<i64, Option<LeaseRecord>>,
+    /// Lease attachments: `(lease, key)` → attached (`true`) or detached.
+    pub attachments: BTreeMap<(i64, Vec<u8>), bool>,
 }
 
 /// Applies `cmd` on top of `view`. A deterministic refusal is an `Ok` with an
@@ -59,13 +67,75 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
             }
             Ok(applied)
         }
-        Command::Txn(txn) => {
-            let mut run = TxnRun {
-                view,
-                revision: current.next(),
-                writes: BTreeMap::new(),
-                events: Vec::new(),
+        Command::LeaseGrant { id, ttl } => {
+            let result = if view.lease(*id)?.is_some() {
+                Err(ApplyError::LeaseExists)
+            } else {
+                Ok(LeaseRecord {
+                    id: *id,
+                    ttl: *ttl,
+                    renewals: 0,
+                })
             };
+            Ok(lease_change(current, result))
+        }
+        Command::LeaseKeepAlive { id } => {
+            let result = match view.lease(*id)? {
+                Some(mut lease) => {
+                    lease.renewals += 1;
+                    Ok(lease)
+                }
+                None => Err(ApplyError::LeaseNotFound),
+            };
+            Ok(lease_change(current, result))
+        }
+        Command::LeaseRevoke { id } => {
+            if view.lease(*id)?.is_none() {
+                return Ok(Applied {
+                    response: Response {
+                        revision: current,
+                        result: Err(ApplyError::LeaseNotFound),
+                    },
+                    ..Applied::default()
+                });
+            }
+            let mut run = TxnRun::new(view, current);
+            let mut deleted = 0;
+            for key in view.lease_keys(*id)? {
+                match run.delete(&DeleteRequest {
+                    range: KeyRange::single(key),
+                    prev_kv: false,
+                }) {
+                    Ok(d) => deleted += d.deleted,
+                    Err(TxnError::Store(e)) => return Err(e),
+                    Err(TxnError::Refused(e)) => {
+                        return Err(StoreError::Corrupt(format!(
+                            "deleting a leased key was refused: {e}"
+                        )))
+                    }
+                }
+            }
+            let revision = if run.writes.is_empty() {
+                current
+            } else {
+                run.revision
+            };
+            let mut leases = BTreeMap::new();
+            leases.insert(*id, None);
+            Ok(Applied {
+                response: Response {
+                    revision,
+                    result: Ok(CommandResult::LeaseRevoked { deleted }),
+                },
+                writes: run.writes,
+                events: run.events,
+                compact_to: None,
+                leases,
+                attachments: run.attachments,
+            })
+        }
+        Command::Txn(txn) => {
+            let mut run = TxnRun::new(view, current);
             match run.txn(txn) {
                 Ok(resp) => {
                     let revision = if run.writes.is_empty() {
@@ -81,6 +151,8 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
                         writes: run.writes,
                         events: run.events,
                         compact_to: None,
+                        leases: BTreeMap::new(),
+                        attachments: run.attachments,
                     })
                 }
                 Err(TxnError::Refused(e)) => Ok(Applied {
@@ -93,6 +165,22 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
                 Err(TxnError::Store(e)) => Err(e),
             }
         }
+    }
+}
+
+/// A grant or keep-alive: the lease's new record, no new revision.
+fn lease_change(current: Revision, result: Result<LeaseRecord, ApplyError>) -> Applied {
+    let mut leases = BTreeMap::new();
+    if let Ok(lease) = &result {
+        leases.insert(lease.id, Some(*lease));
+    }
+    Applied {
+        response: Response {
+            revision: current,
+            result: result.map(CommandResult::Lease),
+        },
+        leases,
+        ..Applied::default()
     }
 }
 
@@ -117,9 +205,33 @@ struct TxnRun<'v, V> {
     revision: Revision,
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
     events: Vec<Event>,
+    attachments: BTreeMap<(i64, Vec<u8>), bool>,
 }
 
-impl<V: MvccRead> TxnRun<'_, V> {
+impl<'v, V: MvccRead> TxnRun<'v, V> {
+    fn new(view: &'v V, current: Revision) -> Self {
+        Self {
+            view,
+            revision: current.next(),
+            writes: BTreeMap::new(),
+            events: Vec::new(),
+            attachments: BTreeMap::new(),
+        }
+    }
+
+    /// Moves `key` from lease `from` to lease `to` (0 = none).
+    fn reattach(&mut self, key: &[u8], from: i64, to: i64) {
+        if from == to {
+            return;
+        }
+        if from != 0 {
+            self.attachments.insert((from, key.to_vec()), false);
+        }
+        if to != 0 {
+            self.attachments.insert((to, key.to_vec()), true);
+        }
+    }
+
     fn txn(&mut self, txn: &Txn) -> Result<TxnResponse, TxnError> {
         let mut succeeded = true;
         for cmp in &txn.compare {
@@ -234,6 +346,10 @@ impl<V: MvccRead> TxnRun<'_, V> {
             (Some(prev), true) => prev.lease,
             _ => req.lease,
         };
+        if lease != 0 && self.view.lease(lease)?.is_none() {
+            return Err(TxnError::Refused(ApplyError::LeaseNotFound));
+        }
+        self.reattach(&req.key, prev.as_ref().map_or(0, |p| p.lease), lease);
         let kv = KeyValue {
             key: req.key.clone(),
             create_revision: prev.as_ref().map_or(self.revision, |p| p.create_revision),
@@ -264,6 +380,7 @@ impl<V: MvccRead> TxnRun<'_, V> {
         };
         let deleted = victims.len() as u64;
         for prev in &victims {
+            self.reattach(&prev.key, prev.lease, 0);
             self.writes.insert(prev.key.clone(), None);
             self.events.push(Event {
                 kind: EventKind::Delete,
@@ -406,6 +523,12 @@ mod tests {
         }
         fn compacted_revision(&self) -> Revision {
             Revision::ZERO
+        }
+        fn lease(&self, _id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+            Ok(None)
+        }
+        fn lease_keys(&self, _id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+            Ok(Vec::new())
         }
     }
 

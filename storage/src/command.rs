@@ -242,6 +242,18 @@ pub struct Txn {
     pub failure: Vec<Op>,
 }
 
+/// A lease: keys attached to it are deleted when it is revoked or expires.
+/// Expiry is decided by the leader (wall clock) and proposed as a revoke,
+/// so the record holds no time: only the TTL and how often it was renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    pub id: i64,
+    /// Seconds the lease lives after a grant or a renewal.
+    pub ttl: i64,
+    /// Bumped by every keep-alive: a change restarts the TTL on every node.
+    pub renewals: u64,
+}
+
 /// What one Raft log entry asks the state machine to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -249,6 +261,19 @@ pub enum Command {
     /// Drop history below `revision`; reads at older revisions then fail.
     Compact {
         revision: Revision,
+    },
+    /// Create lease `id` (refused if it exists).
+    LeaseGrant {
+        id: i64,
+        ttl: i64,
+    },
+    /// Delete lease `id` and every key attached to it, in one revision.
+    LeaseRevoke {
+        id: i64,
+    },
+    /// Renew lease `id` (no new revision).
+    LeaseKeepAlive {
+        id: i64,
     },
 }
 
@@ -263,6 +288,9 @@ impl fmt::Display for Command {
                 txn.failure.len()
             ),
             Command::Compact { revision } => write!(f, "compact({revision})"),
+            Command::LeaseGrant { id, ttl } => write!(f, "lease_grant({id}, ttl={ttl})"),
+            Command::LeaseRevoke { id } => write!(f, "lease_revoke({id})"),
+            Command::LeaseKeepAlive { id } => write!(f, "lease_keep_alive({id})"),
         }
     }
 }
@@ -299,6 +327,10 @@ pub enum ApplyError {
     DuplicateKey,
     #[error("key not found")]
     KeyNotFound,
+    #[error("requested lease not found")]
+    LeaseNotFound,
+    #[error("lease already exists")]
+    LeaseExists,
 }
 
 /// The state machine's answer to one log entry.
@@ -313,6 +345,12 @@ pub struct Response {
 pub enum CommandResult {
     Txn(TxnResponse),
     Compacted,
+    /// The lease after a grant or keep-alive.
+    Lease(LeaseRecord),
+    /// A revoke, with the keys it deleted.
+    LeaseRevoked {
+        deleted: u64,
+    },
     /// A non-command entry (blank or membership): nothing to answer.
     None,
 }

@@ -45,8 +45,8 @@ use tokio::sync::watch;
 
 pub use command::{
     prefix_end, ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget,
-    DeleteRequest, DeleteResponse, Event, EventKind, KeyRange, KeyValue, Op, OpResponse,
-    PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
+    DeleteRequest, DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op,
+    OpResponse, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
 };
 pub use error::StoreError;
 pub use log_store::LogStore;
@@ -119,6 +119,28 @@ impl Store {
         self.consistent(|| {
             self.engine
                 .with_snapshot(|view| mvcc::MvccReader::new(view)?.events_after(after, limit))
+        })
+    }
+
+    /// Every lease, by id.
+    pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
+        self.consistent(|| {
+            self.engine
+                .with_snapshot(|view| mvcc::MvccReader::new(view)?.leases())
+        })
+    }
+
+    /// Lease `id` and the keys attached to it, if it exists.
+    pub fn lease(&self, id: i64) -> Result<Option<(LeaseRecord, Vec<Vec<u8>>)>, StoreError> {
+        use apply::MvccRead;
+        self.consistent(|| {
+            self.engine.with_snapshot(|view| {
+                let reader = mvcc::MvccReader::new(view)?;
+                match reader.lease(id)? {
+                    Some(l) => Ok(Some((l, reader.lease_keys(id)?))),
+                    None => Ok(None),
+                }
+            })
         })
     }
 

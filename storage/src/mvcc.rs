@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 
 use crate::apply::{Applied, MvccRead};
-use crate::command::{Event, KeyValue, RangeRequest, RangeResponse, Revision};
+use crate::command::{Event, KeyValue, LeaseRecord, RangeRequest, RangeResponse, Revision};
 use crate::engine::{Batch, Engine, Scan, SnapshotView};
 use crate::error::StoreError;
 use crate::schema::{self, Cf};
@@ -182,6 +182,40 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
     fn compacted_revision(&self) -> Revision {
         self.compacted
     }
+
+    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+        match self.src.get(Cf::Leases, &schema::lease_key(id))? {
+            Some(v) => Ok(Some(bincode::deserialize(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        let prefix = schema::lease_attachment_prefix(id);
+        let end = crate::command::prefix_end(&prefix);
+        let mut keys = Vec::new();
+        for row in self.src.scan(Cf::Leases, &prefix, Some(&end))? {
+            let (k, _) = row?;
+            keys.push(k[prefix.len()..].to_vec());
+        }
+        Ok(keys)
+    }
+}
+
+impl<S: Source + ?Sized> MvccReader<'_, S> {
+    /// Every lease, by id.
+    pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
+        let mut out = Vec::new();
+        for row in self.src.scan(
+            Cf::Leases,
+            &schema::LEASE_RECORDS_START,
+            Some(&schema::LEASE_RECORDS_END),
+        )? {
+            let (_, v) = row?;
+            out.push(bincode::deserialize(&v)?);
+        }
+        Ok(out)
+    }
 }
 
 /// Applies limit / keys_only / count_only while streaming keys in, keeping
@@ -255,6 +289,24 @@ pub(crate) fn stage_applied(
             schema::SM_REVISION,
             &schema::u64_key(revision.0),
         )?;
+    }
+    for (id, lease) in &applied.leases {
+        match lease {
+            Some(record) => batch.put(
+                Cf::Leases,
+                &schema::lease_key(*id),
+                &bincode::serialize(record)?,
+            )?,
+            None => batch.delete(Cf::Leases, &schema::lease_key(*id))?,
+        }
+    }
+    for ((id, key), attached) in &applied.attachments {
+        let row = schema::lease_attachment_key(*id, key);
+        if *attached {
+            batch.put(Cf::Leases, &row, &[])?;
+        } else {
+            batch.delete(Cf::Leases, &row)?;
+        }
     }
     if let Some(to) = applied.compact_to {
         stage_compaction(engine, batch, compacted, to)?;

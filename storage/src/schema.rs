@@ -13,6 +13,8 @@
 //! | `history` | [`history_key`]: escaped user key ++ revision (u64) | `Option<KeyValue>` (`None` = deleted) |
 //! | `events` | revision (u64) | `Vec<Event>`: everything that revision changed |
 //! | `sm_meta` | [`SM_LAST_APPLIED`], [`SM_MEMBERSHIP`], [`SM_REVISION`], ... | state-machine bookkeeping |
+//! | `leases` | [`lease_key`]: `L` ++ id (i64) | [`LeaseRecord`](crate::LeaseRecord) |
+//! | `leases` | [`lease_attachment_key`]: `K` ++ id (i64) ++ user key | empty: the key is attached to the lease |
 
 /// Bumped whenever an encoding below changes incompatibly. A data directory
 /// written with another version is refused at open.
@@ -24,6 +26,7 @@ pub const CF_KV: &str = "kv";
 pub const CF_HISTORY: &str = "history";
 pub const CF_EVENTS: &str = "events";
 pub const CF_SM_META: &str = "sm_meta";
+pub const CF_LEASES: &str = "leases";
 
 /// A column family. The engine maps each to its RocksDB handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,22 +37,24 @@ pub enum Cf {
     History,
     Events,
     SmMeta,
+    Leases,
 }
 
 impl Cf {
     /// Every column family, in the order they are created.
-    pub const ALL: [Cf; 6] = [
+    pub const ALL: [Cf; 7] = [
         Cf::RaftLog,
         Cf::RaftMeta,
         Cf::Kv,
         Cf::History,
         Cf::Events,
         Cf::SmMeta,
+        Cf::Leases,
     ];
 
-    /// The column families that hold MVCC data (what a snapshot carries
-    /// besides the bookkeeping rows of `sm_meta`).
-    pub const MVCC: [Cf; 3] = [Cf::Kv, Cf::History, Cf::Events];
+    /// The column families that hold state-machine data (what a snapshot
+    /// carries besides the bookkeeping rows of `sm_meta`).
+    pub const MVCC: [Cf; 4] = [Cf::Kv, Cf::History, Cf::Events, Cf::Leases];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -59,6 +64,7 @@ impl Cf {
             Cf::History => CF_HISTORY,
             Cf::Events => CF_EVENTS,
             Cf::SmMeta => CF_SM_META,
+            Cf::Leases => CF_LEASES,
         }
     }
 
@@ -71,6 +77,7 @@ impl Cf {
             Cf::History => 3,
             Cf::Events => 4,
             Cf::SmMeta => 5,
+            Cf::Leases => 6,
         }
     }
 
@@ -95,6 +102,33 @@ pub const SM_SNAPSHOT_META: &[u8] = b"snapshot_meta";
 /// Present while a received snapshot is being installed: if the process dies
 /// half-way, the install is redone from the kept file at the next open.
 pub const SM_INSTALLING: &[u8] = b"installing";
+
+/// The `leases` row of lease `id`.
+pub fn lease_key(id: i64) -> [u8; 9] {
+    let mut k = [b'L'; 9];
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The first `leases` row of any lease record (all ids are positive).
+pub const LEASE_RECORDS_START: [u8; 1] = [b'L'];
+/// The end (exclusive) of the lease records.
+pub const LEASE_RECORDS_END: [u8; 1] = [b'L' + 1];
+
+/// The `leases` row recording that `key` is attached to lease `id`.
+pub fn lease_attachment_key(id: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = lease_attachment_prefix(id);
+    k.extend_from_slice(key);
+    k
+}
+
+/// The prefix of every attachment row of lease `id`.
+pub fn lease_attachment_prefix(id: i64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(b'K');
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
 
 pub fn u64_key(n: u64) -> [u8; 8] {
     n.to_be_bytes()
