@@ -29,6 +29,13 @@ impl Reply {
             .unwrap_or(0)
     }
 
+    /// The `X-Kubestore-Read` header: how the server served a read.
+    pub fn read_path(&self) -> Option<&str> {
+        self.headers
+            .get("x-kubestore-read")
+            .and_then(|v| v.to_str().ok())
+    }
+
     /// The names of a list's items.
     pub fn names(&self) -> Vec<String> {
         self.body["items"]

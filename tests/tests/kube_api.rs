@@ -1,7 +1,7 @@
 //! The Kubernetes REST API of a 3-node in-process cluster: verbs through
 //! every node, server-set fields, and kube's exact errors for bad input.
 
-use kubestore_tests::TestCluster;
+use kubestore_tests::{ClusterOptions, TestCluster};
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -648,10 +648,10 @@ async fn discovery_version_health_openapi_and_debug() {
     let metrics = n.get("/metrics").await.expect("metrics");
     assert_eq!(metrics.status, StatusCode::OK);
     for line in [
-        "kubestore_http_requests_total{verb=\"list\",read=\"quorum\",code=\"200\"}",
+        "kubestore_http_requests_total{verb=\"list\",read=\"quorum-cache\",code=\"200\"}",
         "kubestore_http_requests_total{verb=\"create\",read=\"none\",code=\"201\"}",
         "kubestore_http_requests_total{verb=\"get\",read=\"none\",code=\"404\"}",
-        "kubestore_http_request_duration_seconds_bucket{verb=\"list\",read=\"quorum\",le=\"+Inf\"}",
+        "kubestore_http_request_duration_seconds_bucket{verb=\"list\",read=\"quorum-cache\",le=\"+Inf\"}",
         "# TYPE kubestore_raft_is_leader gauge",
         "kubestore_store_revision ",
     ] {
@@ -819,7 +819,15 @@ async fn pages_share_one_snapshot_and_expire_with_compaction() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_modes_by_resource_version_and_match() {
-    let c = cluster().await;
+    let c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            watch_cache_events: 4,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
     let cms = "/api/v1/namespaces/default/configmaps";
     let n1 = c.kube(1);
     let before = n1
@@ -888,30 +896,82 @@ async fn read_modes_by_resource_version_and_match() {
         }
         // How each mode was served.
         for (path, served) in [
-            (cms.to_string(), "quorum"),
-            (format!("{cms}?resourceVersion=0"), "local"),
+            (cms.to_string(), "quorum-cache"),
+            (format!("{cms}?resourceVersion=0"), "cache"),
             (
                 format!("{cms}?resourceVersion={before}&resourceVersionMatch=NotOlderThan"),
-                "local",
+                "cache",
             ),
             (
                 format!("{cms}?resourceVersion={before}&resourceVersionMatch=Exact"),
-                "history",
+                "snapshot",
             ),
-            (format!("{cms}/rm-a"), "quorum"),
+            (
+                format!("{cms}?resourceVersion={before}&limit=10"),
+                "snapshot",
+            ),
+            (format!("{cms}?limit=1"), "quorum-cache"),
+            (format!("{cms}/rm-a"), "quorum-cache"),
+            (format!("{cms}/rm-a?resourceVersion=0"), "cache"),
+            (
+                format!("{cms}/rm-a?resourceVersion={before}&resourceVersionMatch=Exact"),
+                "snapshot",
+            ),
         ] {
             let r = n.get(&path).await.expect("read");
-            let header = r
-                .headers
-                .get("x-kubestore-read")
-                .and_then(|v| v.to_str().ok());
-            assert_eq!(header, Some(served), "node {id} {path}");
+            assert_eq!(r.status, StatusCode::OK, "node {id} {path}: {}", r.text);
+            assert_eq!(r.read_path(), Some(served), "node {id} {path}");
         }
+        // Every page of a paginated list is one snapshot, served from memory.
+        let first = n.get(&format!("{cms}?limit=1")).await.expect("page 1");
+        let token = first.body["metadata"]["continue"]
+            .as_str()
+            .expect("a continue token")
+            .to_string();
+        let second = n
+            .get(&format!("{cms}?limit=1&continue={token}"))
+            .await
+            .expect("page 2");
+        assert_eq!(second.status, StatusCode::OK, "{}", second.text);
+        assert_eq!(second.rv(), first.rv(), "node {id}: pages share a revision");
+        assert_eq!(second.read_path(), Some("snapshot"), "node {id}");
+        assert_eq!(second.names(), vec!["rm-b"]);
         let old = n
             .get(&format!("{cms}/rm-b?resourceVersion={after}"))
             .await
             .expect("get");
         assert_eq!(old.status, StatusCode::OK, "{}", old.text);
+    }
+
+    // Phase 1b: once the cache's ring (4 events per type here) has moved
+    // past a revision, exact reads of it come from the MVCC history.
+    let n1 = c.kube(1);
+    for i in 0..5 {
+        n1.create_configmap("kube-system", &format!("pad-{i}"), "1")
+            .await
+            .expect("pad");
+    }
+    let latest = n1.get(cms).await.expect("list").rv();
+    for id in c.ids() {
+        let n = c.kube(id);
+        let old = n
+            .get(&format!(
+                "{cms}?resourceVersion={before}&resourceVersionMatch=Exact"
+            ))
+            .await
+            .expect("old exact");
+        assert_eq!(old.status, StatusCode::OK, "{}", old.text);
+        assert_eq!(old.read_path(), Some("history"), "node {id}");
+        assert_eq!(old.rv(), before);
+        assert_eq!(old.names(), vec!["rm-a"]);
+        let recent = n
+            .get(&format!(
+                "{cms}?resourceVersion={latest}&resourceVersionMatch=Exact"
+            ))
+            .await
+            .expect("recent exact");
+        assert_eq!(recent.read_path(), Some("snapshot"), "node {id}");
+        assert_eq!(recent.names(), vec!["rm-a", "rm-b"]);
     }
 
     // Phase 2: the invalid combinations.

@@ -208,6 +208,95 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
             "{r} missing from api-resources:\n{resources}"
         );
     }
+    // kubectl get --chunk-size pages through limit/continue.
+    for name in ["page-a", "page-b", "page-c"] {
+        ok(
+            &kubectl(
+                &kubeconfig,
+                "node-1",
+                &["-n", "e2e", "create", "configmap", name],
+            ),
+            "create page",
+        );
+    }
+    let paged = kubectl(
+        &kubeconfig,
+        "node-2",
+        &[
+            "-n",
+            "e2e",
+            "get",
+            "configmaps",
+            "--chunk-size=2",
+            "-o",
+            "name",
+            "-v=6",
+        ],
+    );
+    let names = ok(&paged, "get --chunk-size=2");
+    for name in ["cfg", "from-file", "page-a", "page-b", "page-c"] {
+        assert!(
+            names.contains(&format!("configmap/{name}")),
+            "{name} missing from the paged list: {names}"
+        );
+    }
+    let requests = String::from_utf8_lossy(&paged.stderr);
+    assert!(
+        requests.contains("limit=2") && requests.contains("continue="),
+        "kubectl did not page: {requests}"
+    );
+
+    // kubectl get -w prints events as they happen.
+    let mut watching = tokio::process::Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--context", "node-3"])
+        .args([
+            "-n",
+            "e2e",
+            "get",
+            "configmaps",
+            "-w",
+            "--output-watch-events",
+            "--watch-only",
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl get -w");
+    let mut watch_lines = BufReader::new(watching.stdout.take().expect("stdout")).lines();
+    // The watch is open once kubectl's request is served; create until the
+    // event shows (a create before the watch started is not an event).
+    let seen = tokio::time::timeout(Duration::from_secs(60), async {
+        for i in 0.. {
+            let name = format!("watched-{i}");
+            ok(
+                &kubectl(
+                    &kubeconfig,
+                    "node-1",
+                    &["-n", "e2e", "create", "configmap", &name],
+                ),
+                "create watched",
+            );
+            // kubectl prints a header line first.
+            while let Ok(Ok(Some(line))) =
+                tokio::time::timeout(Duration::from_secs(3), watch_lines.next_line()).await
+            {
+                if line.contains("watched-") {
+                    return line;
+                }
+            }
+        }
+        unreachable!()
+    })
+    .await
+    .expect("kubectl get -w printed no event");
+    assert!(
+        seen.contains("ADDED") && seen.contains("watched-"),
+        "unexpected watch line: {seen}"
+    );
+    watching.kill().await.expect("stop kubectl -w");
+
     ok(
         &kubectl(
             &kubeconfig,

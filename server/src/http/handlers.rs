@@ -3,6 +3,7 @@
 //! with paths exactly as the Kubernetes API concepts define them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -13,11 +14,12 @@ use serde_json::{json, Map, Value};
 use crate::http::negotiate::{self, Rendering};
 use crate::http::status::{ApiError, FieldCause};
 use crate::http::{discovery, metrics, protobuf, table, watch, AppState};
+use crate::kube::cache::CachedObject;
 use crate::kube::object;
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
-use crate::kube::store::{Freshness, Listed, Preconditions};
+use crate::kube::store::{Freshness, Listed, Preconditions, ReadPath};
 
 /// A resource URL, parsed.
 #[derive(Debug)]
@@ -170,11 +172,7 @@ async fn dispatch(
                 .kube
                 .list_page(rt, ns, fresh, &selectors, &page)
                 .await?;
-            let served = if page.token.is_some() {
-                READ_HISTORY
-            } else {
-                read_path(fresh)
-            };
+            let served = listed.served;
             Ok(with_read_path(
                 render_list(rt, listed, rendering, &q),
                 served,
@@ -182,11 +180,14 @@ async fn dispatch(
         }
         (&Method::GET, Some(name)) => {
             let fresh = freshness(&q, false)?;
-            let obj = state.kube.get(rt, ns, name, fresh).await?;
-            Ok(with_read_path(
-                render_object(rt, obj, StatusCode::OK, rendering, &q),
-                read_path(fresh),
-            ))
+            let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
+            let resp = match rendering {
+                Rendering::Json => json_bytes_response(StatusCode::OK, obj.json.clone()),
+                Rendering::Table => {
+                    render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q)
+                }
+            };
+            Ok(with_read_path(resp, served))
         }
         (&Method::POST, None) => {
             if rt.namespaced && ns.is_none() {
@@ -253,27 +254,13 @@ async fn dispatch(
     }
 }
 
-/// The `X-Kubestore-Read` header: how a read was served, so benchmarks and
-/// tests can tell. `quorum`: a linearizable barrier, then this node's
-/// current state; `local`: this node's current state with no network round
-/// (after waiting for it to reach a `NotOlderThan` revision); `history`:
-/// the MVCC history at an exact revision.
+/// The `X-Kubestore-Read` header: how a read was served (see
+/// [`ReadPath`]), so benchmarks and tests can tell.
 pub const READ_HEADER: &str = "x-kubestore-read";
-const READ_QUORUM: &str = "quorum";
-const READ_LOCAL: &str = "local";
-const READ_HISTORY: &str = "history";
 
-fn read_path(fresh: Freshness) -> &'static str {
-    match fresh {
-        Freshness::MostRecent => READ_QUORUM,
-        Freshness::Any | Freshness::NotOlderThan(_) => READ_LOCAL,
-        Freshness::Exact(_) => READ_HISTORY,
-    }
-}
-
-fn with_read_path(mut resp: Response, served: &'static str) -> Response {
+fn with_read_path(mut resp: Response, served: ReadPath) -> Response {
     resp.headers_mut()
-        .insert(READ_HEADER, HeaderValue::from_static(served));
+        .insert(READ_HEADER, HeaderValue::from_static(served.as_str()));
     resp
 }
 
@@ -505,6 +492,52 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     resp
 }
 
+fn json_bytes_response(status: StatusCode, body: bytes::Bytes) -> Response {
+    let mut resp = (status, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Items per chunk of a streamed list body.
+const LIST_CHUNK_ITEMS: usize = 128;
+
+/// A JSON list written to the socket in chunks of pre-encoded items: the
+/// whole list is never encoded into one buffer.
+fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObject>>) -> Response {
+    let head = format!(
+        r#"{{"kind":{},"apiVersion":{},"metadata":{},"items":["#,
+        Value::from(rt.list_kind()),
+        Value::from(rt.api_version()),
+        meta
+    );
+    let items = Arc::new(items);
+    let chunks = items.len().div_ceil(LIST_CHUNK_ITEMS);
+    let body = std::iter::once(bytes::Bytes::from(head))
+        .chain((0..chunks).map(move |c| {
+            let from = c * LIST_CHUNK_ITEMS;
+            let part = &items[from..(from + LIST_CHUNK_ITEMS).min(items.len())];
+            let mut buf = Vec::with_capacity(part.iter().map(|o| o.json.len() + 1).sum());
+            for (i, obj) in part.iter().enumerate() {
+                if from + i > 0 {
+                    buf.push(b',');
+                }
+                buf.extend_from_slice(&obj.json);
+            }
+            bytes::Bytes::from(buf)
+        }))
+        .chain(std::iter::once(bytes::Bytes::from_static(b"]}")))
+        .map(Ok::<_, std::convert::Infallible>);
+    let mut resp = Response::new(Body::from_stream(futures::stream::iter(body)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
 fn render_object(
     rt: &ResourceType,
     obj: Value,
@@ -543,16 +576,17 @@ fn render_list(
         meta["remainingItemCount"] = json!(n);
     }
     match rendering {
-        Rendering::Json => json_response(
-            StatusCode::OK,
-            &json!({
-                "kind": rt.list_kind(),
-                "apiVersion": rt.api_version(),
-                "metadata": meta,
-                "items": listed.items,
-            }),
-        ),
-        Rendering::Table => match table::render(rt, &listed.items, &rv, q) {
+        Rendering::Json => streamed_json_list(rt, &meta, listed.items),
+        Rendering::Table => match table::render(
+            rt,
+            &listed
+                .items
+                .iter()
+                .map(|o| o.object.clone())
+                .collect::<Vec<_>>(),
+            &rv,
+            q,
+        ) {
             Ok(mut t) => {
                 t["metadata"] = meta;
                 json_response(StatusCode::OK, &t)

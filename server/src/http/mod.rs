@@ -33,6 +33,9 @@ pub struct AppState {
     pub bookmark_interval: std::time::Duration,
     /// Request counters and latencies for `/metrics`.
     pub metrics: metrics::Metrics,
+    /// Turns true when the node shuts down: open watches end, so the
+    /// server's graceful shutdown can finish.
+    pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The whole REST surface of a node.

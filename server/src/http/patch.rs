@@ -32,7 +32,13 @@ pub async fn apply(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let current = state.kube.get(rt, ns, name, Freshness::MostRecent).await?;
+        let current = state
+            .kube
+            .get(rt, ns, name, Freshness::MostRecent)
+            .await?
+            .0
+            .object
+            .clone();
         let (obj, own_precondition) = patch_object(rt, ns, name, current, kind, &patch)?;
         match state.kube.update(rt, ns, name, obj).await {
             Err(ApiError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {

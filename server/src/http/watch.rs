@@ -1,12 +1,15 @@
 //! `?watch=1`: a stream of `WatchEvent`s, one JSON object per line.
 //!
-//! Each watcher follows the node's revision-ordered event log (the same on
-//! every node) from its start revision, woken by the applied-state channel
-//! rather than polling. It reads history at its own pace through a bounded
-//! channel to the socket, so a slow watcher only delays itself; it is cut
-//! off (an `ERROR` event with `410 Expired`) only when compaction removed
-//! the history it still needs. A watch resumed on another node from the
-//! last revision it saw therefore misses and repeats nothing.
+//! Each watcher keeps only a cursor (the last revision it delivered) and
+//! pulls events after it from the watch cache's ring, woken by the cache's
+//! revision channel rather than polling; behind the ring, it reads the
+//! node's revision-ordered event log in storage (the same on every node)
+//! until it reaches the ring again. Events go to the socket through a
+//! bounded channel, so a slow watcher only delays itself and never holds
+//! memory beyond that channel; it is cut off (an `ERROR` event with
+//! `410 Expired`) only when compaction removed the history it still needs.
+//! A watch resumed on another node from the last revision it saw therefore
+//! misses and repeats nothing.
 //!
 //! Start: `resourceVersion` unset = the current state at a linearizable
 //! revision as synthetic `ADDED` events, then changes; `"0"` = the same
@@ -17,20 +20,22 @@
 //! changes.
 
 use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use kubestore_storage::{Event, EventKind, KeyRange, RangeRequest, Revision};
+use kubestore_storage::{Event, EventKind, Revision};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::http::negotiate::Rendering;
 use crate::http::status::{ApiError, FieldCause};
 use crate::http::{table, AppState};
-use crate::kube::object;
+use crate::kube::cache::{BehindRing, CachedEvent, CachedObject};
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
 
@@ -194,23 +199,42 @@ pub async fn serve(
 }
 
 impl Watcher {
-    /// Sends one event line; `false` once the client is gone.
+    /// Sends one line; `false` once the client is gone.
+    async fn send_line(&self, line: Bytes) -> bool {
+        self.tx.send(Ok(line)).await.is_ok()
+    }
+
+    /// Sends one event of a freshly built object (bookmarks, errors).
     async fn send(&self, event_type: &str, object: Value) -> bool {
-        let object = match (self.rendering, event_type) {
-            (Rendering::Table, "ADDED" | "MODIFIED" | "DELETED") => {
-                let rv = object
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                table::render(self.rt, std::slice::from_ref(&object), &rv, &HashMap::new())
-                    .unwrap_or(object)
-            }
-            _ => object,
-        };
         let mut line = json!({ "type": event_type, "object": object }).to_string();
         line.push('\n');
-        self.tx.send(Ok(Bytes::from(line))).await.is_ok()
+        self.send_line(Bytes::from(line)).await
+    }
+
+    /// Sends one event of a cached object: its encoded JSON spliced in, or
+    /// a Table row for kubectl.
+    async fn send_object(&self, event_type: &str, obj: &CachedObject) -> bool {
+        match self.rendering {
+            Rendering::Table => {
+                let object = table::render(
+                    self.rt,
+                    std::slice::from_ref(&obj.object),
+                    &obj.revision.to_string(),
+                    &HashMap::new(),
+                )
+                .unwrap_or_else(|_| obj.object.clone());
+                self.send(event_type, object).await
+            }
+            Rendering::Json => {
+                let mut line = Vec::with_capacity(obj.json.len() + 32);
+                line.extend_from_slice(br#"{"type":""#);
+                line.extend_from_slice(event_type.as_bytes());
+                line.extend_from_slice(br#"","object":"#);
+                line.extend_from_slice(&obj.json);
+                line.extend_from_slice(b"}\n");
+                self.send_line(Bytes::from(line)).await
+            }
+        }
     }
 
     async fn send_error(&self, err: ApiError) {
@@ -230,36 +254,36 @@ impl Watcher {
         let Some(mut last) = self.initial(params.start).await else {
             return;
         };
-        let mut applied = self.state.node.store().subscribe();
+        let cache = self.state.kube.cache().clone();
+        let mut cache_revision = cache.subscribe();
+        let stopped = shutting_down(self.state.stop.clone());
+        tokio::pin!(stopped);
         let bookmark_every = self.state.bookmark_interval;
         let mut next_bookmark = tokio::time::Instant::now() + bookmark_every;
         // kube sends a last bookmark shortly before the deadline.
         let final_bookmark = deadline.checked_sub(Duration::from_secs(2));
         loop {
-            // Drain everything already applied before waiting.
+            // Drain everything the cache (or, behind its ring, storage) has.
             loop {
-                match self
-                    .state
-                    .node
-                    .store()
-                    .events_after(Revision(last), EVENT_BATCH)
-                {
-                    Ok(batch) if batch.is_empty() => break,
-                    Ok(batch) => {
-                        for (rev, events) in batch {
-                            for event in &events {
-                                if !self.deliver(event).await {
-                                    return;
-                                }
+                match cache.events_after(self.rt, last, EVENT_BATCH) {
+                    Ok((events, upto)) => {
+                        let empty = events.is_empty();
+                        for event in &events {
+                            if !self.deliver_cached(event).await {
+                                return;
                             }
-                            last = rev.0;
+                        }
+                        last = last.max(upto);
+                        if empty {
+                            break;
                         }
                     }
-                    Err(kubestore_storage::StoreError::Compacted { compacted, .. }) => {
-                        return self.send_error(too_old(last, compacted.0)).await;
-                    }
-                    Err(kubestore_storage::StoreError::Installing) => break,
-                    Err(e) => return self.send_error(ApiError::from(e)).await,
+                    Err(BehindRing { .. }) => match self.from_history(last).await {
+                        Ok(Some(next)) => last = next,
+                        Ok(None) => break,
+                        Err(Gone::ClientLeft) => return,
+                        Err(Gone::Error(e)) => return self.send_error(e).await,
+                    },
                 }
             }
             let bookmark_at = match final_bookmark {
@@ -267,7 +291,7 @@ impl Watcher {
                 _ => next_bookmark,
             };
             tokio::select! {
-                changed = applied.changed() => {
+                changed = cache_revision.changed() => {
                     if changed.is_err() {
                         return;
                     }
@@ -282,17 +306,49 @@ impl Watcher {
                 }
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = self.tx.closed() => return,
+                _ = &mut stopped => return,
             }
+        }
+    }
+
+    /// One batch of events after `last` from storage history, for a
+    /// watcher older than the cache's ring. The revision delivered up to,
+    /// or `None` when storage has nothing newer yet.
+    async fn from_history(&self, last: u64) -> Result<Option<u64>, Gone> {
+        match self
+            .state
+            .node
+            .store()
+            .events_after(Revision(last), EVENT_BATCH)
+        {
+            Ok(batch) if batch.is_empty() => Ok(None),
+            Ok(batch) => {
+                let mut upto = last;
+                for (rev, events) in batch {
+                    for event in &events {
+                        if !self.deliver_stored(event).await {
+                            return Err(Gone::ClientLeft);
+                        }
+                    }
+                    upto = rev.0;
+                }
+                Ok(Some(upto))
+            }
+            Err(kubestore_storage::StoreError::Compacted { compacted, .. }) => {
+                Err(Gone::Error(too_old(last, compacted.0)))
+            }
+            Err(kubestore_storage::StoreError::Installing) => Ok(None),
+            Err(e) => Err(Gone::Error(ApiError::from(e))),
         }
     }
 
     /// Sends the initial state if asked for; returns the revision to follow
     /// from, or `None` if the watch ended.
     async fn initial(&self, start: Start) -> Option<u64> {
-        let store = self.state.node.store();
+        let kube = &self.state.kube;
         match start {
             Start::After(rv) => {
-                if let Err(e) = self.state.kube.wait_for_revision(rv).await {
+                if let Err(e) = kube.wait_for_revision(rv).await {
                     self.send_error(e).await;
                     return None;
                 }
@@ -304,74 +360,102 @@ impl Watcher {
                 streaming,
             } => {
                 if let Some(rv) = at_least {
-                    if let Err(e) = self.state.kube.wait_for_revision(rv).await {
+                    if let Err(e) = kube.wait_for_revision(rv).await {
                         self.send_error(e).await;
                         return None;
                     }
                 }
                 if linearizable {
-                    if let Err(e) = self.state.node.linearizable_barrier().await {
-                        self.send_error(e.into()).await;
+                    if let Err(e) = kube.quorum_revision().await {
+                        self.send_error(e).await;
                         return None;
                     }
                 }
-                let listed = store.range(&RangeRequest {
-                    range: KeyRange::prefix(self.prefix.clone()),
-                    ..RangeRequest::default()
-                });
-                let listed = match listed {
-                    Ok(l) => l,
-                    Err(e) => {
-                        self.send_error(e.into()).await;
+                let (objects, revision) = kube.cache().current(self.rt);
+                let prefix = String::from_utf8_lossy(&self.prefix).into_owned();
+                let matching = objects
+                    .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                    .map(|(_, o)| o)
+                    .filter(|o| self.selectors.matches(&o.object));
+                for obj in matching {
+                    if !self.send_object("ADDED", obj).await {
                         return None;
-                    }
-                };
-                for kv in &listed.kvs {
-                    if let Some(obj) =
-                        object::from_stored(self.rt, &kv.key, &kv.value, kv.mod_revision.0)
-                    {
-                        if self.selectors.matches(&obj) && !self.send("ADDED", obj).await {
-                            return None;
-                        }
                     }
                 }
                 if streaming && self.bookmarks {
-                    let mut end = self.bookmark(listed.revision.0);
+                    let mut end = self.bookmark(revision);
                     end["metadata"]["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
                     if !self.send("BOOKMARK", end).await {
                         return None;
                     }
                 }
-                Some(listed.revision.0)
+                Some(revision)
             }
         }
     }
 
-    /// Turns one stored event into at most one watch event, applying the
+    /// Turns one cached event into at most one watch event, applying the
     /// selectors' transitions as kube does. `false` once the client is gone.
-    async fn deliver(&self, event: &Event) -> bool {
+    async fn deliver_cached(&self, event: &CachedEvent) -> bool {
+        let in_scope = |o: &&Arc<CachedObject>| o.key.as_bytes().starts_with(&self.prefix);
+        let matches = |o: &&Arc<CachedObject>| self.selectors.matches(&o.object);
+        let old = event.prev.as_ref().filter(in_scope).filter(matches);
+        let new = match event.kind {
+            EventKind::Put => event.object.as_ref().filter(in_scope).filter(matches),
+            EventKind::Delete => None,
+        };
+        match (old, new) {
+            (None, Some(new)) => self.send_object("ADDED", new).await,
+            (Some(_), Some(new)) => self.send_object("MODIFIED", new).await,
+            // The last matching state, with the revision that removed it.
+            (Some(old), None) => {
+                let shown = match (event.kind, &event.object) {
+                    (EventKind::Delete, Some(tombstone)) => Some(tombstone.clone()),
+                    _ => old.at_revision(event.revision).map(Arc::new),
+                };
+                match shown {
+                    Some(obj) => self.send_object("DELETED", &obj).await,
+                    None => true,
+                }
+            }
+            (None, None) => true,
+        }
+    }
+
+    /// The same for an event read from storage history.
+    async fn deliver_stored(&self, event: &Event) -> bool {
         if !event.kv.key.starts_with(&self.prefix) {
             return true;
         }
         let rev = event.kv.mod_revision.0;
-        let old = event
-            .prev_kv
-            .as_ref()
-            .and_then(|p| object::from_stored(self.rt, &p.key, &p.value, rev))
-            .filter(|o| self.selectors.matches(o));
+        let decode = |kv: &kubestore_storage::KeyValue| {
+            CachedObject::decode(self.rt, &kv.key, &kv.value, rev)
+                .filter(|o| self.selectors.matches(&o.object))
+        };
+        let old = event.prev_kv.as_ref().and_then(decode);
         let new = match event.kind {
-            EventKind::Put => object::from_stored(self.rt, &event.kv.key, &event.kv.value, rev)
-                .filter(|o| self.selectors.matches(o)),
+            EventKind::Put => decode(&event.kv),
             EventKind::Delete => None,
         };
         match (old, new) {
-            (None, Some(new)) => self.send("ADDED", new).await,
-            (Some(_), Some(new)) => self.send("MODIFIED", new).await,
-            // The last matching state, with the revision that removed it.
-            (Some(old), None) => self.send("DELETED", old).await,
+            (None, Some(new)) => self.send_object("ADDED", &new).await,
+            (Some(_), Some(new)) => self.send_object("MODIFIED", &new).await,
+            (Some(old), None) => self.send_object("DELETED", &old).await,
             (None, None) => true,
         }
     }
+}
+
+/// Resolves once the node is shutting down.
+async fn shutting_down(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Why a watch ends early.
+enum Gone {
+    ClientLeft,
+    Error(ApiError),
 }
 
 fn too_old(requested: u64, compacted: u64) -> ApiError {

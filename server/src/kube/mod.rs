@@ -2,6 +2,7 @@
 //! objects and their server-set fields, selectors, and the verbs as
 //! transactions.
 
+pub mod cache;
 pub mod object;
 pub mod paging;
 pub mod resources;

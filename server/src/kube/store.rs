@@ -6,15 +6,19 @@
 //! preconditions are decided inside the state machine, so a conflict is
 //! decided once, identically on every node.
 
+use std::ops::Bound;
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
 
-use kubestore_raft::RaftNode;
+use kubestore_raft::{RaftNode, RaftNodeError};
 use kubestore_storage::{
     Command, CommandResult, Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, KeyValue,
     Op, OpResponse, PutRequest, RangeRequest, Response, Revision, Txn, TxnResponse,
 };
 
 use crate::http::status::ApiError;
+use crate::kube::cache::{CachedObject, Objects, WatchCache};
 use crate::kube::object;
 use crate::kube::paging::{self, ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
@@ -43,15 +47,48 @@ pub enum Freshness {
 /// answering `504` (kube's watch cache waits 3 s too).
 const TOO_LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// How long a most-recent read waits for the watch cache to reach the
+/// revision the read barrier returned (it is normally already there).
+const CACHE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How a read was served; the `X-Kubestore-Read` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadPath {
+    /// This node's watch cache, no network round (`Any`, `NotOlderThan`,
+    /// a continue token at the latest revision).
+    Cache,
+    /// A linearizable read barrier, then the watch cache once it reached
+    /// the barrier's revision (`Most Recent`).
+    QuorumCache,
+    /// A retained watch-cache snapshot at an exact revision (`Exact`,
+    /// continue tokens).
+    Snapshot,
+    /// The MVCC history in storage at an exact revision older than the
+    /// cache retains.
+    History,
+}
+
+impl ReadPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadPath::Cache => "cache",
+            ReadPath::QuorumCache => "quorum-cache",
+            ReadPath::Snapshot => "snapshot",
+            ReadPath::History => "history",
+        }
+    }
+}
+
 /// A list result: the items (as clients see them) and the revision read at.
 #[derive(Debug)]
 pub struct Listed {
-    pub items: Vec<Value>,
+    pub items: Vec<Arc<CachedObject>>,
     pub revision: Revision,
     /// Set when more items follow: the token for the next page.
     pub continue_token: Option<String>,
     /// How many items follow this page (only without selectors).
     pub remaining: Option<u64>,
+    pub served: ReadPath,
 }
 
 /// Optional preconditions of a delete (`DeleteOptions.preconditions`).
@@ -61,10 +98,24 @@ pub struct Preconditions {
     pub resource_version: Option<u64>,
 }
 
-/// The Kubernetes object store of one node.
+/// The Kubernetes object store of one node: writes through Raft, reads
+/// from the watch cache (or the MVCC history for old revisions).
 #[derive(Debug, Clone)]
 pub struct KubeStore {
     node: RaftNode,
+    cache: WatchCache,
+}
+
+/// Where a read finds its objects.
+enum View {
+    /// A watch-cache map of the type at `revision`.
+    Cached {
+        objects: Objects,
+        revision: u64,
+        served: ReadPath,
+    },
+    /// Storage's MVCC history at this revision.
+    History(u64),
 }
 
 fn range_one(key: &str) -> Op {
@@ -102,50 +153,107 @@ fn range_kvs(resp: &TxnResponse, i: usize) -> &[KeyValue] {
     }
 }
 
+/// One page from a map of objects: up to `limit` matches (all with 0)
+/// from key `start` within `prefix`; the key of the next match, if any, and
+/// how many objects follow (without selectors).
+fn page_of(
+    objects: &Objects,
+    prefix: &str,
+    start: &str,
+    selectors: &Selectors,
+    limit: u64,
+) -> (Vec<Arc<CachedObject>>, Option<String>, Option<u64>) {
+    let mut items = Vec::new();
+    let mut rest = objects
+        .range::<_, str>((Bound::Included(start), Bound::Unbounded))
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .map(|(_, o)| o)
+        .filter(|o| selectors.matches(&o.object));
+    while let Some(obj) = rest.next() {
+        if limit > 0 && items.len() as u64 == limit {
+            let remaining = selectors.is_empty().then(|| 1 + rest.count() as u64);
+            return (items, Some(obj.key.clone()), remaining);
+        }
+        items.push(obj.clone());
+    }
+    (items, None, None)
+}
+
 impl KubeStore {
-    pub fn new(node: RaftNode) -> Self {
-        Self { node }
+    pub fn new(node: RaftNode, cache: WatchCache) -> Self {
+        Self { node, cache }
     }
 
-    /// Waits until this node may serve a read of `freshness`; returns the
-    /// revision to read at (`None`: the current state).
-    async fn settle(&self, freshness: Freshness) -> Result<Option<Revision>, ApiError> {
-        match freshness {
-            Freshness::MostRecent => {
-                self.node.linearizable_barrier().await?;
-                Ok(None)
-            }
-            Freshness::Any => Ok(None),
-            Freshness::NotOlderThan(rv) => {
-                self.wait_for_revision(rv).await?;
-                Ok(None)
-            }
-            Freshness::Exact(rv) => {
-                self.wait_for_revision(rv).await?;
-                Ok(Some(Revision(rv)))
-            }
-        }
+    /// The node's watch cache.
+    pub fn cache(&self) -> &WatchCache {
+        &self.cache
     }
 
-    /// Waits (3 s at most) for this node to reach revision `rv`; then
-    /// `504` Too large resource version, as kube answers.
+    /// Waits (3 s at most) for this node's watch cache to reach revision
+    /// `rv`; then `504` Too large resource version, as kube answers.
     pub async fn wait_for_revision(&self, rv: u64) -> Result<(), ApiError> {
-        let mut applied = self.node.store().subscribe();
-        let current = applied.borrow().revision.0;
-        if current >= rv {
-            return Ok(());
-        }
-        let reached = matches!(
-            tokio::time::timeout(TOO_LARGE_WAIT, applied.wait_for(|s| s.revision.0 >= rv)).await,
-            Ok(Ok(_))
-        );
-        if reached {
+        if self.cache.wait_for(rv, TOO_LARGE_WAIT).await {
             Ok(())
         } else {
             Err(ApiError::TooLargeResourceVersion {
                 requested: rv,
-                current: self.node.store().applied().revision.0,
+                current: self.cache.revision(),
             })
+        }
+    }
+
+    /// A linearizable read point: the barrier, then the cache caught up to
+    /// it. Returns the revision to read at.
+    pub async fn quorum_revision(&self) -> Result<u64, ApiError> {
+        let applied = self.node.linearizable_barrier().await?;
+        if !self
+            .cache
+            .wait_for(applied.revision.0, CACHE_CATCH_UP)
+            .await
+        {
+            return Err(ApiError::from(RaftNodeError::Timeout(
+                "the watch cache to reach the read barrier",
+            )));
+        }
+        Ok(applied.revision.0)
+    }
+
+    /// Where a read of `freshness` finds the type's objects.
+    async fn view(&self, rt: &ResourceType, freshness: Freshness) -> Result<View, ApiError> {
+        let current = |served| {
+            let (objects, revision) = self.cache.current(rt);
+            View::Cached {
+                objects,
+                revision,
+                served,
+            }
+        };
+        Ok(match freshness {
+            Freshness::MostRecent => {
+                self.quorum_revision().await?;
+                current(ReadPath::QuorumCache)
+            }
+            Freshness::Any => current(ReadPath::Cache),
+            Freshness::NotOlderThan(rv) => {
+                self.wait_for_revision(rv).await?;
+                current(ReadPath::Cache)
+            }
+            Freshness::Exact(rv) => {
+                self.wait_for_revision(rv).await?;
+                self.exact(rt, rv)
+            }
+        })
+    }
+
+    /// The type at exactly `rv`: a retained cache snapshot, else history.
+    fn exact(&self, rt: &ResourceType, rv: u64) -> View {
+        match self.cache.snapshot_at(rt, rv) {
+            Some(objects) => View::Cached {
+                objects,
+                revision: rv,
+                served: ReadPath::Snapshot,
+            },
+            None => View::History(rv),
         }
     }
 
@@ -161,7 +269,7 @@ impl KubeStore {
         object::from_stored(rt, &kv.key, &kv.value, kv.mod_revision.0)
     }
 
-    /// One object, or `NotFound`.
+    /// One object, or `NotFound`, and how it was read.
     #[tracing::instrument(level = "debug", skip(self, rt), fields(resource = rt.plural))]
     pub async fn get(
         &self,
@@ -169,21 +277,32 @@ impl KubeStore {
         ns: Option<&str>,
         name: &str,
         freshness: Freshness,
-    ) -> Result<Value, ApiError> {
-        let at = self.settle(freshness).await?;
-        let resp = self
-            .node
-            .store()
-            .range(&RangeRequest {
-                range: KeyRange::single(rt.key(ns, name).into_bytes()),
-                revision: at,
-                ..RangeRequest::default()
-            })
-            .map_err(list_too_old)?;
-        resp.kvs
-            .first()
-            .and_then(|kv| Self::decode(rt, kv))
-            .ok_or_else(|| ApiError::not_found(rt, name))
+    ) -> Result<(Arc<CachedObject>, ReadPath), ApiError> {
+        let key = rt.key(ns, name);
+        match self.view(rt, freshness).await? {
+            View::Cached {
+                objects, served, ..
+            } => objects
+                .get(&key)
+                .map(|o| (o.clone(), served))
+                .ok_or_else(|| ApiError::not_found(rt, name)),
+            View::History(rv) => {
+                let resp = self
+                    .node
+                    .store()
+                    .range(&RangeRequest {
+                        range: KeyRange::single(key.into_bytes()),
+                        revision: Some(Revision(rv)),
+                        ..RangeRequest::default()
+                    })
+                    .map_err(list_too_old)?;
+                resp.kvs
+                    .first()
+                    .and_then(|kv| CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0))
+                    .map(|o| (Arc::new(o), ReadPath::History))
+                    .ok_or_else(|| ApiError::not_found(rt, name))
+            }
+        }
     }
 
     /// Every object of a collection that matches `selectors`, in key order.
@@ -201,7 +320,8 @@ impl KubeStore {
 
     /// One page of a collection. Without a continue token the page is read
     /// at the freshness asked for; with one, at the token's revision, so
-    /// every page shows the same snapshot.
+    /// every page shows the same snapshot (from the cache while it retains
+    /// that revision, then from history, then `410`).
     #[tracing::instrument(level = "debug", skip(self, rt, selectors, page), fields(resource = rt.plural))]
     pub async fn list_page(
         &self,
@@ -212,18 +332,73 @@ impl KubeStore {
         page: &PageRequest,
     ) -> Result<Listed, ApiError> {
         let prefix = rt.collection_prefix(ns);
-        let (mut start, mut revision) = match &page.token {
-            Some(t) => (
-                format!("{prefix}{}", t.start).into_bytes(),
-                t.revision.map(Revision),
-            ),
-            None => (prefix.clone().into_bytes(), self.settle(freshness).await?),
+        let (start, view) = match &page.token {
+            Some(t) => {
+                let view = match t.revision {
+                    Some(rv) => self.exact(rt, rv),
+                    None => {
+                        let (objects, revision) = self.cache.current(rt);
+                        View::Cached {
+                            objects,
+                            revision,
+                            served: ReadPath::Cache,
+                        }
+                    }
+                };
+                (format!("{prefix}{}", t.start), view)
+            }
+            None => (prefix.clone(), self.view(rt, freshness).await?),
         };
+        let (items, next, remaining, revision, served) = match view {
+            View::Cached {
+                objects,
+                revision,
+                served,
+            } => {
+                let (items, next, remaining) =
+                    page_of(&objects, &prefix, &start, selectors, page.limit);
+                (items, next, remaining, revision, served)
+            }
+            View::History(rv) => {
+                let (items, next, remaining) = self
+                    .page_from_history(rt, &prefix, start, rv, selectors, page)
+                    .await?;
+                (items, next, remaining, rv, ReadPath::History)
+            }
+        };
+        let continue_token = next.map(|key| {
+            ContinueToken {
+                revision: Some(revision),
+                start: key[prefix.len()..].to_string(),
+            }
+            .encode()
+        });
+        Ok(Listed {
+            items,
+            revision: Revision(revision),
+            continue_token,
+            remaining,
+            served,
+        })
+    }
+
+    /// A page read from the MVCC history at `rv`: for exact revisions the
+    /// cache no longer retains. `410` once compacted.
+    async fn page_from_history(
+        &self,
+        rt: &ResourceType,
+        prefix: &str,
+        start: String,
+        rv: u64,
+        selectors: &Selectors,
+        page: &PageRequest,
+    ) -> Result<(Vec<Arc<CachedObject>>, Option<String>, Option<u64>), ApiError> {
+        let mut start = start.into_bytes();
         let end = kubestore_storage::prefix_end(prefix.as_bytes());
         let limit = page.limit;
         let mut items = Vec::new();
         let mut remaining = None;
-        let mut next_start: Option<Vec<u8>> = None;
+        let mut next: Option<String> = None;
         // With selectors a chunk may match fewer than `limit`: read on.
         loop {
             let resp = self
@@ -235,7 +410,7 @@ impl KubeStore {
                         range_end: end.clone(),
                     },
                     limit: if limit > 0 { limit.max(64) } else { 0 },
-                    revision,
+                    revision: Some(Revision(rv)),
                     ..RangeRequest::default()
                 })
                 .map_err(|e| match e {
@@ -251,21 +426,22 @@ impl KubeStore {
                     }
                     other => list_too_old(other),
                 })?;
-            revision = Some(resp.revision);
             let total = resp.count;
             let mut taken = 0u64;
             for kv in &resp.kvs {
                 taken += 1;
                 if limit > 0 && items.len() as u64 == limit {
                     // One more match exists beyond the page.
-                    next_start = Some(kv.key.clone());
+                    next = Some(String::from_utf8_lossy(&kv.key).into_owned());
                     break;
                 }
-                if let Some(obj) = Self::decode(rt, kv).filter(|o| selectors.matches(o)) {
-                    items.push(obj);
+                if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0)
+                    .filter(|o| selectors.matches(&o.object))
+                {
+                    items.push(Arc::new(obj));
                 }
             }
-            if next_start.is_some() {
+            if next.is_some() {
                 if selectors.is_empty() {
                     remaining = Some(total - (taken - 1));
                 }
@@ -279,20 +455,7 @@ impl KubeStore {
                 _ => break,
             }
         }
-        let revision = revision.unwrap_or_default();
-        let continue_token = next_start.map(|key| {
-            ContinueToken {
-                revision: Some(revision.0),
-                start: String::from_utf8_lossy(&key[prefix.len()..]).into_owned(),
-            }
-            .encode()
-        });
-        Ok(Listed {
-            items,
-            revision,
-            continue_token,
-            remaining,
-        })
+        Ok((items, next, remaining))
     }
 
     /// Creates `obj` (already validated and prepared). The namespace of a
@@ -378,7 +541,7 @@ impl KubeStore {
         };
         // The state to update: most recent, so a follower that lags does not
         // answer 404 for an object it has not applied yet.
-        self.settle(Freshness::MostRecent).await?;
+        self.node.linearizable_barrier().await?;
         let mut next = self.read_key(&key)?.0;
         for _ in 0..UPDATE_RETRIES {
             let Some(current) = next.take() else {
@@ -439,7 +602,7 @@ impl KubeStore {
             });
         }
         let key = rt.key(ns, name);
-        self.settle(Freshness::MostRecent).await?;
+        self.node.linearizable_barrier().await?;
         let mut next = self.read_key(&key)?.0;
         for _ in 0..UPDATE_RETRIES {
             let Some(current) = next.take() else {
@@ -511,7 +674,8 @@ impl KubeStore {
             let mut compare = Vec::new();
             let mut success = Vec::new();
             let mut deleted = Vec::new();
-            for item in listed.items {
+            for cached in listed.items {
+                let item = &cached.object;
                 let name = item
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -529,7 +693,9 @@ impl KubeStore {
                         .delete(rt, None, &name, &Preconditions::default())
                         .await
                     {
-                        Ok(last) => deleted.push(last),
+                        Ok(last) => {
+                            deleted.extend(CachedObject::from_value(last.clone()).map(Arc::new))
+                        }
                         Err(ApiError::NotFound { .. }) => {}
                         Err(e) => return Err(e),
                     }
@@ -546,7 +712,7 @@ impl KubeStore {
                     range: KeyRange::single(key.into_bytes()),
                     prev_kv: false,
                 }));
-                deleted.push(item);
+                deleted.push(cached.clone());
             }
             if success.is_empty() {
                 let revision = self.node.store().applied().revision;
@@ -555,6 +721,7 @@ impl KubeStore {
                     revision,
                     continue_token: None,
                     remaining: None,
+                    served: ReadPath::QuorumCache,
                 });
             }
             let txn = Txn {
@@ -569,6 +736,7 @@ impl KubeStore {
                     revision,
                     continue_token: None,
                     remaining: None,
+                    served: ReadPath::QuorumCache,
                 });
             }
         }

@@ -1,0 +1,514 @@
+//! The watch cache: every node's in-memory view of its Kubernetes objects.
+//!
+//! Per resource type it holds the current objects (a persistent ordered
+//! map keyed by the etcd key, so a namespace is a key range) and a ring of
+//! recent events, each paired with an immutable snapshot of the type's
+//! objects right after that revision (structural sharing makes one per
+//! revision cheap). Reads at the current state, at any retained revision
+//! (Exact, continue tokens) and watches from a retained revision are served
+//! from memory; older ones fall back to the MVCC history in storage.
+//!
+//! Invariants:
+//! - The cache is fed by one task that reads the state machine's
+//!   revision-ordered event log from the cache's own revision on, so it
+//!   never skips or reorders a revision. [`WatchCache::revision`] is the
+//!   revision every type is complete up to, quiet types included: it moves
+//!   to the store's applied revision even when no event touched a type.
+//! - A type's ring holds every event of that type after its `base`
+//!   revision, and a snapshot for `base` and for each of those revisions.
+//! - When a Raft snapshot replaces the whole state (or history the cache
+//!   still needed was compacted), the cache is rebuilt from one consistent
+//!   read of storage and the rings restart at that revision.
+//! - The lock is never held across an await; readers clone a snapshot
+//!   (O(1)) and iterate it unlocked.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use imbl::OrdMap;
+use kubestore_storage::{Event, EventKind, KeyRange, RangeRequest, Revision, Store, StoreError};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::kube::object;
+use crate::kube::resources::{ResourceType, RESOURCES};
+
+/// Revisions read from the event log per step while feeding the cache.
+const FEED_BATCH: usize = 512;
+/// Every key the cache mirrors starts with this.
+const REGISTRY_PREFIX: &str = "/registry/";
+
+/// One object as clients see it: the decoded value with `kind`,
+/// `apiVersion` and `metadata.resourceVersion`, and the same encoded as
+/// JSON once, so lists and watches write bytes instead of re-encoding.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub key: String,
+    /// The revision that last modified it (its resourceVersion).
+    pub revision: u64,
+    pub object: Value,
+    pub json: Bytes,
+}
+
+impl CachedObject {
+    /// Decodes a stored value; `None` (logged) when it is not an object.
+    pub fn decode(rt: &ResourceType, key: &[u8], value: &[u8], revision: u64) -> Option<Self> {
+        let object = object::from_stored(rt, key, value, revision)?;
+        let json = Bytes::from(serde_json::to_vec(&object).ok()?);
+        Some(Self {
+            key: String::from_utf8_lossy(key).into_owned(),
+            revision,
+            object,
+            json,
+        })
+    }
+}
+
+impl CachedObject {
+    /// Wraps an object already in client form (e.g. a delete's last state).
+    pub fn from_value(object: Value) -> Option<Self> {
+        let json = Bytes::from(serde_json::to_vec(&object).ok()?);
+        let meta = |f: &str| {
+            object
+                .pointer(&format!("/metadata/{f}"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let revision = meta("resourceVersion")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        Some(Self {
+            key: meta("name").unwrap_or_default(),
+            revision,
+            object,
+            json,
+        })
+    }
+
+    /// The same object shown at another revision: a DELETED event carries
+    /// the last state with the revision that removed it.
+    pub fn at_revision(&self, revision: u64) -> Option<Self> {
+        let mut object = self.object.clone();
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert(
+                "resourceVersion".into(),
+                Value::String(revision.to_string()),
+            );
+        }
+        let json = Bytes::from(serde_json::to_vec(&object).ok()?);
+        Some(Self {
+            key: self.key.clone(),
+            revision,
+            object,
+            json,
+        })
+    }
+}
+
+/// A type's objects at one revision, keyed by etcd key.
+pub type Objects = OrdMap<String, Arc<CachedObject>>;
+
+/// One change to one object, with the states on either side.
+#[derive(Debug, Clone)]
+pub struct CachedEvent {
+    pub revision: u64,
+    pub kind: EventKind,
+    /// Put: the new state (`None` if the value is not an object). Delete:
+    /// the last state at the deletion's revision, as DELETED shows it.
+    pub object: Option<Arc<CachedObject>>,
+    /// The state before, if there was one.
+    pub prev: Option<Arc<CachedObject>>,
+}
+
+/// How much history the rings keep (`--watch-cache-events`,
+/// `--watch-cache-seconds`). kube keeps 100 events per type and at least
+/// 75 s; a ring of pointers is cheap, so the defaults keep more and let
+/// resumed watches stay in memory.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheLimits {
+    /// Events kept per type.
+    pub max_events: usize,
+    /// Events older than this are dropped.
+    pub max_age: Duration,
+}
+
+/// The answer of [`WatchCache::events_after`] when the ring no longer
+/// holds the requested start: read storage history instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BehindRing {
+    /// The oldest revision the ring can resume from.
+    pub base: u64,
+}
+
+struct TypeCache {
+    rt: &'static ResourceType,
+    prefix: String,
+    objects: Objects,
+    /// The oldest revision a snapshot is retained for.
+    base: u64,
+    /// `(revision, objects after it)`, oldest first; the first is `base`.
+    snapshots: VecDeque<(u64, Objects)>,
+    /// Every event of the type after `base`, with when it arrived.
+    events: VecDeque<(Instant, CachedEvent)>,
+}
+
+impl TypeCache {
+    fn new(rt: &'static ResourceType, objects: Objects, revision: u64) -> Self {
+        Self {
+            rt,
+            prefix: rt.collection_prefix(None),
+            objects: objects.clone(),
+            base: revision,
+            snapshots: VecDeque::from([(revision, objects)]),
+            events: VecDeque::new(),
+        }
+    }
+
+    fn apply(&mut self, event: &Event, now: Instant) {
+        let revision = event.kv.mod_revision.0;
+        let key = String::from_utf8_lossy(&event.kv.key).into_owned();
+        let prev = self.objects.get(&key).cloned();
+        let object = match event.kind {
+            EventKind::Put => {
+                CachedObject::decode(self.rt, &event.kv.key, &event.kv.value, revision)
+                    .map(Arc::new)
+            }
+            EventKind::Delete => None,
+        };
+        match &object {
+            Some(obj) => {
+                self.objects.insert(key, obj.clone());
+            }
+            None => {
+                self.objects.remove(&key);
+            }
+        }
+        // A delete shows the last state at the deletion's revision.
+        let object = match event.kind {
+            EventKind::Put => object,
+            EventKind::Delete => prev
+                .as_ref()
+                .and_then(|p| p.at_revision(revision))
+                .map(Arc::new),
+        };
+        self.events.push_back((
+            now,
+            CachedEvent {
+                revision,
+                kind: event.kind,
+                object,
+                prev,
+            },
+        ));
+    }
+
+    /// Records the snapshot after `revision` (once per revision that
+    /// touched the type) and trims the ring to its limits.
+    fn seal(&mut self, revision: u64, limits: &CacheLimits, now: Instant) {
+        if self.snapshots.back().map(|(r, _)| *r) != Some(revision) {
+            self.snapshots.push_back((revision, self.objects.clone()));
+        }
+        let too_old = |at: &Instant| now.duration_since(*at) > limits.max_age;
+        while self
+            .events
+            .front()
+            .is_some_and(|(at, _)| self.events.len() > limits.max_events || too_old(at))
+        {
+            // Drop whole revisions: the snapshot of the dropped revision
+            // becomes the new base.
+            let Some(dropped) = self.events.front().map(|(_, e)| e.revision) else {
+                break;
+            };
+            while self
+                .events
+                .front()
+                .is_some_and(|(_, e)| e.revision == dropped)
+            {
+                self.events.pop_front();
+            }
+            while self.snapshots.len() > 1 && self.snapshots[1].0 <= dropped {
+                self.snapshots.pop_front();
+            }
+            self.base = self.snapshots[0].0;
+        }
+    }
+
+    fn snapshot_at(&self, revision: u64) -> Option<Objects> {
+        if revision < self.base {
+            return None;
+        }
+        let i = self.snapshots.partition_point(|(r, _)| *r <= revision);
+        self.snapshots
+            .get(i.checked_sub(1)?)
+            .map(|(_, o)| o.clone())
+    }
+}
+
+struct CacheState {
+    /// Every type is complete up to this revision.
+    revision: u64,
+    /// The store's reset counter this cache was built for.
+    resets: u64,
+    types: Vec<TypeCache>,
+}
+
+impl CacheState {
+    fn type_of(&mut self, key: &[u8]) -> Option<&mut TypeCache> {
+        self.types
+            .iter_mut()
+            .find(|t| key.starts_with(t.prefix.as_bytes()))
+    }
+
+    fn find(&self, rt: &ResourceType) -> Option<&TypeCache> {
+        self.types.iter().find(|t| std::ptr::eq(t.rt, rt))
+    }
+}
+
+/// The node's watch cache; cheap to clone.
+#[derive(Clone)]
+pub struct WatchCache {
+    state: Arc<RwLock<CacheState>>,
+    revision: watch::Sender<u64>,
+    store: Store,
+    limits: CacheLimits,
+}
+
+impl std::fmt::Debug for WatchCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchCache")
+            .field("revision", &*self.revision.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WatchCache {
+    /// An empty cache over `store`; [`WatchCache::run`] fills and feeds it.
+    pub fn new(store: Store, limits: CacheLimits) -> Self {
+        let types = RESOURCES
+            .iter()
+            .map(|rt| TypeCache::new(rt, Objects::new(), 0))
+            .collect();
+        Self {
+            state: Arc::new(RwLock::new(CacheState {
+                revision: 0,
+                resets: u64::MAX,
+                types,
+            })),
+            revision: watch::channel(0).0,
+            store,
+            limits,
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, CacheState> {
+        // A panic while holding the lock cannot leave a half-applied
+        // revision visible (revision is set last), so poison is ignored.
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, CacheState> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The revision the cache is complete up to.
+    pub fn revision(&self) -> u64 {
+        *self.revision.borrow()
+    }
+
+    /// A receiver that changes whenever the cache's revision moves.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+
+    /// Waits until the cache reaches `revision`, at most `wait`; whether it did.
+    pub async fn wait_for(&self, revision: u64, wait: Duration) -> bool {
+        let mut rx = self.subscribe();
+        if *rx.borrow() >= revision {
+            return true;
+        }
+        let reached = matches!(
+            tokio::time::timeout(wait, rx.wait_for(|r| *r >= revision)).await,
+            Ok(Ok(_))
+        );
+        reached
+    }
+
+    /// The type's current objects and the revision they are current at.
+    pub fn current(&self, rt: &ResourceType) -> (Objects, u64) {
+        let state = self.read();
+        let objects = state
+            .find(rt)
+            .map(|t| t.objects.clone())
+            .unwrap_or_default();
+        (objects, state.revision)
+    }
+
+    /// The type's objects exactly at `revision`, if the ring still holds
+    /// it and the cache has reached it.
+    pub fn snapshot_at(&self, rt: &ResourceType, revision: u64) -> Option<Objects> {
+        // Below the store's compaction point reads are refused here as in
+        // storage (`410`), even while the ring still holds them.
+        let compacted = self.store.applied().compacted.0;
+        let state = self.read();
+        if revision > state.revision || revision < compacted {
+            return None;
+        }
+        state.find(rt)?.snapshot_at(revision)
+    }
+
+    /// The type's events after `after`, up to at most `limit` events but
+    /// never splitting a revision, and the revision they are complete to.
+    /// `Err` when the ring no longer reaches back to `after`.
+    pub fn events_after(
+        &self,
+        rt: &ResourceType,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<CachedEvent>, u64), BehindRing> {
+        let compacted = self.store.applied().compacted.0;
+        let state = self.read();
+        let Some(t) = state.find(rt) else {
+            return Ok((Vec::new(), state.revision));
+        };
+        if after < t.base || after < compacted {
+            return Err(BehindRing {
+                base: t.base.max(compacted),
+            });
+        }
+        let start = t.events.partition_point(|(_, e)| e.revision <= after);
+        let mut out: Vec<CachedEvent> = Vec::new();
+        for (_, e) in t.events.range(start..) {
+            if out.len() >= limit && out.last().is_some_and(|l| l.revision != e.revision) {
+                // Complete up to the last revision taken.
+                let upto = out.last().map_or(after, |l| l.revision);
+                return Ok((out, upto));
+            }
+            out.push(e.clone());
+        }
+        Ok((out, state.revision))
+    }
+
+    /// Feeds the cache from the store until `stop` turns true.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut applied = self.store.subscribe();
+        loop {
+            match self.catch_up() {
+                Ok(()) => {}
+                Err(StoreError::Installing) => {
+                    tracing::debug!("watch cache waits for a snapshot install to finish");
+                }
+                Err(e) => tracing::warn!(error = %e, "watch cache cannot read the event log"),
+            }
+            tokio::select! {
+                changed = applied.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Applies everything the store has applied beyond the cache; rebuilds
+    /// after a reset or when the history it needs is gone.
+    #[tracing::instrument(level = "trace", skip(self))]
+    pub fn catch_up(&self) -> Result<(), StoreError> {
+        loop {
+            let applied = self.store.applied();
+            let (revision, resets) = {
+                let s = self.read();
+                (s.revision, s.resets)
+            };
+            if resets != applied.resets {
+                self.rebuild(applied.resets)?;
+                continue;
+            }
+            match self.store.events_after(Revision(revision), FEED_BATCH) {
+                Ok(batch) if batch.is_empty() => {
+                    if applied.revision.0 > revision {
+                        self.write().revision = applied.revision.0;
+                        self.revision.send_replace(applied.revision.0);
+                    }
+                    return Ok(());
+                }
+                Ok(batch) => self.apply(batch),
+                Err(StoreError::Compacted { .. }) => self.rebuild(applied.resets)?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn apply(&self, batch: Vec<(Revision, Vec<Event>)>) {
+        let now = Instant::now();
+        let mut last = None;
+        {
+            let mut state = self.write();
+            for (revision, events) in &batch {
+                let mut touched: Vec<usize> = Vec::new();
+                for event in events {
+                    let Some(i) = state
+                        .types
+                        .iter()
+                        .position(|t| event.kv.key.starts_with(t.prefix.as_bytes()))
+                    else {
+                        continue;
+                    };
+                    state.types[i].apply(event, now);
+                    if !touched.contains(&i) {
+                        touched.push(i);
+                    }
+                }
+                for i in touched {
+                    state.types[i].seal(revision.0, &self.limits, now);
+                }
+                state.revision = revision.0;
+                last = Some(revision.0);
+            }
+        }
+        if let Some(r) = last {
+            self.revision.send_replace(r);
+        }
+    }
+
+    /// Reloads every type from one consistent read of storage.
+    #[tracing::instrument(level = "debug", skip(self))]
+    fn rebuild(&self, resets: u64) -> Result<(), StoreError> {
+        let listed = self.store.range(&RangeRequest {
+            range: KeyRange::prefix(REGISTRY_PREFIX.as_bytes().to_vec()),
+            ..RangeRequest::default()
+        })?;
+        let revision = listed.revision.0;
+        let mut maps: Vec<Objects> = vec![Objects::new(); RESOURCES.len()];
+        let mut state = self.write();
+        for kv in &listed.kvs {
+            let Some(t) = state.type_of(&kv.key) else {
+                continue;
+            };
+            let rt = t.rt;
+            let Some(i) = RESOURCES.iter().position(|r| std::ptr::eq(r, rt)) else {
+                continue;
+            };
+            if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0) {
+                maps[i].insert(obj.key.clone(), Arc::new(obj));
+            }
+        }
+        state.types = RESOURCES
+            .iter()
+            .zip(maps)
+            .map(|(rt, objects)| TypeCache::new(rt, objects, revision))
+            .collect();
+        state.revision = revision;
+        state.resets = resets;
+        drop(state);
+        tracing::info!(revision, objects = listed.kvs.len(), "watch cache rebuilt");
+        self.revision.send_replace(revision);
+        Ok(())
+    }
+}
