@@ -11,10 +11,12 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# Debian packages: libclang for the rocksdb bindings, a C++ compiler.
+# Debian packages: libclang for the rocksdb bindings, a C++ compiler,
+# protoc for the etcd-client crate the tests use.
 ensure_build_deps() {
     local missing=()
     dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
+    command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
     command -v unzip >/dev/null 2>&1 || missing+=(unzip)
     if [ ${#missing[@]} -gt 0 ]; then
@@ -25,6 +27,24 @@ ensure_build_deps() {
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
         exit 1
+    fi
+}
+
+# Debian's etcd 3.4: etcdctl for the etcd API end-to-end tests, the
+# server for the differential test and the side-by-side benchmark.
+ensure_etcd() {
+    local missing=()
+    command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+    command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing ${missing[*]}" >&2
+        as_root apt-get update -qq
+        as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    # Debian's package starts a system etcd on the default ports: stop it,
+    # the tests and benchmarks start their own.
+    if command -v systemctl >/dev/null 2>&1; then
+        as_root systemctl disable --now etcd >/dev/null 2>&1 || true
     fi
 }
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The whole check, as CI runs it: formatting, clippy with warnings denied,
 # and every test (unit, storage, cluster, kubectl and Python client end to
-# end). Installs what the tests need (libclang, kubectl, the kubernetes
-# Python package) if missing. Changes no files in the repository.
+# end). Installs what the tests need (libclang, protoc, kubectl, the
+# kubernetes Python package, Debian's etcd) if missing. Changes no files in the repository.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 ensure_build_deps
 ensure_kubectl
 ensure_python_client
+ensure_etcd
 cd "$ROOT"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

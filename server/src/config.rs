@@ -70,6 +70,25 @@ pub struct ServeConfig {
         default_value_t = 10_000
     )]
     pub snapshot_after_entries: u64,
+    /// Events the watch cache keeps per resource type (with a snapshot per
+    /// revision); older exact reads and watches come from storage history.
+    #[arg(long, env = "KUBESTORE_WATCH_CACHE_EVENTS", default_value_t = 4096)]
+    pub watch_cache_events: usize,
+    /// Seconds the watch cache keeps an event at most.
+    #[arg(long, env = "KUBESTORE_WATCH_CACHE_SECONDS", default_value_t = 150)]
+    pub watch_cache_seconds: u64,
+    /// Seconds between progress notifications of idle etcd watches that
+    /// asked for them (etcd's default: 10 minutes).
+    #[arg(
+        long,
+        env = "KUBESTORE_ETCD_PROGRESS_NOTIFY_SECONDS",
+        default_value_t = 600
+    )]
+    pub etcd_progress_notify_seconds: u64,
+    /// Database size above which writes through the etcd API are refused
+    /// and the NOSPACE alarm is raised (etcd's `--quota-backend-bytes`).
+    #[arg(long, env = "KUBESTORE_QUOTA_BACKEND_BYTES", default_value_t = 2 * 1024 * 1024 * 1024)]
+    pub quota_backend_bytes: u64,
 }
 
 impl ServeConfig {
@@ -88,6 +107,10 @@ impl ServeConfig {
             history_max_revisions: 1_000_000,
             compaction_interval_seconds: 30,
             snapshot_after_entries: 10_000,
+            watch_cache_events: 4096,
+            watch_cache_seconds: 150,
+            etcd_progress_notify_seconds: 600,
+            quota_backend_bytes: 2 * 1024 * 1024 * 1024,
         }
     }
 

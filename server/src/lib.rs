@@ -27,6 +27,7 @@
 
 pub mod compaction;
 pub mod config;
+pub mod etcd;
 pub mod http;
 pub mod kube;
 pub mod launcher;

@@ -13,6 +13,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::config::ServeConfig;
 use crate::http::{self, AppState};
+use crate::kube::cache::{CacheLimits, WatchCache};
 use crate::kube::store::KubeStore;
 
 #[derive(Debug, thiserror::Error)]
@@ -56,9 +57,27 @@ impl RunningNode {
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
 
+        // One gRPC port per node: Raft between nodes, the etcd API for clients.
+        let etcd = crate::etcd::EtcdContext::new(
+            raft.clone(),
+            crate::etcd::EtcdOptions {
+                progress_notify_interval: Duration::from_secs(
+                    config.etcd_progress_notify_seconds.max(1),
+                ),
+                quota_bytes: config.quota_backend_bytes,
+            },
+            shutdown.subscribe(),
+        );
+        let (etcd_kv, etcd_watch, etcd_lease, etcd_maintenance, etcd_cluster) = etcd.services();
+        tasks.push(tokio::spawn(etcd.clone().run_lease_keeper()));
         let grpc_server = tonic::transport::Server::builder()
             .add_service(raft.raft_service())
-            .add_service(raft.cluster_service());
+            .add_service(raft.cluster_service())
+            .add_service(etcd_kv)
+            .add_service(etcd_watch)
+            .add_service(etcd_lease)
+            .add_service(etcd_maintenance)
+            .add_service(etcd_cluster);
         let mut stop = shutdown.subscribe();
         tasks.push(tokio::spawn(async move {
             // No Nagle: Raft messages are small and latency-bound.
@@ -75,7 +94,20 @@ impl RunningNode {
             }
         }));
 
-        let kube = KubeStore::new(raft.clone());
+        let cache = WatchCache::new(
+            raft.store().clone(),
+            CacheLimits {
+                max_events: config.watch_cache_events.max(1),
+                max_age: Duration::from_secs(config.watch_cache_seconds),
+            },
+        );
+        // Fill the cache before serving, so `resourceVersion=0` reads never
+        // see it empty (a snapshot being installed just delays this).
+        if let Err(e) = cache.catch_up() {
+            tracing::warn!(error = %e, "watch cache not filled yet; the feeder retries");
+        }
+        tasks.push(tokio::spawn(cache.clone().run(shutdown.subscribe())));
+        let kube = KubeStore::new(raft.clone(), cache);
         let state = AppState {
             node: raft.clone(),
             kube: kube.clone(),
@@ -84,6 +116,7 @@ impl RunningNode {
             bookmark_interval: std::time::Duration::from_secs(
                 config.watch_bookmark_interval_seconds.max(1),
             ),
+            stop: shutdown.subscribe(),
         };
         let app = http::router(state).layer(TraceLayer::new_for_http());
         let mut stop = shutdown.subscribe();

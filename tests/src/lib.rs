@@ -68,6 +68,9 @@ pub struct ClusterOptions {
     pub history_retention_seconds: u64,
     /// Seconds between compaction checks.
     pub compaction_interval_seconds: u64,
+    /// Events the watch cache keeps per type (small values send exact
+    /// reads and old watches to storage history).
+    pub watch_cache_events: usize,
 }
 
 impl Default for ClusterOptions {
@@ -77,6 +80,7 @@ impl Default for ClusterOptions {
             watch_bookmark_interval_seconds: 60,
             history_retention_seconds: 300,
             compaction_interval_seconds: 30,
+            watch_cache_events: 4096,
         }
     }
 }
@@ -197,6 +201,7 @@ impl TestCluster {
         c.watch_bookmark_interval_seconds = self.options.watch_bookmark_interval_seconds;
         c.history_retention_seconds = self.options.history_retention_seconds;
         c.compaction_interval_seconds = self.options.compaction_interval_seconds;
+        c.watch_cache_events = self.options.watch_cache_events;
         c
     }
 
@@ -221,6 +226,7 @@ impl TestCluster {
         let bookmarks = self.options.watch_bookmark_interval_seconds.to_string();
         let retention = self.options.history_retention_seconds.to_string();
         let compaction = self.options.compaction_interval_seconds.to_string();
+        let cache_events = self.options.watch_cache_events.to_string();
         let slot = self.slot_mut(id)?;
         std::fs::create_dir_all(&slot.data_dir)?;
         let log = std::fs::OpenOptions::new()
@@ -238,6 +244,7 @@ impl TestCluster {
             .args(["--watch-bookmark-interval-seconds", &bookmarks])
             .args(["--history-retention-seconds", &retention])
             .args(["--compaction-interval-seconds", &compaction])
+            .args(["--watch-cache-events", &cache_events])
             .env(
                 "KUBESTORE_LOG",
                 std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
@@ -261,6 +268,18 @@ impl TestCluster {
         self.slot(id)
             .map(|s| format!("http://{}", s.rest_addr))
             .unwrap_or_default()
+    }
+
+    /// The etcd API endpoint of a node (its gRPC address).
+    pub fn etcd_endpoint(&self, id: u64) -> String {
+        self.slot(id)
+            .map(|s| format!("http://{}", s.grpc_addr))
+            .unwrap_or_default()
+    }
+
+    /// An etcd client bound to one node.
+    pub async fn etcd(&self, id: u64) -> anyhow::Result<etcd_client::Client> {
+        Ok(etcd_client::Client::connect([self.etcd_endpoint(id)], None).await?)
     }
 
     /// A Kubernetes REST client bound to one node.

@@ -1,0 +1,103 @@
+//! etcd's Cluster service: MemberList from the Raft membership. Membership
+//! changes answer `Unimplemented`: kubestore's Raft group is fixed at
+//! bootstrap (`--peers`).
+
+use kubestore_proto::etcd::etcdserverpb as pb;
+use kubestore_proto::etcd::etcdserverpb::cluster_server::Cluster;
+use tonic::{Request, Response, Status};
+
+use super::{errors, raft_status, EtcdContext};
+
+#[derive(Debug, Clone)]
+pub struct ClusterService(pub(super) EtcdContext);
+
+fn url(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+fn strip_scheme(addr: &str) -> String {
+    addr.split_once("://")
+        .map_or(addr, |(_, rest)| rest)
+        .to_string()
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn member_add(
+        &self,
+        _request: Request<pb::MemberAddRequest>,
+    ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        Err(errors::not_supported(
+            "MemberAdd (membership is fixed at bootstrap)",
+        ))
+    }
+
+    async fn member_remove(
+        &self,
+        _request: Request<pb::MemberRemoveRequest>,
+    ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        Err(errors::not_supported(
+            "MemberRemove (membership is fixed at bootstrap)",
+        ))
+    }
+
+    async fn member_update(
+        &self,
+        _request: Request<pb::MemberUpdateRequest>,
+    ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        Err(errors::not_supported(
+            "MemberUpdate (membership is fixed at bootstrap)",
+        ))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn member_list(
+        &self,
+        request: Request<pb::MemberListRequest>,
+    ) -> Result<Response<pb::MemberListResponse>, Status> {
+        if request.into_inner().linearizable {
+            self.0
+                .node
+                .linearizable_barrier()
+                .await
+                .map_err(raft_status)?;
+        }
+        // One address per node serves Raft and the etcd API alike. Client
+        // URLs go out as plain `host:port`: etcdctl dials member URLs in
+        // gRPC passthrough mode, which sends `http://host:port` as the
+        // HTTP/2 `:authority`; etcd's Go server tolerates that, the h2
+        // server here refuses it (PROTOCOL_ERROR), and every etcd client
+        // accepts a URL without a scheme.
+        let members = self
+            .0
+            .node
+            .members()
+            .into_iter()
+            .map(|(id, addr)| pb::Member {
+                id,
+                name: format!("node-{id}"),
+                peer_ur_ls: vec![url(&addr)],
+                client_ur_ls: vec![strip_scheme(&addr)],
+                is_learner: false,
+            })
+            .collect();
+        let current = self.0.node.store().applied().revision.0;
+        Ok(Response::new(pb::MemberListResponse {
+            header: self.0.header(current),
+            members,
+        }))
+    }
+
+    async fn member_promote(
+        &self,
+        _request: Request<pb::MemberPromoteRequest>,
+    ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        Err(errors::not_supported(
+            "MemberPromote (there are no learners)",
+        ))
+    }
+}

@@ -1,0 +1,256 @@
+//! Conversions between etcd's protobuf messages and the storage model,
+//! with etcd's validation errors.
+
+use kubestore_proto::etcd::etcdserverpb as pb;
+use kubestore_proto::etcd::mvccpb;
+use kubestore_storage::{
+    Compare, CompareOp, CompareTarget, DeleteRequest, Event, EventKind, KeyRange, KeyValue, Op,
+    OpResponse, PutRequest, RangeRequest, RangeResponse, Revision, Txn, TxnResponse,
+};
+use tonic::Status;
+
+use super::{errors, MAX_TXN_OPS};
+
+pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: kv.key,
+        create_revision: kv.create_revision.0 as i64,
+        mod_revision: kv.mod_revision.0 as i64,
+        version: kv.version,
+        value: kv.value,
+        lease: kv.lease,
+    }
+}
+
+pub fn event(e: Event, with_prev: bool) -> mvccpb::Event {
+    mvccpb::Event {
+        r#type: match e.kind {
+            EventKind::Put => mvccpb::event::EventType::Put as i32,
+            EventKind::Delete => mvccpb::event::EventType::Delete as i32,
+        },
+        kv: Some(kv(e.kv)),
+        prev_kv: if with_prev { e.prev_kv.map(kv) } else { None },
+    }
+}
+
+fn key_range(key: Vec<u8>, range_end: Vec<u8>) -> Result<KeyRange, Status> {
+    if key.is_empty() {
+        return Err(errors::empty_key());
+    }
+    Ok(KeyRange { key, range_end })
+}
+
+fn revision(r: i64) -> Option<Revision> {
+    (r > 0).then_some(Revision(r as u64))
+}
+
+/// The storage read of a Range: without limit when sorting or filtering
+/// needs every key (they are applied afterwards by [`shape_range`]).
+pub fn range_request(r: &pb::RangeRequest) -> Result<RangeRequest, Status> {
+    let post = needs_post_processing(r);
+    Ok(RangeRequest {
+        range: key_range(r.key.clone(), r.range_end.clone())?,
+        limit: if post { 0 } else { r.limit.max(0) as u64 },
+        revision: revision(r.revision),
+        keys_only: r.keys_only,
+        count_only: r.count_only && !post,
+    })
+}
+
+fn needs_post_processing(r: &pb::RangeRequest) -> bool {
+    let sorted = r.sort_order != pb::range_request::SortOrder::None as i32
+        || r.sort_target != pb::range_request::SortTarget::Key as i32;
+    sorted
+        || r.min_mod_revision > 0
+        || r.max_mod_revision > 0
+        || r.min_create_revision > 0
+        || r.max_create_revision > 0
+}
+
+/// etcd's post-processing of a Range: revision filters, sort, then limit.
+/// `count` stays the number of keys in the range, as etcd reports it.
+pub fn shape_range(r: &pb::RangeRequest, mut resp: RangeResponse) -> RangeResponse {
+    if !needs_post_processing(r) {
+        return resp;
+    }
+    let keep = |kv: &KeyValue| {
+        let (m, c) = (kv.mod_revision.0 as i64, kv.create_revision.0 as i64);
+        (r.min_mod_revision == 0 || m >= r.min_mod_revision)
+            && (r.max_mod_revision == 0 || m <= r.max_mod_revision)
+            && (r.min_create_revision == 0 || c >= r.min_create_revision)
+            && (r.max_create_revision == 0 || c <= r.max_create_revision)
+    };
+    resp.kvs.retain(keep);
+    use pb::range_request::{SortOrder, SortTarget};
+    let mut order = SortOrder::try_from(r.sort_order).unwrap_or(SortOrder::None);
+    let target = SortTarget::try_from(r.sort_target).unwrap_or(SortTarget::Key);
+    if order == SortOrder::None && target != SortTarget::Key {
+        // etcd: a sort target without an order sorts ascending.
+        order = SortOrder::Ascend;
+    }
+    if order != SortOrder::None {
+        resp.kvs.sort_by(|a, b| {
+            let ord = match target {
+                SortTarget::Key => a.key.cmp(&b.key),
+                SortTarget::Version => a.version.cmp(&b.version),
+                SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+                SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+                SortTarget::Value => a.value.cmp(&b.value),
+            };
+            if order == SortOrder::Descend {
+                ord.reverse()
+            } else {
+                ord
+            }
+        });
+    }
+    if r.limit > 0 && resp.kvs.len() > r.limit as usize {
+        resp.kvs.truncate(r.limit as usize);
+        resp.more = true;
+    }
+    if r.count_only {
+        resp.kvs.clear();
+    }
+    resp
+}
+
+pub fn range_response(resp: RangeResponse) -> pb::RangeResponse {
+    pb::RangeResponse {
+        header: None,
+        count: resp.count as i64,
+        more: resp.more,
+        kvs: resp.kvs.into_iter().map(kv).collect(),
+    }
+}
+
+pub fn put_request(r: pb::PutRequest) -> Result<PutRequest, Status> {
+    if r.key.is_empty() {
+        return Err(errors::empty_key());
+    }
+    Ok(PutRequest {
+        key: r.key,
+        value: r.value,
+        lease: r.lease,
+        prev_kv: r.prev_kv,
+        ignore_value: r.ignore_value,
+        ignore_lease: r.ignore_lease,
+    })
+}
+
+pub fn delete_request(r: pb::DeleteRangeRequest) -> Result<DeleteRequest, Status> {
+    Ok(DeleteRequest {
+        range: key_range(r.key, r.range_end)?,
+        prev_kv: r.prev_kv,
+    })
+}
+
+fn compare(c: pb::Compare) -> Result<Compare, Status> {
+    use pb::compare::{CompareResult, TargetUnion};
+    let op = match CompareResult::try_from(c.result) {
+        Ok(CompareResult::Equal) => CompareOp::Equal,
+        Ok(CompareResult::Greater) => CompareOp::Greater,
+        Ok(CompareResult::Less) => CompareOp::Less,
+        Ok(CompareResult::NotEqual) => CompareOp::NotEqual,
+        Err(_) => return Err(Status::invalid_argument("unknown compare result")),
+    };
+    let target = match c.target_union {
+        Some(TargetUnion::Version(v)) => CompareTarget::Version(v),
+        Some(TargetUnion::CreateRevision(r)) => CompareTarget::Create(r.max(0) as u64),
+        Some(TargetUnion::ModRevision(r)) => CompareTarget::Mod(r.max(0) as u64),
+        Some(TargetUnion::Value(v)) => CompareTarget::Value(v),
+        Some(TargetUnion::Lease(l)) => CompareTarget::Lease(l),
+        // etcd compares the zero value of the named target.
+        None => match pb::compare::CompareTarget::try_from(c.target) {
+            Ok(pb::compare::CompareTarget::Version) => CompareTarget::Version(0),
+            Ok(pb::compare::CompareTarget::Create) => CompareTarget::Create(0),
+            Ok(pb::compare::CompareTarget::Mod) => CompareTarget::Mod(0),
+            Ok(pb::compare::CompareTarget::Value) => CompareTarget::Value(Vec::new()),
+            Ok(pb::compare::CompareTarget::Lease) => CompareTarget::Lease(0),
+            Err(_) => return Err(Status::invalid_argument("unknown compare target")),
+        },
+    };
+    Ok(Compare {
+        range: key_range(c.key, c.range_end)?,
+        op,
+        target,
+    })
+}
+
+fn op(o: pb::RequestOp) -> Result<Op, Status> {
+    use pb::request_op::Request;
+    match o.request {
+        Some(Request::RequestRange(r)) => Ok(Op::Range(range_request(&r)?)),
+        Some(Request::RequestPut(p)) => Ok(Op::Put(put_request(p)?)),
+        Some(Request::RequestDeleteRange(d)) => Ok(Op::Delete(delete_request(d)?)),
+        Some(Request::RequestTxn(t)) => Ok(Op::Txn(txn(t)?)),
+        None => Err(Status::invalid_argument("etcdserver: empty request op")),
+    }
+}
+
+/// A Txn, with etcd's limit on operations per branch.
+pub fn txn(t: pb::TxnRequest) -> Result<Txn, Status> {
+    if t.compare.len() > MAX_TXN_OPS
+        || t.success.len() > MAX_TXN_OPS
+        || t.failure.len() > MAX_TXN_OPS
+    {
+        return Err(errors::too_many_ops());
+    }
+    Ok(Txn {
+        compare: t
+            .compare
+            .into_iter()
+            .map(compare)
+            .collect::<Result<_, _>>()?,
+        success: t.success.into_iter().map(op).collect::<Result<_, _>>()?,
+        failure: t.failure.into_iter().map(op).collect::<Result<_, _>>()?,
+    })
+}
+
+/// The response of one op; nested range requests keep their own shaping.
+fn op_response(req: Option<&pb::RequestOp>, resp: OpResponse) -> pb::ResponseOp {
+    use pb::request_op::Request;
+    use pb::response_op::Response;
+    let response = match resp {
+        OpResponse::Range(r) => {
+            let shaped = match req.and_then(|q| q.request.as_ref()) {
+                Some(Request::RequestRange(q)) => shape_range(q, r),
+                _ => r,
+            };
+            Response::ResponseRange(range_response(shaped))
+        }
+        OpResponse::Put { prev_kv } => Response::ResponsePut(pb::PutResponse {
+            header: None,
+            prev_kv: prev_kv.map(kv),
+        }),
+        OpResponse::Delete(d) => Response::ResponseDeleteRange(pb::DeleteRangeResponse {
+            header: None,
+            deleted: d.deleted as i64,
+            prev_kvs: d.prev_kvs.into_iter().map(kv).collect(),
+        }),
+        OpResponse::Txn(t) => {
+            let nested = match req.and_then(|q| q.request.as_ref()) {
+                Some(Request::RequestTxn(q)) => Some(q),
+                _ => None,
+            };
+            Response::ResponseTxn(txn_response(nested, t))
+        }
+    };
+    pb::ResponseOp {
+        response: Some(response),
+    }
+}
+
+/// A Txn's response; `req` (the request) shapes nested range results.
+pub fn txn_response(req: Option<&pb::TxnRequest>, t: TxnResponse) -> pb::TxnResponse {
+    let branch = req.map(|q| if t.succeeded { &q.success } else { &q.failure });
+    pb::TxnResponse {
+        header: None,
+        succeeded: t.succeeded,
+        responses: t
+            .responses
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| op_response(branch.and_then(|b| b.get(i)), r))
+            .collect(),
+    }
+}

@@ -1,0 +1,173 @@
+//! etcd's KV service: Range, Put, DeleteRange, Txn and Compact.
+
+use kubestore_proto::etcd::etcdserverpb as pb;
+use kubestore_proto::etcd::etcdserverpb::kv_server::Kv;
+use kubestore_storage::{ApplyError, Command, CommandResult, Op, OpResponse, Revision, Txn};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::{convert, errors, raft_status, store_status, EtcdContext, MAX_REQUEST_BYTES};
+use crate::compaction::{self, CompactError};
+
+#[derive(Debug, Clone)]
+pub struct KvService(pub(super) EtcdContext);
+
+pub(super) fn apply_status(e: ApplyError) -> Status {
+    match e {
+        ApplyError::Compacted => errors::compacted(),
+        ApplyError::FutureRevision => errors::future_revision(),
+        ApplyError::DuplicateKey => errors::duplicate_key(),
+        ApplyError::KeyNotFound => errors::key_not_found(),
+        ApplyError::LeaseNotFound => errors::lease_not_found(),
+        ApplyError::LeaseExists => errors::lease_exists(),
+    }
+}
+
+fn too_large(len: usize) -> Result<(), Status> {
+    if len > MAX_REQUEST_BYTES {
+        Err(errors::request_too_large())
+    } else {
+        Ok(())
+    }
+}
+
+impl KvService {
+    /// Runs one transaction through Raft; its response and revision.
+    async fn write(&self, txn: Txn) -> Result<(kubestore_storage::TxnResponse, u64), Status> {
+        let ctx = &self.0;
+        if ctx.over_quota() && txn_writes(&txn) {
+            return Err(errors::no_space());
+        }
+        let resp = ctx
+            .node
+            .write(Command::Txn(txn))
+            .await
+            .map_err(raft_status)?;
+        match resp.result {
+            Ok(CommandResult::Txn(t)) => Ok((t, resp.revision.0)),
+            Ok(other) => Err(Status::internal(format!(
+                "unexpected state machine answer {other:?}"
+            ))),
+            Err(e) => Err(apply_status(e)),
+        }
+    }
+}
+
+fn txn_writes(txn: &Txn) -> bool {
+    txn.success.iter().chain(&txn.failure).any(|op| match op {
+        Op::Range(_) => false,
+        Op::Put(_) | Op::Delete(_) => true,
+        Op::Txn(t) => txn_writes(t),
+    })
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    #[tracing::instrument(level = "debug", skip_all, fields(node = self.0.node.id()))]
+    async fn range(
+        &self,
+        request: Request<pb::RangeRequest>,
+    ) -> Result<Response<pb::RangeResponse>, Status> {
+        let req = request.into_inner();
+        let read = convert::range_request(&req)?;
+        if !req.serializable {
+            self.0
+                .node
+                .linearizable_barrier()
+                .await
+                .map_err(raft_status)?;
+        }
+        let resp = self.0.node.store().range(&read).map_err(store_status)?;
+        let revision = resp.revision.0;
+        let mut out = convert::range_response(convert::shape_range(&req, resp));
+        out.header = self.0.header(revision);
+        Ok(Response::new(out))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(node = self.0.node.id()))]
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
+        let req = request.into_inner();
+        too_large(req.encoded_len())?;
+        let put = convert::put_request(req)?;
+        let (resp, revision) = self
+            .write(Txn {
+                success: vec![Op::Put(put)],
+                ..Txn::default()
+            })
+            .await?;
+        let prev_kv = match resp.responses.into_iter().next() {
+            Some(OpResponse::Put { prev_kv }) => prev_kv.map(convert::kv),
+            _ => None,
+        };
+        Ok(Response::new(pb::PutResponse {
+            header: self.0.header(revision),
+            prev_kv,
+        }))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(node = self.0.node.id()))]
+    async fn delete_range(
+        &self,
+        request: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let del = convert::delete_request(request.into_inner())?;
+        let (resp, revision) = self
+            .write(Txn {
+                success: vec![Op::Delete(del)],
+                ..Txn::default()
+            })
+            .await?;
+        let (deleted, prev_kvs) = match resp.responses.into_iter().next() {
+            Some(OpResponse::Delete(d)) => (
+                d.deleted as i64,
+                d.prev_kvs.into_iter().map(convert::kv).collect(),
+            ),
+            _ => (0, Vec::new()),
+        };
+        Ok(Response::new(pb::DeleteRangeResponse {
+            header: self.0.header(revision),
+            deleted,
+            prev_kvs,
+        }))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(node = self.0.node.id()))]
+    async fn txn(
+        &self,
+        request: Request<pb::TxnRequest>,
+    ) -> Result<Response<pb::TxnResponse>, Status> {
+        let req = request.into_inner();
+        too_large(req.encoded_len())?;
+        let txn = convert::txn(req.clone())?;
+        let (resp, revision) = self.write(txn).await?;
+        let mut out = convert::txn_response(Some(&req), resp);
+        out.header = self.0.header(revision);
+        Ok(Response::new(out))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(node = self.0.node.id()))]
+    async fn compact(
+        &self,
+        request: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        let req = request.into_inner();
+        let revision = req.revision.max(0) as u64;
+        // Compaction is applied inside the log entry, so it is always
+        // physical by the time the response is sent (`physical` holds).
+        compaction::compact(&self.0.node, revision)
+            .await
+            .map_err(|e| match e {
+                CompactError::FutureRevision(_) => errors::future_revision(),
+                CompactError::AlreadyCompacted { .. } => errors::compacted(),
+                CompactError::Raft(e) => raft_status(e),
+                other => Status::internal(other.to_string()),
+            })?;
+        let current = self.0.node.store().applied().revision;
+        Ok(Response::new(pb::CompactionResponse {
+            header: self.0.header(current.max(Revision(revision)).0),
+        }))
+    }
+}

@@ -1,0 +1,349 @@
+//! etcd's Lease service and the lease keeper that expires leases.
+//!
+//! Grants, keep-alives and revokes are log entries, so every node knows
+//! every lease, its TTL and how often it was renewed. Time is not
+//! replicated: each node's [`LeaseKeeper`] restarts a lease's clock when it
+//! sees the lease granted or renewed, and only the leader acts on an
+//! expired clock, by proposing a revoke that deletes the lease's keys in
+//! one revision. After a failover the new leader already holds clocks for
+//! every lease (from the renewals it applied), so remaining TTLs carry
+//! over, as etcd re-arms them on promotion; a freshly restarted node starts
+//! every clock at the full TTL.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubestore_proto::etcd::etcdserverpb as pb;
+use kubestore_proto::etcd::etcdserverpb::lease_server::Lease;
+use kubestore_storage::{ApplyError, Command, CommandResult, LeaseRecord};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::kv::apply_status;
+use super::{errors, raft_status, store_status, EtcdContext};
+
+/// etcd's maximum lease TTL (9,000,000,000 s).
+const MAX_LEASE_TTL: i64 = 9_000_000_000;
+/// etcd's minimum TTL is about 1.5 election timeouts; TTLs below it are raised.
+const MIN_LEASE_TTL: i64 = 2;
+/// How often the keeper looks for expired leases.
+const TICK: Duration = Duration::from_millis(250);
+
+/// One node's lease clocks: id → (renewals seen, deadline).
+#[derive(Debug, Clone, Default)]
+pub struct LeaseKeeper {
+    clocks: Arc<Mutex<HashMap<i64, (u64, Instant)>>>,
+}
+
+impl LeaseKeeper {
+    fn clocks(&self) -> std::sync::MutexGuard<'_, HashMap<i64, (u64, Instant)>> {
+        self.clocks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Seconds left on lease `id` by this node's clock (the full TTL if the
+    /// keeper has not seen it yet).
+    pub fn remaining(&self, lease: &LeaseRecord) -> i64 {
+        match self.clocks().get(&lease.id) {
+            Some((_, deadline)) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                left.as_secs_f64().ceil() as i64
+            }
+            None => lease.ttl,
+        }
+    }
+
+    /// Brings the clocks in line with the store's leases: a new lease or a
+    /// renewal restarts a clock, a revoked lease drops it. Returns the
+    /// leases whose clock ran out.
+    fn sync(&self, leases: &[LeaseRecord], now: Instant) -> Vec<i64> {
+        let mut clocks = self.clocks();
+        let live: HashMap<i64, &LeaseRecord> = leases.iter().map(|l| (l.id, l)).collect();
+        clocks.retain(|id, _| live.contains_key(id));
+        for lease in leases {
+            let fresh = now + Duration::from_secs(lease.ttl.max(0) as u64);
+            match clocks.get_mut(&lease.id) {
+                Some((renewals, deadline)) if *renewals != lease.renewals => {
+                    *renewals = lease.renewals;
+                    *deadline = fresh;
+                }
+                Some(_) => {}
+                None => {
+                    clocks.insert(lease.id, (lease.renewals, fresh));
+                }
+            }
+        }
+        clocks
+            .iter()
+            .filter(|(_, (_, deadline))| *deadline <= now)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Runs until `stop`: follows the store's leases and, on the leader,
+    /// revokes the expired ones through the log.
+    pub async fn run(self, ctx: EtcdContext, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let leases = match ctx.node.store().leases() {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(error = %e, "lease keeper cannot read leases yet");
+                    continue;
+                }
+            };
+            let expired = self.sync(&leases, Instant::now());
+            if ctx.node.current_leader() != Some(ctx.node.id()) {
+                continue;
+            }
+            for id in expired {
+                let span = tracing::info_span!("lease_expire", lease = id);
+                let revoked = tracing::Instrument::instrument(
+                    ctx.node.write(Command::LeaseRevoke { id }),
+                    span,
+                )
+                .await;
+                match revoked {
+                    Ok(r) => match r.result {
+                        Ok(CommandResult::LeaseRevoked { deleted }) => {
+                            tracing::info!(
+                                lease = id,
+                                deleted,
+                                revision = r.revision.0,
+                                "lease expired"
+                            );
+                        }
+                        Ok(_) | Err(ApplyError::LeaseNotFound) => {}
+                        Err(e) => tracing::warn!(lease = id, error = %e, "expiring a lease failed"),
+                    },
+                    Err(e) => {
+                        tracing::debug!(lease = id, error = %e, "expiring a lease failed; retried next tick")
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseService {
+    pub(super) ctx: EtcdContext,
+    pub(super) keeper: LeaseKeeper,
+}
+
+impl LeaseService {
+    async fn keep_alive_once(&self, id: i64) -> Result<pb::LeaseKeepAliveResponse, Status> {
+        let resp = self
+            .ctx
+            .node
+            .write(Command::LeaseKeepAlive { id })
+            .await
+            .map_err(raft_status)?;
+        let ttl = match resp.result {
+            Ok(CommandResult::Lease(l)) => l.ttl,
+            // etcd answers an unknown lease with TTL 0 on the stream.
+            Err(ApplyError::LeaseNotFound) => 0,
+            Ok(other) => {
+                return Err(Status::internal(format!(
+                    "unexpected state machine answer {other:?}"
+                )))
+            }
+            Err(e) => return Err(apply_status(e)),
+        };
+        Ok(pb::LeaseKeepAliveResponse {
+            header: self.ctx.header(resp.revision.0),
+            id,
+            ttl,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    type LeaseKeepAliveStream = ReceiverStream<Result<pb::LeaseKeepAliveResponse, Status>>;
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn lease_grant(
+        &self,
+        request: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let req = request.into_inner();
+        if req.ttl > MAX_LEASE_TTL {
+            return Err(errors::lease_ttl_too_large());
+        }
+        let ttl = req.ttl.max(MIN_LEASE_TTL);
+        let id = if req.id != 0 {
+            req.id
+        } else {
+            // A random positive id, as etcd picks one.
+            (rand::random::<u64>() >> 1).max(1) as i64
+        };
+        let resp = self
+            .ctx
+            .node
+            .write(Command::LeaseGrant { id, ttl })
+            .await
+            .map_err(raft_status)?;
+        match resp.result {
+            Ok(CommandResult::Lease(l)) => Ok(Response::new(pb::LeaseGrantResponse {
+                header: self.ctx.header(resp.revision.0),
+                id: l.id,
+                ttl: l.ttl,
+                error: String::new(),
+            })),
+            Ok(other) => Err(Status::internal(format!(
+                "unexpected state machine answer {other:?}"
+            ))),
+            Err(e) => Err(apply_status(e)),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn lease_revoke(
+        &self,
+        request: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let id = request.into_inner().id;
+        let resp = self
+            .ctx
+            .node
+            .write(Command::LeaseRevoke { id })
+            .await
+            .map_err(raft_status)?;
+        match resp.result {
+            Ok(_) => Ok(Response::new(pb::LeaseRevokeResponse {
+                header: self.ctx.header(resp.revision.0),
+            })),
+            Err(e) => Err(apply_status(e)),
+        }
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<Streaming<pb::LeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let service = self.clone();
+        let span = tracing::info_span!("etcd_lease_keep_alive", node = self.ctx.node.id());
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                loop {
+                    let req = tokio::select! {
+                        next = inbound.message() => match next {
+                            Ok(Some(req)) => req,
+                            _ => return,
+                        },
+                        _ = tx.closed() => return,
+                        _ = service.ctx.stopped() => return,
+                    };
+                    let resp = service.keep_alive_once(req.id).await;
+                    if tx.send(resp).await.is_err() {
+                        return;
+                    }
+                }
+            },
+            span,
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn lease_time_to_live(
+        &self,
+        request: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let req = request.into_inner();
+        self.ctx
+            .node
+            .linearizable_barrier()
+            .await
+            .map_err(raft_status)?;
+        let current = self.ctx.node.store().applied().revision.0;
+        let found = self.ctx.node.store().lease(req.id).map_err(store_status)?;
+        let resp = match found {
+            Some((lease, keys)) => pb::LeaseTimeToLiveResponse {
+                header: self.ctx.header(current),
+                id: lease.id,
+                ttl: self.keeper.remaining(&lease),
+                granted_ttl: lease.ttl,
+                keys: if req.keys { keys } else { Vec::new() },
+            },
+            // etcd: an expired or unknown lease has TTL -1.
+            None => pb::LeaseTimeToLiveResponse {
+                header: self.ctx.header(current),
+                id: req.id,
+                ttl: -1,
+                granted_ttl: 0,
+                keys: Vec::new(),
+            },
+        };
+        Ok(Response::new(resp))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn lease_leases(
+        &self,
+        _request: Request<pb::LeaseLeasesRequest>,
+    ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        self.ctx
+            .node
+            .linearizable_barrier()
+            .await
+            .map_err(raft_status)?;
+        let current = self.ctx.node.store().applied().revision.0;
+        let leases = self
+            .ctx
+            .node
+            .store()
+            .leases()
+            .map_err(store_status)?
+            .into_iter()
+            .map(|l| pb::LeaseStatus { id: l.id })
+            .collect();
+        Ok(Response::new(pb::LeaseLeasesResponse {
+            header: self.ctx.header(current),
+            leases,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_restart_on_renewal_and_report_expiry() {
+        let keeper = LeaseKeeper::default();
+        let t0 = Instant::now();
+        let lease = |renewals| LeaseRecord {
+            id: 7,
+            ttl: 10,
+            renewals,
+        };
+        assert!(keeper.sync(&[lease(0)], t0).is_empty());
+        let later = t0 + Duration::from_secs(9);
+        assert!(keeper.sync(&[lease(0)], later).is_empty());
+        // A renewal at 9 s restarts the clock: not expired at 11 s.
+        assert!(keeper.sync(&[lease(1)], later).is_empty());
+        assert!(keeper
+            .sync(&[lease(1)], t0 + Duration::from_secs(11))
+            .is_empty());
+        assert_eq!(
+            keeper.sync(&[lease(1)], t0 + Duration::from_secs(20)),
+            vec![7]
+        );
+        // A revoked lease loses its clock.
+        assert!(keeper.sync(&[], t0 + Duration::from_secs(30)).is_empty());
+        assert!(keeper.clocks().is_empty());
+    }
+}

@@ -1,0 +1,253 @@
+//! The etcd v3 gRPC API on every node, over the same revision log and
+//! keyspace as the Kubernetes REST API.
+//!
+//! A request maps onto the storage model one to one: a Put, DeleteRange or
+//! Txn is one `Command::Txn` through Raft (one revision per transaction),
+//! Compact is `Command::Compact`, and a Range reads the node's MVCC store
+//! after a linearizable barrier (or at once when `serializable`). Watches
+//! follow the node's revision-ordered event log. Lease grants, renewals and
+//! revokes are log entries too; the leader expires leases (see `lease`). Every response carries
+//! etcd's `ResponseHeader`, and every error etcd's gRPC code and message,
+//! so etcd clients (etcdctl, client-go's etcd3 storage, the etcd-client
+//! crate) react as they do against etcd.
+
+mod cluster;
+mod convert;
+mod kv;
+mod lease;
+mod maintenance;
+mod watch;
+
+use kubestore_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
+use kubestore_proto::etcd::etcdserverpb::kv_server::KvServer;
+use kubestore_proto::etcd::etcdserverpb::lease_server::LeaseServer;
+use kubestore_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
+use kubestore_proto::etcd::etcdserverpb::watch_server::WatchServer;
+use kubestore_proto::etcd::etcdserverpb::ResponseHeader;
+use kubestore_raft::{RaftNode, RaftNodeError};
+use kubestore_storage::StoreError;
+use std::time::Duration;
+use tonic::Status;
+
+/// The etcd server version kubestore reports (clients gate features on it).
+pub const ETCD_VERSION: &str = "3.5.16";
+/// The cluster version (major.minor) etcd reports beside it.
+pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
+/// etcd's default `--max-txn-ops`.
+pub const MAX_TXN_OPS: usize = 128;
+/// etcd's default `--max-request-bytes` (1.5 MiB).
+pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// Settings of the etcd front end (`--etcd-progress-notify-seconds`,
+/// `--quota-backend-bytes`).
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// How often a watch created with `progress_notify` gets a progress
+    /// response while idle (etcd's default is 10 minutes).
+    pub progress_notify_interval: Duration,
+    /// Refuse writes once the database is larger than this (etcd's
+    /// `--quota-backend-bytes`); the NOSPACE alarm is raised.
+    pub quota_bytes: u64,
+}
+
+/// What every etcd service of a node shares.
+#[derive(Debug, Clone)]
+pub struct EtcdContext {
+    node: RaftNode,
+    options: EtcdOptions,
+    keeper: lease::LeaseKeeper,
+    /// Turns true when the node shuts down: long-lived streams (watch,
+    /// keep-alive) end so the gRPC server's graceful shutdown can finish.
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl EtcdContext {
+    pub fn new(
+        node: RaftNode,
+        options: EtcdOptions,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            node,
+            options,
+            keeper: lease::LeaseKeeper::default(),
+            stop,
+        }
+    }
+
+    /// Resolves once the node is shutting down.
+    async fn stopped(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    /// Runs the lease keeper (expiry on the leader) until the node stops.
+    pub async fn run_lease_keeper(self) {
+        let stop = self.stop.clone();
+        self.keeper.clone().run(self, stop).await
+    }
+
+    /// A stable id for the cluster: derived from its initial members, so
+    /// every node reports the same one.
+    fn cluster_id(&self) -> u64 {
+        let mut h = Fnv64::default();
+        for (id, addr) in self.node.members() {
+            h.write(&id.to_be_bytes());
+            h.write(addr.as_bytes());
+        }
+        h.finish()
+    }
+
+    /// The header of a response served at `revision`.
+    fn header(&self, revision: u64) -> Option<ResponseHeader> {
+        Some(ResponseHeader {
+            cluster_id: self.cluster_id(),
+            member_id: self.node.id(),
+            revision: revision as i64,
+            raft_term: self.node.current_term(),
+        })
+    }
+
+    /// The NOSPACE alarm is raised while the database exceeds the quota.
+    fn over_quota(&self) -> bool {
+        self.node.store().size_on_disk() > self.options.quota_bytes
+    }
+
+    /// The tonic services of the etcd API, to add to the node's gRPC server.
+    pub fn services(
+        &self,
+    ) -> (
+        KvServer<kv::KvService>,
+        WatchServer<watch::WatchService>,
+        LeaseServer<lease::LeaseService>,
+        MaintenanceServer<maintenance::MaintenanceService>,
+        ClusterServer<cluster::ClusterService>,
+    ) {
+        let limit = MAX_REQUEST_BYTES + 1024 * 1024;
+        (
+            KvServer::new(kv::KvService(self.clone()))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(usize::MAX),
+            WatchServer::new(watch::WatchService(self.clone()))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(usize::MAX),
+            LeaseServer::new(lease::LeaseService {
+                ctx: self.clone(),
+                keeper: self.keeper.clone(),
+            }),
+            MaintenanceServer::new(maintenance::MaintenanceService(self.clone()))
+                .max_encoding_message_size(usize::MAX),
+            ClusterServer::new(cluster::ClusterService(self.clone())),
+        )
+    }
+}
+
+/// etcd's error statuses (its `rpctypes`), by the message clients match.
+pub mod errors {
+    use tonic::{Code, Status};
+
+    pub fn compacted() -> Status {
+        Status::new(
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision has been compacted",
+        )
+    }
+    pub fn future_revision() -> Status {
+        Status::new(
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision is a future revision",
+        )
+    }
+    pub fn no_space() -> Status {
+        Status::new(
+            Code::ResourceExhausted,
+            "etcdserver: mvcc: database space exceeded",
+        )
+    }
+    pub fn lease_not_found() -> Status {
+        Status::new(Code::NotFound, "etcdserver: requested lease not found")
+    }
+    pub fn lease_exists() -> Status {
+        Status::new(Code::FailedPrecondition, "etcdserver: lease already exists")
+    }
+    pub fn lease_ttl_too_large() -> Status {
+        Status::new(Code::OutOfRange, "etcdserver: too large lease TTL")
+    }
+    pub fn too_many_ops() -> Status {
+        Status::new(
+            Code::InvalidArgument,
+            "etcdserver: too many operations in txn request",
+        )
+    }
+    pub fn duplicate_key() -> Status {
+        Status::new(
+            Code::InvalidArgument,
+            "etcdserver: duplicate key given in txn request",
+        )
+    }
+    pub fn key_not_found() -> Status {
+        Status::new(Code::InvalidArgument, "etcdserver: key not found")
+    }
+    pub fn empty_key() -> Status {
+        Status::new(Code::InvalidArgument, "etcdserver: key is not provided")
+    }
+    pub fn request_too_large() -> Status {
+        Status::new(Code::InvalidArgument, "etcdserver: request is too large")
+    }
+    pub fn no_leader() -> Status {
+        Status::new(Code::Unavailable, "etcdserver: no leader")
+    }
+    pub fn timeout() -> Status {
+        Status::new(Code::Unavailable, "etcdserver: request timed out")
+    }
+    pub fn not_supported(what: &str) -> Status {
+        Status::new(
+            Code::Unimplemented,
+            format!("kubestore: {what} is not supported"),
+        )
+    }
+}
+
+fn raft_status(e: RaftNodeError) -> Status {
+    match e {
+        RaftNodeError::NoLeader => errors::no_leader(),
+        RaftNodeError::Timeout(_) | RaftNodeError::Indeterminate(_) => errors::timeout(),
+        RaftNodeError::Unreachable { .. } => errors::no_leader(),
+        RaftNodeError::ShuttingDown => Status::unavailable("etcdserver: server stopped"),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+fn store_status(e: StoreError) -> Status {
+    match e {
+        StoreError::Compacted { .. } => errors::compacted(),
+        StoreError::FutureRevision { .. } => errors::future_revision(),
+        StoreError::Installing => Status::unavailable("etcdserver: a snapshot is being installed"),
+        other => Status::internal(other.to_string()),
+    }
+}
+
+/// FNV-1a, 64 bit: a stable hash across processes and versions (std's
+/// hasher is neither), for the cluster id and HashKV. Hand-written: eight
+/// lines, where a crate would add a dependency for one function.
+#[derive(Debug, Clone, Copy)]
+struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv64 {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn finish(self) -> u64 {
+        self.0
+    }
+}

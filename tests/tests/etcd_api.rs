@@ -1,0 +1,603 @@
+//! The etcd v3 API of a 3-node cluster through the Rust `etcd-client`
+//! crate: KV and Txn through different nodes, the kube-apiserver's
+//! transaction shapes, watches (compacted start, progress), a 10,000-key
+//! range, Maintenance and Cluster, and the keyspace shared with REST.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use kubestore_tests::TestCluster;
+use reqwest::StatusCode;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn rev(h: Option<&etcd_client::ResponseHeader>) -> i64 {
+    h.map_or(0, |h| h.revision())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_and_txn_through_different_nodes() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut a = c.etcd(1).await.expect("client 1");
+    let mut b = c.etcd(2).await.expect("client 2");
+
+    // Put through one node, linearizable get through another.
+    let put = a.put("k1", "v1", None).await.expect("put");
+    let r1 = rev(put.header());
+    assert!(r1 > 0);
+    let got = b.get("k1", None).await.expect("get");
+    assert_eq!(got.kvs().len(), 1);
+    assert_eq!(got.kvs()[0].value(), b"v1");
+    assert_eq!(got.kvs()[0].mod_revision(), r1);
+    assert_eq!(got.kvs()[0].create_revision(), r1);
+    assert_eq!(got.kvs()[0].version(), 1);
+
+    // prev_kv, versions, reads at an old revision.
+    let put2 = b
+        .put("k1", "v2", Some(PutOptions::new().with_prev_key()))
+        .await
+        .expect("put 2");
+    assert_eq!(put2.prev_key().map(|kv| kv.value()), Some(&b"v1"[..]));
+    let old = a
+        .get("k1", Some(GetOptions::new().with_revision(r1)))
+        .await
+        .expect("get at r1");
+    assert_eq!(old.kvs()[0].value(), b"v1");
+    let now = a.get("k1", None).await.expect("get");
+    assert_eq!(now.kvs()[0].version(), 2);
+
+    // Prefix ranges: limit, count, sort, keys-only, count-only, serializable.
+    for i in 0..5 {
+        a.put(format!("p/{i}"), format!("{i}"), None)
+            .await
+            .expect("put");
+    }
+    let page = b
+        .get("p/", Some(GetOptions::new().with_prefix().with_limit(2)))
+        .await
+        .expect("prefix");
+    assert_eq!(page.kvs().len(), 2);
+    assert!(page.more());
+    assert_eq!(page.count(), 5);
+    let desc = b
+        .get(
+            "p/",
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Key, SortOrder::Descend)
+                    .with_limit(1),
+            ),
+        )
+        .await
+        .expect("sorted");
+    assert_eq!(desc.kvs()[0].key(), b"p/4");
+    let counted = b
+        .get(
+            "p/",
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .expect("count");
+    assert_eq!((counted.count(), counted.kvs().len()), (5, 0));
+    let keys = b
+        .get("p/", Some(GetOptions::new().with_prefix().with_keys_only()))
+        .await
+        .expect("keys only");
+    assert!(keys.kvs().iter().all(|kv| kv.value().is_empty()));
+    let all = b
+        .get("", Some(GetOptions::new().with_all_keys()))
+        .await
+        .expect("all");
+    assert!(all.count() >= 6);
+    let local = c
+        .etcd(3)
+        .await
+        .expect("client 3")
+        .get(
+            "p/",
+            Some(GetOptions::new().with_prefix().with_serializable()),
+        )
+        .await
+        .expect("serializable");
+    assert!(local.count() <= 5);
+
+    // Delete with prev_kv.
+    let del = a
+        .delete(
+            "p/",
+            Some(DeleteOptions::new().with_prefix().with_prev_key()),
+        )
+        .await
+        .expect("delete");
+    assert_eq!(del.deleted(), 5);
+    assert_eq!(del.prev_kvs().len(), 5);
+
+    // Errors carry etcd's codes and messages.
+    let too_new = a
+        .get("k1", Some(GetOptions::new().with_revision(1_000_000)))
+        .await
+        .expect_err("future revision");
+    assert!(
+        too_new
+            .to_string()
+            .contains("required revision is a future revision"),
+        "{too_new}"
+    );
+    let ops: Vec<TxnOp> = (0..129)
+        .map(|i| TxnOp::put(format!("many/{i}"), "x", None))
+        .collect();
+    let too_many = a
+        .txn(Txn::new().and_then(ops))
+        .await
+        .expect_err("too many ops");
+    assert!(
+        too_many
+            .to_string()
+            .contains("too many operations in txn request"),
+        "{too_many}"
+    );
+    let dup = a
+        .txn(Txn::new().and_then([TxnOp::put("d", "1", None), TxnOp::put("d", "2", None)]))
+        .await
+        .expect_err("duplicate key");
+    assert!(dup.to_string().contains("duplicate key"), "{dup}");
+    c.shutdown().await;
+}
+
+/// The four transactions a kube-apiserver sends (etcd3 storage and its
+/// compactor), exactly as it builds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kube_apiserver_transaction_shapes() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut e = c.etcd(2).await.expect("client");
+    let key = "/registry/widgets/default/w";
+
+    // Create: if mod_revision == 0 then put.
+    let create = |value: &'static str| {
+        Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value, None)])
+    };
+    let created = e.txn(create("v1")).await.expect("create");
+    assert!(created.succeeded());
+    let rv1 = rev(created.header());
+    let again = e.txn(create("v1")).await.expect("create again");
+    assert!(!again.succeeded(), "a second create fails its guard");
+    assert_eq!(rev(again.header()), rv1, "a failed guard writes nothing");
+
+    // Update (GuaranteedUpdate): if mod_revision == rv then put else get.
+    let update = |guard: i64, value: &'static str| {
+        Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, guard)])
+            .and_then([TxnOp::put(key, value, None)])
+            .or_else([TxnOp::get(key, None)])
+    };
+    let updated = e.txn(update(rv1, "v2")).await.expect("update");
+    assert!(updated.succeeded());
+    let rv2 = rev(updated.header());
+    assert!(rv2 > rv1);
+    let stale = e.txn(update(rv1, "v3")).await.expect("stale update");
+    assert!(!stale.succeeded());
+    match stale.op_responses().first() {
+        Some(TxnOpResponse::Get(g)) => {
+            assert_eq!(g.kvs()[0].value(), b"v2");
+            assert_eq!(g.kvs()[0].mod_revision(), rv2);
+        }
+        other => panic!("the failure branch returns the current state: {other:?}"),
+    }
+
+    // Delete: if mod_revision == rv then delete else get.
+    let delete = Txn::new()
+        .when([Compare::mod_revision(key, CompareOp::Equal, rv2)])
+        .and_then([TxnOp::delete(key, None)])
+        .or_else([TxnOp::get(key, None)]);
+    let deleted = e.txn(delete).await.expect("delete");
+    assert!(deleted.succeeded());
+    match deleted.op_responses().first() {
+        Some(TxnOpResponse::Delete(d)) => assert_eq!(d.deleted(), 1),
+        other => panic!("a delete response: {other:?}"),
+    }
+
+    // Compaction bookkeeping: if version(compact_rev_key) == t then put the
+    // new revision else get; then Compact.
+    let bookkeeping = |t: i64, target: i64| {
+        Txn::new()
+            .when([Compare::version("compact_rev_key", CompareOp::Equal, t)])
+            .and_then([TxnOp::put("compact_rev_key", target.to_string(), None)])
+            .or_else([TxnOp::get("compact_rev_key", None)])
+    };
+    let first = e.txn(bookkeeping(0, rv2)).await.expect("bookkeeping");
+    assert!(first.succeeded(), "first compactor round wins at version 0");
+    e.compact(rv2, None).await.expect("compact");
+    let lost = e.txn(bookkeeping(0, rv2)).await.expect("bookkeeping again");
+    assert!(
+        !lost.succeeded(),
+        "another compactor already bumped the version"
+    );
+    match lost.op_responses().first() {
+        Some(TxnOpResponse::Get(g)) => assert_eq!(g.kvs()[0].version(), 1),
+        other => panic!("the failure branch reads the key: {other:?}"),
+    }
+    let err = e
+        .get(key, Some(GetOptions::new().with_revision(rv1)))
+        .await
+        .expect_err("compacted");
+    assert!(
+        err.to_string()
+            .contains("etcdserver: mvcc: required revision has been compacted"),
+        "{err}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_compaction_and_progress() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut w = c.etcd(3).await.expect("watch client");
+    let mut e = c.etcd(1).await.expect("write client");
+    let start = rev(e.put("w/a", "1", None).await.expect("put").header());
+    e.put("w/b", "1", None).await.expect("put");
+    e.delete("w/a", None).await.expect("delete");
+
+    // From a revision: every event since, in order, with prev_kv.
+    let mut stream = w
+        .watch(
+            "w/",
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(start)
+                    .with_prev_key(),
+            ),
+        )
+        .await
+        .expect("watch");
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        let resp = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("an event in time")
+            .expect("stream")
+            .expect("open");
+        for ev in resp.events() {
+            let kv = ev.kv().expect("kv");
+            events.push((
+                ev.event_type(),
+                kv.key_str().expect("utf8").to_string(),
+                kv.mod_revision(),
+                ev.prev_kv().map(|p| p.value().to_vec()),
+            ));
+        }
+    }
+    assert_eq!(events[0].0, EventType::Put);
+    assert_eq!(events[0].1, "w/a");
+    assert_eq!(events[0].2, start);
+    assert_eq!(events[1].1, "w/b");
+    assert_eq!(events[2].0, EventType::Delete);
+    assert_eq!(
+        events[2].3.as_deref(),
+        Some(&b"1"[..]),
+        "prev_kv of the delete"
+    );
+    assert!(events.windows(2).all(|p| p[0].2 < p[1].2));
+
+    // WatchProgressRequest: a progress response at the current revision.
+    let current = rev(e.put("other", "x", None).await.expect("put").header());
+    stream.request_progress().await.expect("progress request");
+    let progress = tokio::time::timeout(WAIT, async {
+        loop {
+            let resp = stream.message().await.expect("stream").expect("open");
+            if resp.events().is_empty() && !resp.created() && !resp.canceled() {
+                return resp;
+            }
+        }
+    })
+    .await
+    .expect("a progress response");
+    assert!(rev(progress.header()) >= current);
+
+    // A start below the compaction point: created, then canceled with
+    // compact_revision.
+    e.compact(current, None).await.expect("compact");
+    let mut old_stream = w
+        .watch(
+            "w/",
+            Some(WatchOptions::new().with_prefix().with_start_revision(start)),
+        )
+        .await
+        .expect("watch old");
+    let cancelled = tokio::time::timeout(WAIT, async {
+        loop {
+            let resp = old_stream.message().await.expect("stream").expect("open");
+            if resp.canceled() {
+                return resp;
+            }
+        }
+    })
+    .await
+    .expect("a cancel");
+    assert_eq!(cancelled.compact_revision(), current);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_thousand_key_prefix_range_with_limit_and_revision() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut e = c.etcd(1).await.expect("client");
+    let mut half = 0;
+    for batch in 0..100 {
+        let ops: Vec<TxnOp> = (0..100)
+            .map(|i| TxnOp::put(format!("big/{:05}", batch * 100 + i), "v", None))
+            .collect();
+        let resp = e.txn(Txn::new().and_then(ops)).await.expect("batch");
+        if batch == 49 {
+            half = rev(resp.header());
+        }
+    }
+    let mut r = c.etcd(2).await.expect("client 2");
+    let page = r
+        .get(
+            "big/",
+            Some(GetOptions::new().with_prefix().with_limit(500)),
+        )
+        .await
+        .expect("page");
+    assert_eq!(
+        (page.kvs().len(), page.count(), page.more()),
+        (500, 10_000, true)
+    );
+    assert_eq!(page.kvs()[499].key(), b"big/00499");
+    let at_half = r
+        .get(
+            "big/",
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_limit(10)
+                    .with_revision(half),
+            ),
+        )
+        .await
+        .expect("at half");
+    assert_eq!(at_half.count(), 5_000);
+    assert_eq!(rev(at_half.header()), half);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_and_cluster() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut e = c.etcd(1).await.expect("client");
+    e.put("m", "1", None).await.expect("put");
+    let members = e.member_list().await.expect("members");
+    assert_eq!(members.members().len(), 3);
+    let leader = c.leader().await.expect("leader");
+    let mut hashes = Vec::new();
+    let target = rev(e.put("m", "2", None).await.expect("put").header());
+    for id in c.ids() {
+        let mut n = c.etcd(id).await.expect("client");
+        let st = n.status().await.expect("status");
+        assert_eq!(st.leader(), leader, "node {id} knows the leader");
+        assert!(st.version().starts_with("3.5."), "{}", st.version());
+        assert!(st.raft_term() > 0);
+        let h = loop {
+            match n.hash_kv(target).await {
+                Ok(h) => break h,
+                Err(e) if e.to_string().contains("future revision") => {
+                    n.get("m", None)
+                        .await
+                        .expect("a linearizable read catches up");
+                }
+                Err(e) => panic!("hash_kv: {e}"),
+            }
+        };
+        hashes.push(h.hash());
+    }
+    assert!(hashes.windows(2).all(|p| p[0] == p[1]), "{hashes:?}");
+    let alarms = e
+        .alarm(
+            etcd_client::AlarmAction::Get,
+            etcd_client::AlarmType::None,
+            None,
+        )
+        .await
+        .expect("alarms");
+    assert!(alarms.alarms().is_empty());
+    c.shutdown().await;
+}
+
+/// One keyspace: REST objects live under /registry as a kube-apiserver
+/// lays them out, with their resourceVersion as the etcd revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_and_etcd_share_one_keyspace() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut e = c.etcd(2).await.expect("client");
+    let start = rev(e.get("x", None).await.expect("get").header());
+    let mut stream = e
+        .watch(
+            "/registry/configmaps/",
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(start + 1),
+            ),
+        )
+        .await
+        .expect("watch");
+    let created = c
+        .kube(1)
+        .create_configmap("default", "shared", "hello")
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED);
+    let got = e
+        .get("/registry/configmaps/default/shared", None)
+        .await
+        .expect("get");
+    let kv = &got.kvs()[0];
+    assert_eq!(kv.mod_revision() as u64, created.rv());
+    let stored: serde_json::Value = serde_json::from_slice(kv.value()).expect("JSON value");
+    assert_eq!(stored["metadata"]["name"], "shared");
+    let event = tokio::time::timeout(WAIT, async {
+        loop {
+            let resp = stream.message().await.expect("stream").expect("open");
+            if let Some(ev) = resp.events().first() {
+                return ev.kv().map(|kv| kv.mod_revision());
+            }
+        }
+    })
+    .await
+    .expect("an event");
+    assert_eq!(event, Some(created.rv() as i64));
+
+    // A JSON object put through etcd appears through REST; a value that is
+    // not an object is skipped without breaking the list.
+    let obj = serde_json::json!({
+        "metadata": { "name": "from-etcd", "namespace": "default", "uid": "u-1" },
+        "data": { "k": "v" }
+    });
+    e.put(
+        "/registry/configmaps/default/from-etcd",
+        obj.to_string(),
+        None,
+    )
+    .await
+    .expect("put object");
+    e.put("/registry/configmaps/default/garbage", "not json", None)
+        .await
+        .expect("put garbage");
+    let listed = c
+        .kube(3)
+        .get("/api/v1/namespaces/default/configmaps")
+        .await
+        .expect("list");
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text);
+    let names = listed.names();
+    assert!(names.contains(&"from-etcd".to_string()), "{names:?}");
+    assert!(names.contains(&"shared".to_string()));
+    assert!(!names.contains(&"garbage".to_string()));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_grant_keep_alive_time_to_live_and_revoke() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut a = c.etcd(1).await.expect("client 1");
+    let mut b = c.etcd(2).await.expect("client 2");
+    let granted = a.lease_grant(30, None).await.expect("grant");
+    let id = granted.id();
+    assert_eq!(granted.ttl(), 30);
+    b.put("leased/1", "x", Some(PutOptions::new().with_lease(id)))
+        .await
+        .expect("put with lease");
+    b.put("leased/2", "y", Some(PutOptions::new().with_lease(id)))
+        .await
+        .expect("put with lease");
+    let unknown = a
+        .put("leased/3", "z", Some(PutOptions::new().with_lease(id + 1)))
+        .await
+        .expect_err("unknown lease");
+    assert!(
+        unknown.to_string().contains("requested lease not found"),
+        "{unknown}"
+    );
+    let ttl = c
+        .etcd(3)
+        .await
+        .expect("client 3")
+        .lease_time_to_live(
+            id,
+            Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+        )
+        .await
+        .expect("time to live");
+    assert_eq!(ttl.granted_ttl(), 30);
+    assert!(ttl.ttl() > 0 && ttl.ttl() <= 30, "{}", ttl.ttl());
+    assert_eq!(ttl.keys().len(), 2);
+    let (mut keeper, mut responses) = b.lease_keep_alive(id).await.expect("keep alive");
+    keeper.keep_alive().await.expect("send keep alive");
+    let renewed = tokio::time::timeout(WAIT, responses.message())
+        .await
+        .expect("in time")
+        .expect("stream")
+        .expect("a response");
+    assert_eq!((renewed.id(), renewed.ttl()), (id, 30));
+    let listed = a.leases().await.expect("leases");
+    assert!(listed.leases().iter().any(|l| l.id() == id));
+
+    // Revoke deletes both keys in one revision.
+    let mut stream = a
+        .watch("leased/", Some(WatchOptions::new().with_prefix()))
+        .await
+        .expect("watch");
+    c.etcd(3)
+        .await
+        .expect("client 3")
+        .lease_revoke(id)
+        .await
+        .expect("revoke");
+    let mut deletes = Vec::new();
+    while deletes.len() < 2 {
+        let resp = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("in time")
+            .expect("stream")
+            .expect("open");
+        for ev in resp.events() {
+            assert_eq!(ev.event_type(), EventType::Delete);
+            deletes.push(ev.kv().map(|kv| kv.mod_revision()));
+        }
+    }
+    assert_eq!(deletes[0], deletes[1], "one revision for the whole revoke");
+    let gone = a
+        .get("leased/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert_eq!(gone.count(), 0);
+    let after = a
+        .lease_time_to_live(id, None)
+        .await
+        .expect("ttl after revoke");
+    assert_eq!(after.ttl(), -1);
+    c.shutdown().await;
+}
+
+/// A lease expires on the leader's clock; when that leader dies, the new
+/// leader carries the clock on and expires it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_expiry_survives_a_leader_kill() {
+    let mut c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let survivor = c.follower().await.expect("follower");
+    let mut e = c.etcd(survivor).await.expect("client");
+    let id = e.lease_grant(3, None).await.expect("grant").id();
+    e.put("expiring", "x", Some(PutOptions::new().with_lease(id)))
+        .await
+        .expect("put");
+    let mut stream = e
+        .watch("expiring", Some(WatchOptions::new()))
+        .await
+        .expect("watch");
+    c.kill(leader).await.expect("kill the leader");
+    let deleted = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let resp = stream.message().await.expect("stream").expect("open");
+            if resp
+                .events()
+                .iter()
+                .any(|ev| ev.event_type() == EventType::Delete)
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(deleted.is_ok(), "the new leader never expired the lease");
+    let ttl = e.lease_time_to_live(id, None).await.expect("ttl");
+    assert_eq!(ttl.ttl(), -1, "the lease is gone");
+    c.shutdown().await;
+}
