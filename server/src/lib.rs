@@ -25,6 +25,7 @@
 //! - [`kube`]: types, objects, selectors, verbs as transactions.
 //! - [`http`]: routing, discovery, health, verbs, Tables, Status mapping.
 
+pub mod bench;
 pub mod compaction;
 pub mod config;
 pub mod etcd;

@@ -1,6 +1,7 @@
 //! `kubestore`: the one binary. `serve` runs a node (with no flags: a
 //! single node on 127.0.0.1 with its data in `./kubestore-data`);
-//! `cluster` runs a local multi-node cluster of `serve` processes.
+//! `cluster` runs a local multi-node cluster of `serve` processes; `bench`
+//! is the load generator (and `bench compare`, etcd side by side).
 
 use clap::{Parser, Subcommand};
 use kubestore_server::launcher::{self, ClusterArgs};
@@ -24,6 +25,8 @@ enum Cmd {
     Serve(ServeConfig),
     /// Run a local cluster of N nodes as separate processes.
     Cluster(ClusterArgs),
+    /// Load-test running endpoints, or compare with etcd side by side.
+    Bench(kubestore_server::bench::BenchArgs),
 }
 
 #[tokio::main]
@@ -40,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
     ))) {
         Cmd::Serve(config) => serve(config).await,
         Cmd::Cluster(args) => launcher::run(args).await,
+        Cmd::Bench(args) => kubestore_server::bench::run(args).await,
     }
 }
 

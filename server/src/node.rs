@@ -68,16 +68,16 @@ impl RunningNode {
             },
             shutdown.subscribe(),
         );
-        let (etcd_kv, etcd_watch, etcd_lease, etcd_maintenance, etcd_cluster) = etcd.services();
+        let etcd_api = etcd.services();
         tasks.push(tokio::spawn(etcd.clone().run_lease_keeper()));
         let grpc_server = tonic::transport::Server::builder()
             .add_service(raft.raft_service())
             .add_service(raft.cluster_service())
-            .add_service(etcd_kv)
-            .add_service(etcd_watch)
-            .add_service(etcd_lease)
-            .add_service(etcd_maintenance)
-            .add_service(etcd_cluster);
+            .add_service(etcd_api.kv)
+            .add_service(etcd_api.watch)
+            .add_service(etcd_api.lease)
+            .add_service(etcd_api.maintenance)
+            .add_service(etcd_api.cluster);
         let mut stop = shutdown.subscribe();
         tasks.push(tokio::spawn(async move {
             // No Nagle: Raft messages are small and latency-bound.

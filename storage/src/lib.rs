@@ -52,6 +52,9 @@ pub use error::StoreError;
 pub use log_store::LogStore;
 pub use state_machine::{AppliedState, StateMachine};
 
+/// A lease and the keys attached to it, in key order.
+pub type LeaseWithKeys = (LeaseRecord, Vec<Vec<u8>>);
+
 /// A node's identity in the Raft group.
 pub type NodeId = u64;
 /// What openraft knows of a member: its gRPC address.
@@ -131,7 +134,7 @@ impl Store {
     }
 
     /// Lease `id` and the keys attached to it, if it exists.
-    pub fn lease(&self, id: i64) -> Result<Option<(LeaseRecord, Vec<Vec<u8>>)>, StoreError> {
+    pub fn lease(&self, id: i64) -> Result<Option<LeaseWithKeys>, StoreError> {
         use apply::MvccRead;
         self.consistent(|| {
             self.engine.with_snapshot(|view| {

@@ -235,6 +235,78 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
     assert_eq!(r[0].revision, store.applied().revision.next());
 }
 
+fn put_leased(key: &str, lease: i64) -> Command {
+    let mut p = PutRequest::new(key, "v");
+    p.lease = lease;
+    Command::Txn(Txn {
+        success: vec![Op::Put(p)],
+        ..Txn::default()
+    })
+}
+
+#[tokio::test]
+async fn leases_attach_keys_revoke_them_in_one_revision_and_travel_in_snapshots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let mut next = 1;
+    let r = apply_all(
+        &mut sm,
+        &mut next,
+        vec![
+            Command::LeaseGrant { id: 7, ttl: 30 },
+            Command::LeaseGrant { id: 7, ttl: 30 },
+            put_leased("l/a", 7),
+            put_leased("l/b", 7),
+            put_leased("l/c", 8),
+            Command::LeaseKeepAlive { id: 7 },
+            // Moving a key to no lease detaches it.
+            put_leased("l/b", 0),
+            put_leased("l/b", 7),
+        ],
+    )
+    .await;
+    assert!(matches!(r[0].result, Ok(CommandResult::Lease(_))));
+    assert_eq!(r[1].result, Err(ApplyError::LeaseExists));
+    assert_eq!(r[4].result, Err(ApplyError::LeaseNotFound));
+    match &r[5].result {
+        Ok(CommandResult::Lease(l)) => assert_eq!((l.ttl, l.renewals), (30, 1)),
+        other => panic!("keep-alive: {other:?}"),
+    }
+    let (lease, keys) = store.lease(7).expect("read").expect("lease 7");
+    assert_eq!(lease.renewals, 1);
+    assert_eq!(keys, vec![b"l/a".to_vec(), b"l/b".to_vec()]);
+
+    // The snapshot carries the lease and its keys.
+    let mut builder = sm.get_snapshot_builder().await;
+    let snapshot = builder.build_snapshot().await.expect("build");
+    let (_log2, mut sm2, store2) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
+    let mut source = snapshot.snapshot;
+    tokio::io::copy(&mut source, &mut *incoming)
+        .await
+        .expect("copy");
+    sm2.install_snapshot(&snapshot.meta, incoming)
+        .await
+        .expect("install");
+    assert_eq!(
+        store2.lease(7).expect("read b"),
+        store.lease(7).expect("read a")
+    );
+
+    // Revoke: both keys go in one new revision, the lease with them.
+    let before = store.applied().revision;
+    let r = apply_all(&mut sm, &mut next, vec![Command::LeaseRevoke { id: 7 }]).await;
+    assert_eq!(r[0].result, Ok(CommandResult::LeaseRevoked { deleted: 2 }));
+    assert_eq!(r[0].revision, before.next());
+    assert_eq!(read(&store, "l/", None).expect("read"), Vec::new());
+    let events = store.events_after(before, 10).expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].1.len(), 2);
+    assert_eq!(store.lease(7).expect("read"), None);
+    let r = apply_all(&mut sm, &mut next, vec![Command::LeaseRevoke { id: 7 }]).await;
+    assert_eq!(r[0].result, Err(ApplyError::LeaseNotFound));
+}
+
 const CRASH_DIR: &str = "KUBESTORE_TEST_CRASH_DIR";
 
 /// Not a test on its own: the child process of the crash test, which applies

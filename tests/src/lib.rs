@@ -71,6 +71,8 @@ pub struct ClusterOptions {
     /// Events the watch cache keeps per type (small values send exact
     /// reads and old watches to storage history).
     pub watch_cache_events: usize,
+    /// Seconds between progress notifications of idle etcd watches.
+    pub etcd_progress_notify_seconds: u64,
 }
 
 impl Default for ClusterOptions {
@@ -81,6 +83,7 @@ impl Default for ClusterOptions {
             history_retention_seconds: 300,
             compaction_interval_seconds: 30,
             watch_cache_events: 4096,
+            etcd_progress_notify_seconds: 600,
         }
     }
 }
@@ -202,6 +205,7 @@ impl TestCluster {
         c.history_retention_seconds = self.options.history_retention_seconds;
         c.compaction_interval_seconds = self.options.compaction_interval_seconds;
         c.watch_cache_events = self.options.watch_cache_events;
+        c.etcd_progress_notify_seconds = self.options.etcd_progress_notify_seconds;
         c
     }
 
@@ -227,6 +231,7 @@ impl TestCluster {
         let retention = self.options.history_retention_seconds.to_string();
         let compaction = self.options.compaction_interval_seconds.to_string();
         let cache_events = self.options.watch_cache_events.to_string();
+        let progress = self.options.etcd_progress_notify_seconds.to_string();
         let slot = self.slot_mut(id)?;
         std::fs::create_dir_all(&slot.data_dir)?;
         let log = std::fs::OpenOptions::new()
@@ -245,6 +250,7 @@ impl TestCluster {
             .args(["--history-retention-seconds", &retention])
             .args(["--compaction-interval-seconds", &compaction])
             .args(["--watch-cache-events", &cache_events])
+            .args(["--etcd-progress-notify-seconds", &progress])
             .env(
                 "KUBESTORE_LOG",
                 std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),

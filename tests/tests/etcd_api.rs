@@ -9,7 +9,7 @@ use etcd_client::{
     Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget,
     Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use kubestore_tests::TestCluster;
+use kubestore_tests::{ClusterOptions, TestCluster};
 use reqwest::StatusCode;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -599,5 +599,49 @@ async fn lease_expiry_survives_a_leader_kill() {
     assert!(deleted.is_ok(), "the new leader never expired the lease");
     let ttl = e.lease_time_to_live(id, None).await.expect("ttl");
     assert_eq!(ttl.ttl(), -1, "the lease is gone");
+    c.shutdown().await;
+}
+
+/// A watch created with `progress_notify` gets progress responses while
+/// idle, never claiming a revision ahead of the events it delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_watches_get_progress_notifications() {
+    let c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            etcd_progress_notify_seconds: 1,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let mut e = c.etcd(2).await.expect("client");
+    let mut stream = e
+        .watch(
+            "quiet/",
+            Some(WatchOptions::new().with_prefix().with_progress_notify()),
+        )
+        .await
+        .expect("watch");
+    let written = rev(e.put("quiet/a", "1", None).await.expect("put").header());
+    // Writes elsewhere move the revision without events for this watch.
+    let other = rev(e.put("loud", "1", None).await.expect("put").header());
+    let mut saw_event_at = 0;
+    let progress = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let resp = stream.message().await.expect("stream").expect("open");
+            if let Some(ev) = resp.events().first() {
+                saw_event_at = ev.kv().map_or(0, |kv| kv.mod_revision());
+                continue;
+            }
+            if !resp.created() && !resp.canceled() && rev(resp.header()) >= other {
+                return resp;
+            }
+        }
+    })
+    .await
+    .expect("a progress notification while idle");
+    assert_eq!(saw_event_at, written, "the event came before the progress");
+    assert!(rev(progress.header()) >= other);
     c.shutdown().await;
 }

@@ -161,6 +161,96 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
         "get",
     );
     assert_eq!(got, "hello");
+
+    // One keyspace: kubectl's object is at the kube-apiserver's etcd key,
+    // with its resourceVersion as the etcd revision; an etcd watch sees
+    // kubectl's next change at the revision kubectl reports.
+    let etcd_endpoint = nodes[2]["grpc_url"]
+        .as_str()
+        .expect("grpc_url")
+        .trim_start_matches("http://")
+        .to_string();
+    let etcdctl = |args: &[&str]| {
+        Command::new(std::env::var("ETCDCTL").unwrap_or_else(|_| "etcdctl".into()))
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={etcd_endpoint}"))
+            .args(args)
+            .output()
+            .expect("etcdctl (installed by scripts/test.sh)")
+    };
+    let rv = ok(
+        &kubectl(
+            &kubeconfig,
+            "node-1",
+            &[
+                "-n",
+                "e2e",
+                "get",
+                "configmap",
+                "cfg",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+        ),
+        "get rv",
+    );
+    let stored: Value = serde_json::from_slice(
+        &etcdctl(&["get", "/registry/configmaps/e2e/cfg", "-w", "json"]).stdout,
+    )
+    .expect("etcdctl -w json");
+    assert_eq!(stored["kvs"][0]["mod_revision"].to_string(), rv);
+    let mut etcd_watch =
+        tokio::process::Command::new(std::env::var("ETCDCTL").unwrap_or_else(|_| "etcdctl".into()))
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={etcd_endpoint}"))
+            .args([
+                "watch",
+                "/registry/configmaps/e2e/",
+                "--prefix",
+                "-w",
+                "json",
+            ])
+            // From the next revision: only changes made after this point.
+            .arg(format!(
+                "--rev={}",
+                stored["header"]["revision"]
+                    .as_u64()
+                    .expect("header revision")
+                    + 1
+            ))
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("etcdctl watch");
+    let mut etcd_lines = BufReader::new(etcd_watch.stdout.take().expect("stdout")).lines();
+    let via_kubectl = ok(
+        &kubectl(
+            &kubeconfig,
+            "node-2",
+            &[
+                "-n",
+                "e2e",
+                "create",
+                "configmap",
+                "seen-by-etcd",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+        ),
+        "create seen-by-etcd",
+    );
+    let line = tokio::time::timeout(Duration::from_secs(15), etcd_lines.next_line())
+        .await
+        .expect("etcd watch output in time")
+        .expect("read")
+        .expect("a line");
+    let event: Value = serde_json::from_str(&line).expect("watch json");
+    assert_eq!(
+        event["Events"][0]["kv"]["mod_revision"].to_string(),
+        via_kubectl,
+        "{line} (the watch started after {stored})"
+    );
+    etcd_watch.kill().await.expect("stop etcd watch");
     let listed = ok(
         &kubectl(&kubeconfig, "node-1", &["-n", "e2e", "get", "configmaps"]),
         "get configmaps",

@@ -179,7 +179,7 @@ impl Maintenance for MaintenanceService {
             for chunk in blob.chunks(SNAPSHOT_CHUNK) {
                 sent += chunk.len();
                 let resp = pb::SnapshotResponse {
-                    header: header.clone(),
+                    header,
                     remaining_bytes: (total - sent) as u64,
                     blob: chunk.to_vec(),
                     ..Default::default()

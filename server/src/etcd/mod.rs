@@ -114,32 +114,34 @@ impl EtcdContext {
     }
 
     /// The tonic services of the etcd API, to add to the node's gRPC server.
-    pub fn services(
-        &self,
-    ) -> (
-        KvServer<kv::KvService>,
-        WatchServer<watch::WatchService>,
-        LeaseServer<lease::LeaseService>,
-        MaintenanceServer<maintenance::MaintenanceService>,
-        ClusterServer<cluster::ClusterService>,
-    ) {
+    pub fn services(&self) -> EtcdServices {
         let limit = MAX_REQUEST_BYTES + 1024 * 1024;
-        (
-            KvServer::new(kv::KvService(self.clone()))
+        EtcdServices {
+            kv: KvServer::new(kv::KvService(self.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
-            WatchServer::new(watch::WatchService(self.clone()))
+            watch: WatchServer::new(watch::WatchService(self.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
-            LeaseServer::new(lease::LeaseService {
+            lease: LeaseServer::new(lease::LeaseService {
                 ctx: self.clone(),
                 keeper: self.keeper.clone(),
             }),
-            MaintenanceServer::new(maintenance::MaintenanceService(self.clone()))
+            maintenance: MaintenanceServer::new(maintenance::MaintenanceService(self.clone()))
                 .max_encoding_message_size(usize::MAX),
-            ClusterServer::new(cluster::ClusterService(self.clone())),
-        )
+            cluster: ClusterServer::new(cluster::ClusterService(self.clone())),
+        }
     }
+}
+
+/// The etcd API's tonic services of one node.
+#[derive(Debug)]
+pub struct EtcdServices {
+    pub kv: KvServer<kv::KvService>,
+    pub watch: WatchServer<watch::WatchService>,
+    pub lease: LeaseServer<lease::LeaseService>,
+    pub maintenance: MaintenanceServer<maintenance::MaintenanceService>,
+    pub cluster: ClusterServer<cluster::ClusterService>,
 }
 
 /// etcd's error statuses (its `rpctypes`), by the message clients match.

@@ -278,7 +278,7 @@ impl Watcher {
                             break;
                         }
                     }
-                    Err(BehindRing { .. }) => match self.from_history(last).await {
+                    Err(BehindRing { .. }) => match self.catch_up_from_history(last).await {
                         Ok(Some(next)) => last = next,
                         Ok(None) => break,
                         Err(Gone::ClientLeft) => return,
@@ -314,7 +314,7 @@ impl Watcher {
     /// One batch of events after `last` from storage history, for a
     /// watcher older than the cache's ring. The revision delivered up to,
     /// or `None` when storage has nothing newer yet.
-    async fn from_history(&self, last: u64) -> Result<Option<u64>, Gone> {
+    async fn catch_up_from_history(&self, last: u64) -> Result<Option<u64>, Gone> {
         match self
             .state
             .node

@@ -1,0 +1,316 @@
+//! `kubestore bench compare`: etcd and kubestore side by side, same
+//! machine, same client code, same durability (both fsync their log before
+//! acknowledging a write).
+//!
+//! It starts a 3-member etcd (the `etcd` binary, Debian's 3.4) and a
+//! 3-node kubestore (this binary's `serve`), each with data under the
+//! output directory, runs every etcd-API workload against one store and
+//! then the other, and writes `results.json` (top-level `ratios`:
+//! kubestore/etcd throughput per workload; `runs`: every figure of both
+//! stores), plots and the disk's fsync rate.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
+use kubestore_proto::etcd::etcdserverpb::RangeRequest;
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use super::workload::{self, RunResult, Workload};
+use super::{plot, LoadArgs};
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// A short run (under 3 minutes): fewer requests per workload.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where results.json, the plots, logs and (while running) data go.
+    #[arg(long, default_value = "bench-compare")]
+    pub out: PathBuf,
+    /// The etcd server binary.
+    #[arg(long, default_value = "etcd")]
+    pub etcd: PathBuf,
+    /// Keep both stores' data directories afterwards.
+    #[arg(long)]
+    pub keep_data: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Requests per workload, overriding the quick or full sizes (the test
+    /// suite runs a tiny comparison with it).
+    #[arg(long)]
+    pub requests: Option<u64>,
+}
+
+/// The workloads compared, as `(key in ratios, workload, clients)`.
+const PLAN: [(&str, &str, usize); 4] = [
+    ("put_c64", "put", 64),
+    ("put_c256", "put", 256),
+    ("range_linearizable", "range_linearizable", 64),
+    ("range_serializable", "range_serializable", 64),
+];
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Three running processes of one store, killed on drop.
+struct Cluster {
+    endpoints: Vec<String>,
+    children: Vec<Child>,
+}
+
+impl Cluster {
+    async fn stop(mut self) {
+        for c in &mut self.children {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+fn log_file(dir: &Path, name: &str) -> anyhow::Result<std::fs::File> {
+    Ok(std::fs::File::create(dir.join(format!("{name}.log")))?)
+}
+
+async fn start_etcd(bin: &Path, data: &Path) -> anyhow::Result<Cluster> {
+    let peers: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let clients: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let initial: Vec<String> = peers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("etcd-{i}=http://127.0.0.1:{p}"))
+        .collect();
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let dir = data.join(format!("etcd-{i}"));
+        let client = format!("http://127.0.0.1:{}", clients[i]);
+        let peer = format!("http://127.0.0.1:{}", peers[i]);
+        let log = log_file(data, &format!("etcd-{i}"))?;
+        children.push(
+            Command::new(bin)
+                .args(["--name", &format!("etcd-{i}")])
+                .arg("--data-dir")
+                .arg(&dir)
+                .args(["--listen-client-urls", &client])
+                .args(["--advertise-client-urls", &client])
+                .args(["--listen-peer-urls", &peer])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &initial.join(",")])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "kubestore-bench"])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("starting {} (install etcd-server)", bin.display()))?,
+        );
+    }
+    Ok(Cluster {
+        endpoints: clients.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        children,
+    })
+}
+
+async fn start_kubestore(data: &Path) -> anyhow::Result<Cluster> {
+    let bin = std::env::current_exe()?;
+    let grpc: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let rest: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let peers: Vec<String> = grpc
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+        .collect();
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let log = log_file(data, &format!("kubestore-{}", i + 1))?;
+        children.push(
+            Command::new(&bin)
+                .args(["serve", "--id", &(i + 1).to_string()])
+                .arg("--data-dir")
+                .arg(data.join(format!("kubestore-{}", i + 1)))
+                .args(["--rest-addr", &format!("127.0.0.1:{}", rest[i])])
+                .args(["--grpc-addr", &format!("127.0.0.1:{}", grpc[i])])
+                .args(["--peers", &peers.join(",")])
+                .env("KUBESTORE_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()?,
+        );
+    }
+    Ok(Cluster {
+        endpoints: grpc.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        children,
+    })
+}
+
+/// Waits until a linearizable read succeeds on every endpoint.
+async fn wait_ready(name: &str, endpoints: &[String]) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for e in endpoints {
+        loop {
+            let ok = async {
+                let ch = tonic::transport::Channel::from_shared(format!("http://{e}"))?
+                    .connect()
+                    .await?;
+                KvClient::new(ch)
+                    .range(RangeRequest {
+                        key: b"ready".to_vec(),
+                        ..Default::default()
+                    })
+                    .await?;
+                anyhow::Ok(())
+            }
+            .await;
+            if ok.is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{name} at {e} did not become ready within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// How many `fdatasync`ed 4 KiB appends the disk under `dir` takes per
+/// second: the ceiling of unbatched commits.
+fn fsync_rate(dir: &Path) -> anyhow::Result<f64> {
+    use std::io::Write;
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::File::create(&path)?;
+    let block = [0u8; 4096];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_secs(2) {
+        f.write_all(&block)?;
+        f.sync_data()?;
+        n += 1;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    drop(f);
+    std::fs::remove_file(path)?;
+    Ok(rate)
+}
+
+/// Runs the comparison and writes the results.
+pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&args.out)?;
+    let data = args.out.join("data");
+    if data.exists() {
+        std::fs::remove_dir_all(&data)?;
+    }
+    std::fs::create_dir_all(&data)?;
+    let fsyncs = fsync_rate(&data)?;
+    println!("disk: {fsyncs:.0} fsynced 4 KiB appends per second");
+    let load = |requests| LoadArgs {
+        requests,
+        size: 1024,
+        out: args.out.clone(),
+        no_progress: args.no_progress,
+    };
+    let (put_requests, range_requests) = match (args.requests, args.quick) {
+        (Some(n), _) => (n, n),
+        (None, true) => (4_000, 10_000),
+        (None, false) => (30_000, 100_000),
+    };
+
+    let etcd = start_etcd(&args.etcd, &data).await?;
+    let kubestore = start_kubestore(&data).await?;
+    let ready = async {
+        wait_ready("etcd", &etcd.endpoints).await?;
+        wait_ready("kubestore", &kubestore.endpoints).await
+    }
+    .await;
+    let mut runs: Vec<RunResult> = Vec::new();
+    let outcome = match ready {
+        Err(e) => Err(e),
+        Ok(()) => {
+            async {
+                for (_, name, clients) in PLAN {
+                    let workload = Workload::etcd(name)?;
+                    let requests = if name == "put" {
+                        put_requests
+                    } else {
+                        range_requests
+                    };
+                    for (store, cluster) in [("etcd", &etcd), ("kubestore", &kubestore)] {
+                        let mut r = workload::run_etcd(
+                            &workload,
+                            &cluster.endpoints,
+                            clients,
+                            &load(requests),
+                        )
+                        .await?;
+                        r.store = store.into();
+                        runs.push(r);
+                    }
+                }
+                anyhow::Ok(())
+            }
+            .await
+        }
+    };
+    etcd.stop().await;
+    kubestore.stop().await;
+    outcome?;
+    if !args.keep_data {
+        std::fs::remove_dir_all(&data).ok();
+    }
+
+    let find = |store: &str, name: &str, clients: usize| {
+        runs.iter()
+            .find(|r| r.store == store && r.workload == name && r.clients == clients)
+    };
+    let mut ratios = serde_json::Map::new();
+    let mut p99_ratios = serde_json::Map::new();
+    for (key, name, clients) in PLAN {
+        if let (Some(k), Some(e)) = (
+            find("kubestore", name, clients),
+            find("etcd", name, clients),
+        ) {
+            ratios.insert(key.into(), json!(k.throughput / e.throughput.max(1e-9)));
+            p99_ratios.insert(key.into(), json!(k.p99_ms / e.p99_ms.max(1e-9)));
+        }
+    }
+    let puts_per_fsync = find("kubestore", "put", 256).map(|r| r.throughput / fsyncs.max(1e-9));
+    let results = json!({
+        "quick": args.quick,
+        "duration_seconds": started.elapsed().as_secs_f64(),
+        "value_bytes": 1024,
+        "disk_fsyncs_per_second": fsyncs,
+        "kubestore_puts_per_disk_fsync_c256": puts_per_fsync,
+        "ratios": ratios,
+        "p99_ratios": p99_ratios,
+        "runs": runs,
+    });
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_vec_pretty(&results)?,
+    )?;
+    let series: Vec<(&str, &RunResult)> = runs.iter().map(|r| ("", r)).collect();
+    plot::latency_cdf(&args.out.join("latency-cdf.svg"), "etcd API", &series)?;
+    plot::latency_vs_throughput(
+        &args.out.join("latency-vs-throughput.svg"),
+        "etcd API",
+        &series,
+    )?;
+    println!("{}", workload::table("etcd API, 3 members each", &runs));
+    println!("kubestore / etcd throughput:");
+    for (k, v) in &ratios {
+        println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
+    }
+    println!(
+        "finished in {:.0} s; results in {}",
+        started.elapsed().as_secs_f64(),
+        args.out.join("results.json").display()
+    );
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! `kubestore bench`: the load generator. Workloads run C concurrent
+//! clients against any endpoints and report throughput, HDR latency
+//! percentiles, errors and (for REST reads) how the server says it served
+//! them. `kubestore bench compare` starts a 3-member etcd and a 3-node
+//! kubestore on this machine and runs the same etcd-API workloads, with
+//! the same client code, against both.
+//!
+//! Results go to the terminal as a table, to `results.json`, and as SVG
+//! plots (latency CDFs, latency against throughput).
+
+mod compare;
+mod plot;
+mod workload;
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+pub use workload::{RunResult, Workload};
+
+/// `kubestore bench ...`
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Run etcd-API workloads against running endpoints (etcd or kubestore).
+    Etcd(EtcdArgs),
+    /// Run Kubernetes REST workloads against running kubestore endpoints.
+    Rest(RestArgs),
+    /// Start a 3-member etcd and a 3-node kubestore here and compare them.
+    Compare(compare::CompareArgs),
+}
+
+/// Workloads and their size, shared by the subcommands.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// Requests per workload and client count.
+    #[arg(long, default_value_t = 20_000)]
+    pub requests: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Where results.json and the plots go.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// No progress bar (for logs and tests).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EtcdArgs {
+    /// Comma-separated etcd endpoints (host:port); clients spread over them.
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:2379")]
+    pub endpoints: Vec<String>,
+    /// Workloads: put, range_linearizable, range_serializable.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "put,range_linearizable,range_serializable"
+    )]
+    pub workloads: Vec<String>,
+    /// Concurrent clients per workload (one run per value).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    pub clients: Vec<usize>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RestArgs {
+    /// Comma-separated REST base URLs; clients spread over them.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080")]
+    pub endpoints: Vec<String>,
+    /// Workloads: create, update, get_quorum, get_any, list_quorum,
+    /// list_any, list_not_older_than, list_exact, list_paginated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "create,get_quorum,get_any,list_quorum,list_any"
+    )]
+    pub workloads: Vec<String>,
+    /// Concurrent clients per workload (one run per value).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    pub clients: Vec<usize>,
+    /// Objects listed by the list workloads.
+    #[arg(long, default_value_t = 1000)]
+    pub objects: usize,
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// Runs `kubestore bench`.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Etcd(a) => {
+            let mut runs = Vec::new();
+            for name in &a.workloads {
+                let workload = Workload::etcd(name)?;
+                for &clients in &a.clients {
+                    let r = workload::run_etcd(&workload, &a.endpoints, clients, &a.load).await?;
+                    runs.push(r);
+                }
+            }
+            report("etcd API", &runs, &a.load)
+        }
+        BenchCommand::Rest(a) => {
+            let mut runs = Vec::new();
+            workload::seed_rest(&a.endpoints, a.objects, a.load.size).await?;
+            for name in &a.workloads {
+                let workload = Workload::rest(name, a.objects)?;
+                for &clients in &a.clients {
+                    let r = workload::run_rest(&workload, &a.endpoints, clients, &a.load).await?;
+                    runs.push(r);
+                }
+            }
+            report("REST", &runs, &a.load)
+        }
+        BenchCommand::Compare(a) => compare::run(a).await,
+    }
+}
+
+/// Prints the table and writes results.json and the plots.
+fn report(title: &str, runs: &[RunResult], load: &LoadArgs) -> anyhow::Result<()> {
+    println!("{}", workload::table(title, runs));
+    std::fs::create_dir_all(&load.out)?;
+    let json = serde_json::json!({ "runs": runs });
+    std::fs::write(
+        load.out.join("results.json"),
+        serde_json::to_vec_pretty(&json)?,
+    )?;
+    let series: Vec<(&str, &RunResult)> = runs.iter().map(|r| ("", r)).collect();
+    plot::latency_cdf(&load.out.join("latency-cdf.svg"), title, &series)?;
+    plot::latency_vs_throughput(&load.out.join("latency-vs-throughput.svg"), title, &series)?;
+    println!("results and plots in {}", load.out.display());
+    Ok(())
+}

@@ -1,0 +1,534 @@
+//! The workloads, the closed-loop runner and the result table.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
+use kubestore_proto::etcd::etcdserverpb::{PutRequest, RangeRequest};
+use serde::Serialize;
+use serde_json::json;
+use tonic::transport::Channel;
+
+use super::LoadArgs;
+
+/// Keys the put workload spreads over (etcd's benchmark default).
+const PUT_KEY_SPACE: u64 = 10_000;
+/// The key the range workloads read.
+const RANGE_KEY: &str = "bench/range";
+/// The namespace of the REST workloads.
+pub const REST_NAMESPACE: &str = "bench";
+
+/// What one request does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workload {
+    EtcdPut,
+    EtcdRange {
+        serializable: bool,
+    },
+    RestCreate,
+    /// Unconditional updates spread over the first `targets` seeded objects.
+    RestUpdate {
+        targets: u64,
+    },
+    /// A GET of this path under the bench namespace's configmaps.
+    RestRead {
+        name: &'static str,
+        query: String,
+    },
+    /// A list followed through every `continue` token.
+    RestPaginated {
+        limit: u64,
+    },
+}
+
+impl Workload {
+    pub fn etcd(name: &str) -> anyhow::Result<Self> {
+        Ok(match name {
+            "put" => Workload::EtcdPut,
+            "range_linearizable" => Workload::EtcdRange {
+                serializable: false,
+            },
+            "range_serializable" => Workload::EtcdRange { serializable: true },
+            other => bail!("unknown etcd workload {other:?}"),
+        })
+    }
+
+    /// A REST workload over `objects` seeded configmaps.
+    pub fn rest(name: &str, objects: usize) -> anyhow::Result<Self> {
+        let read = |name: &'static str, query: &str| Workload::RestRead {
+            name,
+            query: query.to_string(),
+        };
+        Ok(match name {
+            "create" => Workload::RestCreate,
+            "update" => Workload::RestUpdate {
+                targets: objects.clamp(1, 100) as u64,
+            },
+            "get_quorum" => read("get_quorum", "/cm-000000"),
+            "get_any" => read("get_any", "/cm-000000?resourceVersion=0"),
+            "list_quorum" => read("list_quorum", ""),
+            "list_any" => read("list_any", "?resourceVersion=0"),
+            "list_not_older_than" => read(
+                "list_not_older_than",
+                "?resourceVersion=1&resourceVersionMatch=NotOlderThan",
+            ),
+            "list_exact" => read("list_exact", "?resourceVersionMatch=Exact&resourceVersion="),
+            "list_paginated" => Workload::RestPaginated { limit: 500 },
+            other => bail!("unknown REST workload {other:?}"),
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Workload::EtcdPut => "put".into(),
+            Workload::EtcdRange {
+                serializable: false,
+            } => "range_linearizable".into(),
+            Workload::EtcdRange { serializable: true } => "range_serializable".into(),
+            Workload::RestCreate => "create".into(),
+            Workload::RestUpdate { .. } => "update".into(),
+            Workload::RestRead { name, .. } => (*name).into(),
+            Workload::RestPaginated { .. } => "list_paginated".into(),
+        }
+    }
+}
+
+/// One workload run at one client count.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// Which store (set by `compare`; empty otherwise).
+    pub store: String,
+    pub workload: String,
+    pub clients: usize,
+    pub requests: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    /// Successful requests per second.
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// `X-Kubestore-Read` values seen, with counts (REST reads).
+    pub served: BTreeMap<String, u64>,
+    /// (percentile, latency ms) from 0 to 100, for CDF plots.
+    pub cdf: Vec<(f64, f64)>,
+}
+
+/// What the closed loop records per request.
+struct Recorder {
+    hist: Mutex<Histogram<u64>>,
+    errors: AtomicU64,
+    served: Mutex<BTreeMap<String, u64>>,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Recorder {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            hist: Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
+            errors: AtomicU64::new(0),
+            served: Mutex::new(BTreeMap::new()),
+            first_error: Mutex::new(None),
+        })
+    }
+
+    fn ok(&self, started: Instant, served: Option<String>) {
+        let micros = started.elapsed().as_micros().max(1) as u64;
+        if let Ok(mut h) = self.hist.lock() {
+            let _ = h.record(micros);
+        }
+        if let (Some(s), Ok(mut m)) = (served, self.served.lock()) {
+            *m.entry(s).or_default() += 1;
+        }
+    }
+
+    fn err(&self, e: String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut first) = self.first_error.lock() {
+            first.get_or_insert(e);
+        }
+    }
+}
+
+fn progress(total: u64, label: &str, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos}/{len} {per_sec} eta {eta}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label.to_string());
+    bar
+}
+
+fn finish(
+    workload: &Workload,
+    clients: usize,
+    requests: u64,
+    elapsed: Duration,
+    rec: Recorder,
+) -> RunResult {
+    let hist = rec.hist.into_inner().unwrap_or_else(|p| p.into_inner());
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let errors = rec.errors.load(Ordering::Relaxed);
+    if let Some(e) = rec.first_error.into_inner().ok().flatten() {
+        eprintln!("{}: {errors} errors, first: {e}", workload.name());
+    }
+    let seconds = elapsed.as_secs_f64();
+    let cdf = (0..=100)
+        .map(|p| {
+            let q = match p {
+                100 => 1.0,
+                p => f64::from(p) / 100.0,
+            };
+            (f64::from(p), ms(q))
+        })
+        .chain([(99.9, ms(0.999)), (99.99, ms(0.9999))])
+        .collect();
+    RunResult {
+        store: String::new(),
+        workload: workload.name(),
+        clients,
+        requests,
+        errors,
+        seconds,
+        throughput: (requests.saturating_sub(errors)) as f64 / seconds.max(1e-9),
+        p50_ms: ms(0.5),
+        p90_ms: ms(0.9),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: hist.max() as f64 / 1000.0,
+        served: rec.served.into_inner().unwrap_or_default(),
+        cdf,
+    }
+}
+
+async fn etcd_channel(endpoint: &str) -> anyhow::Result<Channel> {
+    let url = if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    Channel::from_shared(url.clone())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {url}"))
+}
+
+/// Runs an etcd-API workload with `clients` concurrent clients (one
+/// connection each), spread over `endpoints`.
+pub async fn run_etcd(
+    workload: &Workload,
+    endpoints: &[String],
+    clients: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<RunResult> {
+    let mut conns = Vec::new();
+    for i in 0..clients.max(1) {
+        conns.push(KvClient::new(
+            etcd_channel(&endpoints[i % endpoints.len()]).await?,
+        ));
+    }
+    if let Workload::EtcdRange { .. } = workload {
+        conns[0]
+            .put(PutRequest {
+                key: RANGE_KEY.into(),
+                value: vec![b'x'; load.size],
+                ..Default::default()
+            })
+            .await?;
+    }
+    let value = vec![b'x'; load.size];
+    let rec = Arc::new(Recorder::new()?);
+    let next = Arc::new(AtomicU64::new(0));
+    let bar = progress(
+        load.requests,
+        &format!("{} c{clients}", workload.name()),
+        load.no_progress,
+    );
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for mut kv in conns {
+        let (rec, next, bar, value, workload) = (
+            rec.clone(),
+            next.clone(),
+            bar.clone(),
+            value.clone(),
+            workload.clone(),
+        );
+        let total = load.requests;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return;
+                }
+                let t = Instant::now();
+                let outcome = match &workload {
+                    Workload::EtcdPut => kv
+                        .put(PutRequest {
+                            key: format!("bench/{:08}", i % PUT_KEY_SPACE).into_bytes(),
+                            value: value.clone(),
+                            ..Default::default()
+                        })
+                        .await
+                        .map(|_| ()),
+                    Workload::EtcdRange { serializable } => kv
+                        .range(RangeRequest {
+                            key: RANGE_KEY.into(),
+                            serializable: *serializable,
+                            ..Default::default()
+                        })
+                        .await
+                        .map(|_| ()),
+                    _ => Ok(()),
+                };
+                match outcome {
+                    Ok(()) => rec.ok(t, None),
+                    Err(e) => rec.err(e.to_string()),
+                }
+                bar.inc(1);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("recorder still shared"))?;
+    Ok(finish(workload, clients, load.requests, elapsed, rec))
+}
+
+/// Creates the bench namespace and `objects` configmaps in it, if missing.
+pub async fn seed_rest(endpoints: &[String], objects: usize, size: usize) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let base = &endpoints[0];
+    let r = client
+        .post(format!("{base}/api/v1/namespaces"))
+        .json(&json!({ "metadata": { "name": REST_NAMESPACE } }))
+        .send()
+        .await?;
+    if !(r.status().is_success() || r.status().as_u16() == 409) {
+        bail!("creating namespace {REST_NAMESPACE}: {}", r.status());
+    }
+    let cms = format!("{base}/api/v1/namespaces/{REST_NAMESPACE}/configmaps");
+    let bar = progress(objects as u64, "seeding configmaps", false);
+    for i in 0..objects {
+        let r = client
+            .post(&cms)
+            .json(&json!({
+                "metadata": { "name": format!("cm-{i:06}") },
+                "data": { "value": "x".repeat(size) },
+            }))
+            .send()
+            .await?;
+        if !(r.status().is_success() || r.status().as_u16() == 409) {
+            bail!("seeding cm-{i:06}: {}", r.status());
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Runs a REST workload with `clients` concurrent clients spread over
+/// `endpoints`.
+pub async fn run_rest(
+    workload: &Workload,
+    endpoints: &[String],
+    clients: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<RunResult> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .tcp_nodelay(true)
+        .build()?;
+    // Exact reads need a revision the store still has: the current one.
+    let current: serde_json::Value = http
+        .get(format!(
+            "{}/api/v1/namespaces/{REST_NAMESPACE}/configmaps?limit=1",
+            endpoints[0]
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let current_rv = current["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let rec = Arc::new(Recorder::new()?);
+    let next = Arc::new(AtomicU64::new(0));
+    let bar = progress(
+        load.requests,
+        &format!("{} c{clients}", workload.name()),
+        load.no_progress,
+    );
+    // Created names are unique per run: a process may run `create` twice.
+    let run_id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis())
+    );
+    let payload = "x".repeat(load.size);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients.max(1) {
+        let base = format!(
+            "{}/api/v1/namespaces/{REST_NAMESPACE}/configmaps",
+            endpoints[c % endpoints.len()]
+        );
+        let (rec, next, bar, http, workload, payload, current_rv, run_id) = (
+            rec.clone(),
+            next.clone(),
+            bar.clone(),
+            http.clone(),
+            workload.clone(),
+            payload.clone(),
+            current_rv.clone(),
+            run_id.clone(),
+        );
+        let total = load.requests;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return;
+                }
+                let t = Instant::now();
+                let outcome =
+                    rest_once(&http, &base, &workload, i, &run_id, &payload, &current_rv).await;
+                match outcome {
+                    Ok(served) => rec.ok(t, served),
+                    Err(e) => rec.err(e.to_string()),
+                }
+                bar.inc(1);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("recorder still shared"))?;
+    Ok(finish(workload, clients, load.requests, elapsed, rec))
+}
+
+/// One REST request (or, paginated, one whole traversal); how the server
+/// says it served it.
+async fn rest_once(
+    http: &reqwest::Client,
+    base: &str,
+    workload: &Workload,
+    i: u64,
+    run_id: &str,
+    payload: &str,
+    current_rv: &str,
+) -> anyhow::Result<Option<String>> {
+    let served = |r: &reqwest::Response| {
+        r.headers()
+            .get("x-kubestore-read")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let check = |r: reqwest::Response| -> anyhow::Result<reqwest::Response> {
+        if r.status().is_success() {
+            Ok(r)
+        } else {
+            bail!("HTTP {}", r.status())
+        }
+    };
+    match workload {
+        Workload::RestCreate => {
+            let body = json!({
+                "metadata": { "name": format!("w-{run_id}-{i}") },
+                "data": { "value": payload },
+            });
+            check(http.post(base).json(&body).send().await?)?;
+            Ok(None)
+        }
+        Workload::RestUpdate { targets } => {
+            let name = format!("cm-{:06}", i % targets);
+            let body = json!({
+                "metadata": { "name": name },
+                "data": { "value": payload, "n": i.to_string() },
+            });
+            check(
+                http.put(format!("{base}/{name}"))
+                    .json(&body)
+                    .send()
+                    .await?,
+            )?;
+            Ok(None)
+        }
+        Workload::RestRead { query, name } => {
+            let url = if *name == "list_exact" {
+                format!("{base}{query}{current_rv}")
+            } else {
+                format!("{base}{query}")
+            };
+            let r = check(http.get(url).send().await?)?;
+            let how = served(&r);
+            r.bytes().await?;
+            Ok(how)
+        }
+        Workload::RestPaginated { limit } => {
+            let mut token: Option<String> = None;
+            let mut how = None;
+            loop {
+                let url = match &token {
+                    Some(t) => format!("{base}?limit={limit}&continue={t}"),
+                    None => format!("{base}?limit={limit}"),
+                };
+                let r = check(http.get(url).send().await?)?;
+                how = how.or_else(|| served(&r));
+                let page: serde_json::Value = r.json().await?;
+                match page["metadata"]["continue"].as_str() {
+                    Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                    _ => return Ok(how),
+                }
+            }
+        }
+        Workload::EtcdPut | Workload::EtcdRange { .. } => bail!("not a REST workload"),
+    }
+}
+
+/// The terminal table of a set of runs.
+pub fn table(title: &str, runs: &[RunResult]) -> String {
+    let mut out = format!(
+        "{title}\n{:<10} {:<22} {:>7} {:>10} {:>8} {:>8} {:>8} {:>9} {:>7}  served\n",
+        "store", "workload", "clients", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors"
+    );
+    for r in runs {
+        let served: Vec<String> = r.served.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!(
+            "{:<10} {:<22} {:>7} {:>10.0} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>7}  {}\n",
+            r.store,
+            r.workload,
+            r.clients,
+            r.throughput,
+            r.p50_ms,
+            r.p90_ms,
+            r.p99_ms,
+            r.p999_ms,
+            r.errors,
+            served.join(" ")
+        ));
+    }
+    out
+}

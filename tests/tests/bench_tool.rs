@@ -1,0 +1,121 @@
+//! `kubestore bench` end to end in a tiny configuration: the side-by-side
+//! comparison with Debian's etcd writes the results.json shape the README
+//! documents and its plots, and the REST workloads report how each read
+//! mode was served. (No timing is asserted: benchmarks are programs.)
+
+use std::process::Command;
+
+use kubestore_tests::{kubestore_binary, TestCluster};
+use serde_json::Value;
+
+fn results(dir: &std::path::Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("results.json")).expect("results.json"))
+        .expect("JSON")
+}
+
+fn assert_svg(path: std::path::PathBuf) {
+    let text = std::fs::read_to_string(&path).expect("plot written");
+    assert!(text.contains("<svg"), "{} is not an SVG", path.display());
+}
+
+#[test]
+fn bench_compare_writes_ratios_runs_and_plots() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(kubestore_binary().expect("binary"))
+        .args([
+            "bench",
+            "compare",
+            "--quick",
+            "--no-progress",
+            "--requests",
+            "60",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .expect("kubestore bench compare (needs Debian's etcd: scripts/test.sh installs it)");
+    assert!(status.success());
+    let r = results(out.path());
+    for key in [
+        "put_c64",
+        "put_c256",
+        "range_linearizable",
+        "range_serializable",
+    ] {
+        let ratio = r["ratios"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(
+            ratio.is_finite() && ratio > 0.0,
+            "ratio {key}: {}",
+            r["ratios"]
+        );
+    }
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 8, "4 workloads x 2 stores");
+    for run in runs {
+        assert_eq!(run["errors"], 0, "{run}");
+        assert_eq!(run["requests"], 60);
+        assert!(run["p99_ms"].as_f64().is_some_and(|v| v > 0.0));
+    }
+    assert!(r["disk_fsyncs_per_second"]
+        .as_f64()
+        .is_some_and(|v| v > 0.0));
+    assert_svg(out.path().join("latency-cdf.svg"));
+    assert_svg(out.path().join("latency-vs-throughput.svg"));
+    assert!(!out.path().join("data").exists(), "data is cleaned up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_rest_reports_how_each_read_was_served() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let out = tempfile::tempdir().expect("tempdir");
+    let endpoints = c
+        .ids()
+        .iter()
+        .map(|id| c.rest_url(*id))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bin = kubestore_binary().expect("binary");
+    let out_dir = out.path().to_path_buf();
+    let status = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(["bench", "rest", "--no-progress", "--objects", "20", "--requests", "30"])
+            .args(["--clients", "1,4"])
+            .args([
+                "--workloads",
+                "create,update,get_quorum,get_any,list_quorum,list_any,list_not_older_than,list_exact,list_paginated",
+            ])
+            .args(["--endpoints", &endpoints])
+            .arg("--out")
+            .arg(&out_dir)
+            .status()
+    })
+    .await
+    .expect("join")
+    .expect("kubestore bench rest");
+    assert!(status.success());
+    let r = results(out.path());
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 18, "9 workloads x 2 client counts");
+    let served = |name: &str| -> Vec<String> {
+        runs.iter()
+            .filter(|x| x["workload"] == name)
+            .flat_map(|x| {
+                x["served"]
+                    .as_object()
+                    .map(|m| m.keys().cloned().collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    for run in runs {
+        assert_eq!(run["errors"], 0, "{run}");
+    }
+    assert!(served("get_quorum").iter().all(|s| s == "quorum-cache"));
+    assert!(served("list_any").iter().all(|s| s == "cache"));
+    assert!(served("list_exact")
+        .iter()
+        .all(|s| s == "snapshot" || s == "history"));
+    assert!(!served("list_quorum").is_empty());
+    assert_svg(out.path().join("latency-cdf.svg"));
+    c.shutdown().await;
+}
