@@ -85,6 +85,12 @@ impl Engine {
         Ok(())
     }
 
+    /// Fsyncs the WAL: every batch written before is durable afterwards.
+    pub fn sync_wal(&self) -> Result<(), StoreError> {
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+
     /// Rows of `cf` with `start <= key < end` (no `end`: to the last row), in
     /// ascending key order.
     pub fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {

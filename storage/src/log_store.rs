@@ -1,11 +1,16 @@
 //! The Raft log and vote, in the `raft_log` and `raft_meta` column families.
 //!
-//! Every append is one write batch synced to the WAL before openraft is told
-//! the entries are durable; the same sync persists any state-machine writes
+//! Group commit: an append writes its entries to the WAL without waiting
+//! and returns, so openraft goes on (replicating the same entries to the
+//! followers meanwhile); one flusher thread then fsyncs the WAL once for
+//! every append that queued up behind the previous fsync and only then
+//! tells openraft those entries are durable, in order. Under load many
+//! appends share one fsync. The same sync persists any state-machine writes
 //! made before it (one database, one WAL).
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::mpsc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogId, StorageError, Vote};
@@ -21,11 +26,38 @@ use crate::{Entry, NodeId, TypeConfig};
 #[derive(Debug, Clone)]
 pub struct LogStore {
     engine: Engine,
+    flusher: mpsc::Sender<LogFlushed<TypeConfig>>,
+}
+
+/// The flusher thread: waits for an append to be queued, takes every other
+/// queued append with it, fsyncs once, and completes them all in order. It
+/// ends when every [`LogStore`] clone is dropped.
+fn run_flusher(engine: Engine, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
+    while let Ok(first) = queue.recv() {
+        let mut done = vec![first];
+        done.extend(queue.try_iter());
+        let synced = engine.sync_wal();
+        tracing::trace!(appends = done.len(), ok = synced.is_ok(), "log fsync");
+        for callback in done {
+            match &synced {
+                Ok(()) => callback.log_io_completed(Ok(())),
+                Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+            }
+        }
+    }
 }
 
 impl LogStore {
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        let (flusher, queue) = mpsc::channel();
+        let flushing = engine.clone();
+        // A plain thread: fsync blocks, and it must not hold an async worker.
+        std::thread::Builder::new()
+            .name("kubestore-log-fsync".into())
+            .spawn(move || run_flusher(flushing, queue))
+            .map(|_| ())
+            .unwrap_or_else(|e| tracing::error!(error = %e, "cannot start the log flusher"));
+        Self { engine, flusher }
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -159,29 +191,35 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let engine = self.engine.clone();
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        // The fsync blocks: keep it off the async workers.
-        let result = tokio::task::spawn_blocking(move || -> Result<usize, StoreError> {
-            let mut batch = engine.batch();
-            for entry in &entries {
+        let write = || -> Result<usize, StoreError> {
+            let mut batch = self.engine.batch();
+            let mut n = 0;
+            for entry in entries {
                 let index = entry.get_log_id().index;
                 batch.put(
                     Cf::RaftLog,
                     &schema::u64_key(index),
-                    &bincode::serialize(entry)?,
+                    &bincode::serialize(&entry)?,
                 )?;
+                n += 1;
             }
-            let n = entries.len();
-            engine.write(batch, true)?;
+            // Not synced here: the flusher's fsync makes it durable.
+            self.engine.write(batch, false)?;
             Ok(n)
-        })
-        .await
-        .map_err(|e| StoreError::Corrupt(format!("append task failed: {e}")));
-        match result.and_then(|r| r) {
+        };
+        match write() {
             Ok(n) => {
-                tracing::trace!(entries = n, "log appended and synced");
-                callback.log_io_completed(Ok(()));
+                tracing::trace!(entries = n, "log appended; fsync queued");
+                if let Err(mpsc::SendError(callback)) = self.flusher.send(callback) {
+                    // No flusher (it could not start): sync here instead.
+                    let synced = self.engine.sync_wal();
+                    let io = synced
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|e| std::io::Error::other(e.to_string()));
+                    callback.log_io_completed(io);
+                    synced.map_err(|e| log_err(e, ErrorVerb::Write))?;
+                }
                 Ok(())
             }
             Err(e) => {
