@@ -1,17 +1,23 @@
-//! The kubestore server: one binary that serves the Kubernetes REST API on
-//! top of the replicated revision log, and launches local clusters.
+//! The kubestore server: one binary that serves the Kubernetes REST API
+//! and the etcd v3 API on top of the replicated revision log, launches
+//! local clusters, and load-tests them (`kubestore bench`).
 //!
-//! Its one job is the front end: turning Kubernetes requests into
+//! Its one job is the front end: turning Kubernetes and etcd requests into
 //! transactions and reads on the [`kubestore_raft::RaftNode`], and their
-//! results into the exact bytes kube clients expect. It never touches
-//! RocksDB: reads go through [`kubestore_storage::Store`], writes through
-//! Raft.
+//! results into the exact bytes each client expects. It never touches
+//! RocksDB: reads go through [`kubestore_storage::Store`] (Kubernetes reads
+//! through the in-memory watch cache fed from it), writes through Raft.
 //!
 //! # Invariants
 //!
 //! - An object's `metadata.resourceVersion` is the revision that last wrote
 //!   it, filled in on read; the stored bytes never contain it.
-//! - A read with `resourceVersion` unset is linearizable on every node.
+//! - A read with `resourceVersion` unset is linearizable on every node; an
+//!   etcd Range is too unless `serializable`.
+//! - The watch cache applies the store's events in revision order, never
+//!   skipping one, and never serves a revision below the compaction point.
+//! - One keyspace: Kubernetes objects live under the kube-apiserver's etcd
+//!   keys, so REST and etcd clients see the same data at the same revisions.
 //! - Every error is a `Status` with kube's code, reason and message
 //!   ([`http::status`] is the only place that makes them); bad input never
 //!   panics or answers 500.
@@ -22,8 +28,13 @@
 //! - [`node`]: a running node (Raft + gRPC + REST), also used by tests.
 //! - [`compaction`]: the leader's history compaction through the log.
 //! - [`launcher`]: `kubestore cluster`, the local multi-process launcher.
-//! - [`kube`]: types, objects, selectors, verbs as transactions.
-//! - [`http`]: routing, discovery, health, verbs, Tables, Status mapping.
+//! - [`kube`]: types, objects, selectors, verbs as transactions, the watch
+//!   cache.
+//! - [`http`]: routing, discovery, health, verbs, watch, Tables, Status
+//!   mapping.
+//! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Lease, Maintenance,
+//!   Cluster).
+//! - [`mod@bench`]: the load generator and the side-by-side etcd comparison.
 
 pub mod bench;
 pub mod compaction;

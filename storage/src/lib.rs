@@ -14,9 +14,12 @@
 //!   the replicated state only, so every node reaches the same verdict.
 //! - **Atomic apply.** One entry's key writes, history rows, events and the
 //!   last-applied log id are one write batch.
-//! - **Durability.** Log appends are synced before openraft is told; state
+//! - **Durability.** Log appends are synced (group-committed: one fsync for
+//!   every append queued behind the last) before openraft is told; state
 //!   machine writes ride on the same WAL, so a restart re-applies from the
 //!   last applied id that reached the disk.
+//! - **Leases** are state-machine data too: grants, renewals and revokes
+//!   are log entries, and a revoke deletes its keys in one revision.
 //! - **Compaction** runs through the log, so every node drops the same
 //!   history; a read below the compaction point is [`StoreError::Compacted`].
 //!
