@@ -119,3 +119,50 @@ async fn bench_rest_reports_how_each_read_was_served() {
     assert_svg(out.path().join("latency-cdf.svg"));
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_watch_delivers_every_event_to_every_watcher() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let out = tempfile::tempdir().expect("tempdir");
+    let endpoints = c
+        .ids()
+        .iter()
+        .map(|id| c.rest_url(*id))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bin = kubestore_binary().expect("binary");
+    let out_dir = out.path().to_path_buf();
+    let status = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args([
+                "bench",
+                "watch",
+                "--watchers",
+                "6",
+                "--rate",
+                "20",
+                "--seconds",
+                "2",
+            ])
+            .args(["--endpoints", &endpoints])
+            .arg("--out")
+            .arg(&out_dir)
+            .status()
+    })
+    .await
+    .expect("join")
+    .expect("kubestore bench watch");
+    assert!(status.success());
+    let r: Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("watch-results.json")).expect("watch-results.json"),
+    )
+    .expect("JSON");
+    assert_eq!(r["write_errors"], 0, "{r}");
+    assert_eq!(r["events_expected"], 6 * 40, "{r}");
+    assert_eq!(r["events_lost"], 0, "{r}");
+    assert!(
+        r["delivery_p99_ms"].as_f64().is_some_and(|v| v > 0.0),
+        "{r}"
+    );
+    c.shutdown().await;
+}

@@ -5,11 +5,15 @@
 //! kubestore on this machine and runs the same etcd-API workloads, with
 //! the same client code, against both.
 //!
+//! `kubestore bench watch` measures watch fan-out: delivery latency, events
+//! per second, lost events and server memory per idle watcher.
+//!
 //! Results go to the terminal as a table, to `results.json`, and as SVG
 //! plots (latency CDFs, latency against throughput).
 
 mod compare;
 mod plot;
+mod watch;
 mod workload;
 
 use std::path::PathBuf;
@@ -33,6 +37,8 @@ pub enum BenchCommand {
     Rest(RestArgs),
     /// Start a 3-member etcd and a 3-node kubestore here and compare them.
     Compare(compare::CompareArgs),
+    /// Watch fan-out: W watchers while writers create at a fixed rate.
+    Watch(watch::WatchArgs),
 }
 
 /// Workloads and their size, shared by the subcommands.
@@ -121,6 +127,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             report("REST", &runs, &a.load)
         }
         BenchCommand::Compare(a) => compare::run(a).await,
+        BenchCommand::Watch(a) => watch::run(a).await,
     }
 }
 

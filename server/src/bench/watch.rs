@@ -1,0 +1,247 @@
+//! `kubestore bench watch`: watch fan-out. W watchers spread over the
+//! nodes follow one namespace while writers create objects at a fixed
+//! rate; it reports delivery latency (HDR percentiles), events delivered
+//! per second, events lost, and, given the nodes' pids, server memory per
+//! idle watcher.
+//!
+//! Delivery latency runs from the moment a write is sent to the moment a
+//! watcher reads its event. (Measured from the write's acknowledgement it
+//! is mostly zero: the leader applies, then answers, and watchers on every
+//! node usually see the event before the writer sees its response.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use clap::Args;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+/// The namespace the watch workload writes and watches.
+const NAMESPACE: &str = "bench-watch";
+/// Writes in flight at once (the rate limiter issues, this caps).
+const MAX_IN_FLIGHT: usize = 64;
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Comma-separated REST base URLs; watchers and writes spread over them.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080")]
+    pub endpoints: Vec<String>,
+    /// Concurrent watches.
+    #[arg(long, default_value_t = 1000)]
+    pub watchers: usize,
+    /// Writes per second.
+    #[arg(long, default_value_t = 500)]
+    pub rate: u64,
+    /// Seconds of writing.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// The nodes' process ids, to report resident memory per idle watcher.
+    #[arg(long, value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// Where results.json goes.
+    #[arg(long, default_value = "bench-results")]
+    pub out: std::path::PathBuf,
+}
+
+/// Resident set size of a process, in bytes (Linux `/proc`).
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn total_rss(pids: &[u32]) -> Option<u64> {
+    pids.iter().map(|p| rss_bytes(*p)).sum()
+}
+
+/// The write sequence number in an event line (objects are named
+/// `e-<n>-<run>`).
+fn sequence_of(line: &[u8]) -> Option<usize> {
+    let marker = br#""name":"e-"#;
+    let at = line.windows(marker.len()).position(|w| w == marker)? + marker.len();
+    let digits: Vec<u8> = line[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}
+
+pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let base = &args.endpoints[0];
+    let r = http
+        .post(format!("{base}/api/v1/namespaces"))
+        .json(&json!({ "metadata": { "name": NAMESPACE } }))
+        .send()
+        .await?;
+    if !(r.status().is_success() || r.status().as_u16() == 409) {
+        bail!("creating namespace {NAMESPACE}: {}", r.status());
+    }
+    let listed: serde_json::Value = http
+        .get(format!(
+            "{base}/api/v1/namespaces/{NAMESPACE}/configmaps?limit=1"
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let from = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let total_writes = (args.rate * args.seconds) as usize;
+    // Names are unique per run (`e-<n>-<run>`), so runs can repeat.
+    let run = std::process::id();
+    let start = Instant::now();
+    // Send time of write n, in µs since `start` (0 = not sent yet).
+    let sent: Arc<Vec<AtomicU64>> =
+        Arc::new((0..total_writes).map(|_| AtomicU64::new(0)).collect());
+    let received = Arc::new(AtomicU64::new(0));
+    let hist = Arc::new(std::sync::Mutex::new(Histogram::<u64>::new_with_bounds(
+        1, 60_000_000, 3,
+    )?));
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let rss_before = total_rss(&args.pids);
+    let mut watchers = Vec::new();
+    for w in 0..args.watchers {
+        let url = format!(
+            "{}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={from}",
+            args.endpoints[w % args.endpoints.len()]
+        );
+        let resp = http.get(url).send().await?;
+        if !resp.status().is_success() {
+            bail!("watch {w}: {}", resp.status());
+        }
+        let (sent, received, hist) = (sent.clone(), received.clone(), hist.clone());
+        let mut stop = stop_rx.clone();
+        watchers.push(tokio::spawn(async move {
+            let mut body = resp.bytes_stream();
+            let mut buf: Vec<u8> = Vec::new();
+            let mut local = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).ok();
+            loop {
+                let chunk = tokio::select! {
+                    next = body.next() => match next {
+                        Some(Ok(chunk)) => chunk,
+                        _ => break,
+                    },
+                    _ = stop.wait_for(|s| *s) => break,
+                };
+                buf.extend_from_slice(&chunk);
+                while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=nl).collect();
+                    let now = start.elapsed().as_micros() as u64;
+                    if let Some(n) = sequence_of(&line) {
+                        received.fetch_add(1, Ordering::Relaxed);
+                        let sent_at = sent.get(n).map_or(0, |a| a.load(Ordering::Relaxed));
+                        let latency = now.saturating_sub(sent_at).max(1);
+                        if let Some(h) = local.as_mut() {
+                            let _ = h.record(latency);
+                        }
+                    }
+                }
+            }
+            if let (Some(h), Ok(mut shared)) = (local.as_ref(), hist.lock()) {
+                let _ = shared.add(h);
+            }
+        }));
+    }
+    let rss_watching = total_rss(&args.pids);
+
+    // Writers: `rate` creates per second, at most MAX_IN_FLIGHT at once.
+    let limit = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(1) as f64));
+    let errors = Arc::new(AtomicU64::new(0));
+    let write_start = Instant::now();
+    let mut writes = Vec::new();
+    for n in 0..total_writes {
+        tick.tick().await;
+        let permit = limit.clone().acquire_owned().await?;
+        let url = format!(
+            "{}/api/v1/namespaces/{NAMESPACE}/configmaps",
+            args.endpoints[n % args.endpoints.len()]
+        );
+        let (http, sent, errors) = (http.clone(), sent.clone(), errors.clone());
+        writes.push(tokio::spawn(async move {
+            let body =
+                json!({ "metadata": { "name": format!("e-{n}-{run}") }, "data": { "v": "x" } });
+            match http.post(url).json(&body).send().await {
+                Ok(r) if r.status().is_success() => {
+                    if let Some(a) = sent.get(n) {
+                        a.store(start.elapsed().as_micros().max(1) as u64, Ordering::Relaxed);
+                    }
+                }
+                _ => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            drop(permit);
+        }));
+    }
+    for w in writes {
+        w.await?;
+    }
+    let write_seconds = write_start.elapsed().as_secs_f64();
+    let expected = (total_writes as u64 - errors.load(Ordering::Relaxed)) * args.watchers as u64;
+    // Wait (bounded) for the last events to arrive.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while received.load(Ordering::Relaxed) < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let delivered_seconds = write_start.elapsed().as_secs_f64();
+    stop_tx.send_replace(true);
+    for w in watchers {
+        let _ = w.await;
+    }
+    let got = received.load(Ordering::Relaxed);
+    let hist = hist
+        .lock()
+        .map_err(|_| anyhow::anyhow!("histogram poisoned"))?
+        .clone();
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let per_watcher = match (rss_before, rss_watching) {
+        (Some(b), Some(a)) if args.watchers > 0 => {
+            Some(a.saturating_sub(b) as f64 / args.watchers as f64)
+        }
+        _ => None,
+    };
+    let result = json!({
+        "watchers": args.watchers,
+        "rate": args.rate,
+        "writes": total_writes,
+        "write_errors": errors.load(Ordering::Relaxed),
+        "write_seconds": write_seconds,
+        "events_expected": expected,
+        "events_received": got,
+        "events_lost": expected.saturating_sub(got),
+        "events_per_second": got as f64 / delivered_seconds.max(1e-9),
+        "delivery_p50_ms": ms(0.5),
+        "delivery_p90_ms": ms(0.9),
+        "delivery_p99_ms": ms(0.99),
+        "delivery_p999_ms": ms(0.999),
+        "server_bytes_per_idle_watcher": per_watcher,
+    });
+    println!(
+        "watch fan-out: {} watchers, {} writes/s for {} s\n  events {got}/{expected} ({} lost), {:.0} events/s delivered\n  delivery p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms{}",
+        args.watchers,
+        args.rate,
+        args.seconds,
+        expected.saturating_sub(got),
+        got as f64 / delivered_seconds.max(1e-9),
+        ms(0.5),
+        ms(0.99),
+        ms(0.999),
+        per_watcher.map_or(String::new(), |b| format!("\n  server memory per idle watcher: {:.1} KiB", b / 1024.0))
+    );
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(
+        args.out.join("watch-results.json"),
+        serde_json::to_vec_pretty(&result)?,
+    )?;
+    Ok(())
+}
