@@ -17,12 +17,20 @@ ensure_build_deps() {
     local missing=()
     dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
     command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+    command -v ccache >/dev/null 2>&1 || missing+=(ccache)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
     command -v unzip >/dev/null 2>&1 || missing+=(unzip)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing ${missing[*]}" >&2
         as_root apt-get update -qq
         as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    # RocksDB's C++ is compiled twice per clean run (cargo build and cargo
+    # clippy keep separate build-script outputs); through ccache the second
+    # compile is a cache hit. The cache lives in ~/.cache/ccache.
+    if command -v ccache >/dev/null 2>&1; then
+        export CC="ccache gcc" CXX="ccache g++"
+        export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo is missing: install Rust (https://rustup.rs) first" >&2
