@@ -249,24 +249,67 @@ pub async fn run_etcd(
             })
             .await?;
     }
-    let value = vec![b'x'; load.size];
+    let value = Arc::new(vec![b'x'; load.size]);
+    let workload_op = workload.clone();
+    closed_loop(
+        workload,
+        conns,
+        load,
+        move |mut kv: KvClient<Channel>, i| {
+            let (workload, value) = (workload_op.clone(), value.clone());
+            async move {
+                match &workload {
+                    Workload::EtcdPut => {
+                        kv.put(PutRequest {
+                            key: format!("bench/{:08}", i % PUT_KEY_SPACE).into_bytes(),
+                            value: value.to_vec(),
+                            ..Default::default()
+                        })
+                        .await?;
+                    }
+                    Workload::EtcdRange { serializable } => {
+                        kv.range(RangeRequest {
+                            key: RANGE_KEY.into(),
+                            serializable: *serializable,
+                            ..Default::default()
+                        })
+                        .await?;
+                    }
+                    _ => bail!("not an etcd workload"),
+                }
+                Ok(None)
+            }
+        },
+    )
+    .await
+}
+
+/// Runs `op(client, i)` for requests `i` in `0..load.requests` from one
+/// task per client (closed loop: each client waits for its answer), with a
+/// progress bar; records latencies, errors and how reads were served.
+async fn closed_loop<C, F, Fut>(
+    workload: &Workload,
+    clients: Vec<C>,
+    load: &LoadArgs,
+    op: F,
+) -> anyhow::Result<RunResult>
+where
+    C: Clone + Send + 'static,
+    F: Fn(C, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<Option<String>>> + Send,
+{
+    let count = clients.len();
     let rec = Arc::new(Recorder::new()?);
     let next = Arc::new(AtomicU64::new(0));
     let bar = progress(
         load.requests,
-        &format!("{} c{clients}", workload.name()),
+        &format!("{} c{count}", workload.name()),
         load.no_progress,
     );
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for mut kv in conns {
-        let (rec, next, bar, value, workload) = (
-            rec.clone(),
-            next.clone(),
-            bar.clone(),
-            value.clone(),
-            workload.clone(),
-        );
+    for client in clients {
+        let (rec, next, bar, op) = (rec.clone(), next.clone(), bar.clone(), op.clone());
         let total = load.requests;
         tasks.push(tokio::spawn(async move {
             loop {
@@ -275,27 +318,8 @@ pub async fn run_etcd(
                     return;
                 }
                 let t = Instant::now();
-                let outcome = match &workload {
-                    Workload::EtcdPut => kv
-                        .put(PutRequest {
-                            key: format!("bench/{:08}", i % PUT_KEY_SPACE).into_bytes(),
-                            value: value.clone(),
-                            ..Default::default()
-                        })
-                        .await
-                        .map(|_| ()),
-                    Workload::EtcdRange { serializable } => kv
-                        .range(RangeRequest {
-                            key: RANGE_KEY.into(),
-                            serializable: *serializable,
-                            ..Default::default()
-                        })
-                        .await
-                        .map(|_| ()),
-                    _ => Ok(()),
-                };
-                match outcome {
-                    Ok(()) => rec.ok(t, None),
+                match op(client.clone(), i).await {
+                    Ok(served) => rec.ok(t, served),
                     Err(e) => rec.err(e.to_string()),
                 }
                 bar.inc(1);
@@ -308,7 +332,7 @@ pub async fn run_etcd(
     let elapsed = started.elapsed();
     bar.finish_and_clear();
     let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("recorder still shared"))?;
-    Ok(finish(workload, clients, load.requests, elapsed, rec))
+    Ok(finish(workload, count, load.requests, elapsed, rec))
 }
 
 /// Creates the bench namespace and `objects` configmaps in it, if missing.
@@ -369,13 +393,6 @@ pub async fn run_rest(
         .as_str()
         .unwrap_or("0")
         .to_string();
-    let rec = Arc::new(Recorder::new()?);
-    let next = Arc::new(AtomicU64::new(0));
-    let bar = progress(
-        load.requests,
-        &format!("{} c{clients}", workload.name()),
-        load.no_progress,
-    );
     // Created names are unique per run: a process may run `create` twice.
     let run_id = format!(
         "{}-{}",
@@ -384,49 +401,27 @@ pub async fn run_rest(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis())
     );
-    let payload = "x".repeat(load.size);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..clients.max(1) {
-        let base = format!(
-            "{}/api/v1/namespaces/{REST_NAMESPACE}/configmaps",
-            endpoints[c % endpoints.len()]
-        );
-        let (rec, next, bar, http, workload, payload, current_rv, run_id) = (
-            rec.clone(),
-            next.clone(),
-            bar.clone(),
+    let payload = Arc::new("x".repeat(load.size));
+    let bases: Vec<String> = (0..clients.max(1))
+        .map(|c| {
+            format!(
+                "{}/api/v1/namespaces/{REST_NAMESPACE}/configmaps",
+                endpoints[c % endpoints.len()]
+            )
+        })
+        .collect();
+    let workload_op = workload.clone();
+    closed_loop(workload, bases, load, move |base: String, i| {
+        let (http, workload, payload, current_rv, run_id) = (
             http.clone(),
-            workload.clone(),
+            workload_op.clone(),
             payload.clone(),
             current_rv.clone(),
             run_id.clone(),
         );
-        let total = load.requests;
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    return;
-                }
-                let t = Instant::now();
-                let outcome =
-                    rest_once(&http, &base, &workload, i, &run_id, &payload, &current_rv).await;
-                match outcome {
-                    Ok(served) => rec.ok(t, served),
-                    Err(e) => rec.err(e.to_string()),
-                }
-                bar.inc(1);
-            }
-        }));
-    }
-    for t in tasks {
-        t.await?;
-    }
-    let elapsed = started.elapsed();
-    bar.finish_and_clear();
-    let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("recorder still shared"))?;
-    Ok(finish(workload, clients, load.requests, elapsed, rec))
+        async move { rest_once(&http, &base, &workload, i, &run_id, &payload, &current_rv).await }
+    })
+    .await
 }
 
 /// One REST request (or, paginated, one whole traversal); how the server

@@ -59,6 +59,9 @@ pub struct EtcdContext {
     /// Turns true when the node shuts down: long-lived streams (watch,
     /// keep-alive) end so the gRPC server's graceful shutdown can finish.
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Derived once from the membership (fixed at bootstrap), not per
+    /// response.
+    cluster_id: std::sync::Arc<std::sync::OnceLock<u64>>,
 }
 
 impl EtcdContext {
@@ -72,6 +75,7 @@ impl EtcdContext {
             options,
             keeper: lease::LeaseKeeper::default(),
             stop,
+            cluster_id: std::sync::Arc::default(),
         }
     }
 
@@ -90,12 +94,21 @@ impl EtcdContext {
     /// A stable id for the cluster: derived from its initial members, so
     /// every node reports the same one.
     fn cluster_id(&self) -> u64 {
+        if let Some(id) = self.cluster_id.get() {
+            return *id;
+        }
+        let members = self.node.members();
         let mut h = Fnv64::default();
-        for (id, addr) in self.node.members() {
+        for (id, addr) in &members {
             h.write(&id.to_be_bytes());
             h.write(addr.as_bytes());
         }
-        h.finish()
+        // Kept once the membership is known (it is fixed from then on).
+        if members.is_empty() {
+            h.finish()
+        } else {
+            *self.cluster_id.get_or_init(|| h.finish())
+        }
     }
 
     /// The header of a response served at `revision`.
