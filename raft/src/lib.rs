@@ -17,6 +17,9 @@
 //!   callers guard their writes with preconditions (as every Kubernetes
 //!   verb does), so the second attempt fails its guard instead of applying
 //!   twice.
+//! - Writes are group-committed: whatever is queued when a batch goes out
+//!   rides in one [`kubestore_storage::Command::Batch`] entry (or one
+//!   forwarded RPC), with one answer per write. Compactions go alone.
 //! - [`RaftNode::linearizable_barrier`] returns only after this node has
 //!   applied everything committed before the call began (ReadIndex).
 //!
@@ -24,12 +27,14 @@
 //!
 //! - [`node`]: start/bootstrap, write forwarding, read barrier, status.
 //! - [`network`]: the tonic transport and fault injection.
+//! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
 //! - [`error`]: the layer's one error type, [`RaftNodeError`].
 
 pub mod error;
 pub mod network;
 pub mod node;
+mod propose;
 mod read;
 
 pub use error::RaftNodeError;

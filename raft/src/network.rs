@@ -6,8 +6,9 @@
 //! [`Faults`] lets tests cut a node off: while isolated, it neither sends
 //! nor answers any node-to-node RPC.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubestore_proto::raft::raft_service_client::RaftServiceClient;
@@ -28,7 +29,7 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
 /// Largest message a node accepts from a peer (a batch of entries).
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
 /// Fault injection shared by a node's client and server side.
 #[derive(Debug, Clone, Default)]
@@ -72,10 +73,37 @@ pub(crate) fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::St
         .map_err(|e| tonic::Status::invalid_argument(format!("decode: {e}")))
 }
 
-/// Creates one [`PeerClient`] per replication target.
-#[derive(Debug, Clone)]
+/// Creates [`PeerClient`]s. openraft asks for a client per replication
+/// stream and also per leadership check (every read-index round), so the
+/// channel to each peer is made once and shared: a tonic channel is one
+/// HTTP/2 connection that multiplexes every call. Without the cache each
+/// read-index round opened (and dropped) a TCP connection per follower.
+#[derive(Debug, Clone, Default)]
 pub struct NetworkFactory {
     pub(crate) faults: Faults,
+    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+}
+
+impl NetworkFactory {
+    pub(crate) fn new(faults: Faults) -> Self {
+        Self {
+            faults,
+            channels: Arc::default(),
+        }
+    }
+
+    /// The shared channel to `target` at `addr` (made anew if its address changed).
+    fn channel_to(&self, target: NodeId, addr: &str) -> Option<Channel> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((known, ch)) = channels.get(&target) {
+            if known == addr {
+                return Some(ch.clone());
+            }
+        }
+        let ch = channel(addr).ok()?;
+        channels.insert(target, (addr.to_string(), ch.clone()));
+        Some(ch)
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -84,7 +112,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
         PeerClient {
             target,
-            client: channel(&node.addr).ok().map(|ch| {
+            client: self.channel_to(target, &node.addr).map(|ch| {
                 RaftServiceClient::new(ch)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)

@@ -20,6 +20,7 @@ use tracing::{instrument, Instrument};
 
 use crate::error::RaftNodeError;
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
+use crate::propose::{Proposer, Redirect, Submit};
 use crate::read::ReadBarrier;
 
 /// How a node joins and runs its Raft group.
@@ -90,6 +91,7 @@ struct Inner {
     request_timeout: Duration,
     peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     barrier: ReadBarrier,
+    proposer: Proposer,
 }
 
 /// A running Raft node. Cheap to clone.
@@ -127,7 +129,9 @@ impl RaftNode {
             election_timeout_max: config.election_timeout_max.as_millis() as u64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_after_entries),
             max_in_snapshot_log_to_keep: config.log_entries_kept_after_snapshot,
-            max_payload_entries: 512,
+            // Entries are batches of up to 1 MiB (plus one command of up
+            // to 1.5 MiB): 32 of them stay under MAX_MESSAGE_BYTES.
+            max_payload_entries: 32,
             install_snapshot_timeout: 5_000,
             ..Default::default()
         };
@@ -138,14 +142,13 @@ impl RaftNode {
         );
         let (log_store, state_machine, store) = kubestore_storage::open(&config.data_dir)?;
         let faults = Faults::default();
-        let network = NetworkFactory {
-            faults: faults.clone(),
-        };
+        let network = NetworkFactory::new(faults.clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
             .await
             .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
 
         let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let proposer = Proposer::spawn(WeakNode(weak.clone()));
             let weak = weak.clone();
             let barrier = ReadBarrier::spawn(move || {
                 let weak = weak.clone();
@@ -164,6 +167,7 @@ impl RaftNode {
                 request_timeout: config.request_timeout,
                 peers: Mutex::new(HashMap::new()),
                 barrier,
+                proposer,
             }
         });
         let node = RaftNode { inner: node };
@@ -272,10 +276,11 @@ impl RaftNode {
                     self.wait_for_leader(left).await?
                 }
             };
-            let attempt = if leader == self.inner.id {
-                tokio::time::timeout_at(deadline, self.write_local(cmd.clone())).await
+            let attempt = if cmd.is_batchable() {
+                let proposal = self.inner.proposer.propose(leader, cmd.clone());
+                tokio::time::timeout_at(deadline, proposal).await
             } else {
-                tokio::time::timeout_at(deadline, self.forward(leader, &cmd)).await
+                tokio::time::timeout_at(deadline, self.submit_to(leader, cmd.clone())).await
             };
             // Out of time with the outcome unknown (e.g. a leader cut off
             // from its quorum never commits).
@@ -314,6 +319,15 @@ impl RaftNode {
             return Err(RaftNodeError::ShuttingDown);
         }
         Ok(())
+    }
+
+    /// Proposes `cmd` here if `leader` is this node, else forwards it.
+    async fn submit_to(&self, leader: NodeId, cmd: Command) -> Result<Response, Redirect> {
+        if leader == self.inner.id {
+            self.write_local(cmd).await
+        } else {
+            self.forward(leader, &cmd).await
+        }
     }
 
     async fn write_local(&self, cmd: Command) -> Result<Response, Redirect> {
@@ -530,11 +544,18 @@ impl RaftNode {
     }
 }
 
-/// Why a write attempt did not finish on the node it was sent to.
-enum Redirect {
-    /// Try again at this leader (or wait for one).
-    To(Option<NodeId>),
-    Fail(RaftNodeError),
+/// The proposer's handle on its node; weak, so that the batching task
+/// does not keep a shut-down node alive.
+#[derive(Clone)]
+struct WeakNode(std::sync::Weak<Inner>);
+
+impl Submit for WeakNode {
+    async fn submit(&self, leader: NodeId, cmd: Command) -> Result<Response, Redirect> {
+        match self.0.upgrade() {
+            Some(inner) => RaftNode { inner }.submit_to(leader, cmd).await,
+            None => Err(Redirect::Fail(RaftNodeError::ShuttingDown)),
+        }
+    }
 }
 
 /// Serves forwarded writes and read-index requests from other nodes.

@@ -45,11 +45,185 @@ pub struct Applied {
     pub attachments: BTreeMap<(i64, Vec<u8>), bool>,
 }
 
+/// Applies one log entry's command on top of `view`: the entry's response
+/// and the [`Applied`] of each command in it, in order, for one write batch.
+/// A [`Command::Batch`] runs its commands one after the other, each seeing
+/// the ones before it, exactly as if each were its own entry.
+pub fn apply_entry(
+    view: &impl MvccRead,
+    cmd: &Command,
+) -> Result<(Response, Vec<Applied>), StoreError> {
+    let Command::Batch(cmds) = cmd else {
+        let applied = apply(view, cmd)?;
+        return Ok((applied.response.clone(), vec![applied]));
+    };
+    let mut overlay = BatchView::new(view);
+    let mut responses = Vec::with_capacity(cmds.len());
+    let mut all = Vec::with_capacity(cmds.len());
+    for cmd in cmds {
+        let applied = if cmd.is_batchable() {
+            apply(&overlay, cmd)?
+        } else {
+            Applied {
+                response: Response {
+                    revision: overlay.current_revision(),
+                    result: Err(ApplyError::NotBatchable),
+                },
+                ..Applied::default()
+            }
+        };
+        overlay.absorb(&applied);
+        responses.push(applied.response.clone());
+        all.push(applied);
+    }
+    let response = Response {
+        revision: overlay.current_revision(),
+        result: Ok(CommandResult::Batch(responses)),
+    };
+    Ok((response, all))
+}
+
+/// Keys and their state after one command (`None` = deleted).
+type KeyStates = Vec<(Vec<u8>, Option<KeyValue>)>;
+
+/// The store as the next command of a batch sees it: the base view with
+/// the writes, lease changes and attachments of the batch's earlier
+/// commands laid over it.
+struct BatchView<'v, V> {
+    base: &'v V,
+    revision: Revision,
+    /// The latest state of every key the batch wrote.
+    writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    /// Each writing command's key states at its revision, in order, for
+    /// reads at a revision inside the batch.
+    history: Vec<(Revision, KeyStates)>,
+    leases: BTreeMap<i64, Option<LeaseRecord>>,
+    attachments: BTreeMap<(i64, Vec<u8>), bool>,
+}
+
+impl<'v, V: MvccRead> BatchView<'v, V> {
+    fn new(base: &'v V) -> Self {
+        Self {
+            base,
+            revision: base.current_revision(),
+            writes: BTreeMap::new(),
+            history: Vec::new(),
+            leases: BTreeMap::new(),
+            attachments: BTreeMap::new(),
+        }
+    }
+
+    fn absorb(&mut self, applied: &Applied) {
+        if !applied.writes.is_empty() {
+            self.revision = applied.response.revision;
+            self.history.push((
+                self.revision,
+                applied
+                    .writes
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ));
+            self.writes
+                .extend(applied.writes.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        self.leases
+            .extend(applied.leases.iter().map(|(k, v)| (*k, *v)));
+        self.attachments
+            .extend(applied.attachments.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+}
+
+impl<V: MvccRead> MvccRead for BatchView<'_, V> {
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        match self.writes.get(key) {
+            Some(state) => Ok(state.clone()),
+            None => self.base.get(key),
+        }
+    }
+
+    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+        let base_revision = self.base.current_revision();
+        let at = req.revision.unwrap_or(self.revision);
+        if at > self.revision {
+            return Err(StoreError::FutureRevision {
+                requested: at,
+                current: self.revision,
+            });
+        }
+        if self.history.is_empty() || (req.revision.is_some() && at <= base_revision) {
+            return self.base.range(req);
+        }
+        // The base's current keys with the batch's writes up to `at` on top.
+        let whole = RangeRequest {
+            range: req.range.clone(),
+            ..RangeRequest::default()
+        };
+        let mut merged: BTreeMap<Vec<u8>, KeyValue> = self
+            .base
+            .range(&whole)?
+            .kvs
+            .into_iter()
+            .map(|kv| (kv.key.clone(), kv))
+            .collect();
+        for (_, writes) in self.history.iter().take_while(|(rev, _)| *rev <= at) {
+            for (key, state) in writes {
+                if req.range.contains(key) {
+                    match state {
+                        Some(kv) => merged.insert(key.clone(), kv.clone()),
+                        None => merged.remove(key),
+                    };
+                }
+            }
+        }
+        Ok(shape_range(merged.into_values().collect(), req, at))
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.revision
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.base.compacted_revision()
+    }
+
+    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+        match self.leases.get(&id) {
+            Some(lease) => Ok(*lease),
+            None => self.base.lease(id),
+        }
+    }
+
+    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut keys: std::collections::BTreeSet<Vec<u8>> =
+            self.base.lease_keys(id)?.into_iter().collect();
+        for ((lease, key), attached) in self.attachments.range((id, Vec::new())..) {
+            if *lease != id {
+                break;
+            }
+            if *attached {
+                keys.insert(key.clone());
+            } else {
+                keys.remove(key);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+}
+
 /// Applies `cmd` on top of `view`. A deterministic refusal is an `Ok` with an
 /// error response and no writes; only a storage failure is an `Err`.
 pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError> {
     let current = view.current_revision();
     match cmd {
+        // Only a log entry may be a batch (see `apply_entry`).
+        Command::Batch(_) => Ok(Applied {
+            response: Response {
+                revision: current,
+                result: Err(ApplyError::NotBatchable),
+            },
+            ..Applied::default()
+        }),
         Command::Compact { revision } => {
             let mut applied = Applied {
                 response: Response {

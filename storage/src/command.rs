@@ -275,6 +275,21 @@ pub enum Command {
     LeaseKeepAlive {
         id: i64,
     },
+    /// Several commands proposed together as one log entry (group commit):
+    /// applied in order, each exactly as if it were its own entry (its own
+    /// revision, events and verdict), and answered with one [`Response`]
+    /// each in [`CommandResult::Batch`]. A batch never holds a compaction
+    /// or another batch ([`Command::is_batchable`]); such a member is
+    /// refused with [`ApplyError::NotBatchable`].
+    Batch(Vec<Command>),
+}
+
+impl Command {
+    /// Whether the command may ride in a [`Command::Batch`]. A compaction
+    /// reads and rewrites history on disk and so goes alone.
+    pub fn is_batchable(&self) -> bool {
+        !matches!(self, Command::Compact { .. } | Command::Batch(_))
+    }
 }
 
 impl fmt::Display for Command {
@@ -291,6 +306,7 @@ impl fmt::Display for Command {
             Command::LeaseGrant { id, ttl } => write!(f, "lease_grant({id}, ttl={ttl})"),
             Command::LeaseRevoke { id } => write!(f, "lease_revoke({id})"),
             Command::LeaseKeepAlive { id } => write!(f, "lease_keep_alive({id})"),
+            Command::Batch(cmds) => write!(f, "batch({})", cmds.len()),
         }
     }
 }
@@ -331,6 +347,8 @@ pub enum ApplyError {
     LeaseNotFound,
     #[error("lease already exists")]
     LeaseExists,
+    #[error("command cannot be batched")]
+    NotBatchable,
 }
 
 /// The state machine's answer to one log entry.
@@ -351,6 +369,8 @@ pub enum CommandResult {
     LeaseRevoked {
         deleted: u64,
     },
+    /// One response per command of a [`Command::Batch`], in order.
+    Batch(Vec<Response>),
     /// A non-command entry (blank or membership): nothing to answer.
     None,
 }

@@ -13,7 +13,10 @@
 //! - **Deterministic apply.** Preconditions are checked inside [`apply`], from
 //!   the replicated state only, so every node reaches the same verdict.
 //! - **Atomic apply.** One entry's key writes, history rows, events and the
-//!   last-applied log id are one write batch.
+//!   last-applied log id are one write batch. A [`Command::Batch`] entry
+//!   (group commit) applies its commands in order, each with its own
+//!   revision and verdict, exactly as if each were its own entry, and all
+//!   of them in that one write batch.
 //! - **Durability.** Log appends are synced (group-committed: one fsync for
 //!   every append queued behind the last) before openraft is told; state
 //!   machine writes ride on the same WAL, so a restart re-applies from the

@@ -20,7 +20,7 @@ use openraft::{
 use tokio::sync::watch;
 use tracing::instrument;
 
-use crate::apply::apply;
+use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
 use crate::engine::Engine;
 use crate::error::StoreError;
@@ -152,10 +152,12 @@ impl StateMachine {
             EntryPayload::Normal(cmd) => {
                 let reader = MvccReader::new(&self.engine)?;
                 let compacted = crate::apply::MvccRead::compacted_revision(&reader);
-                let applied = apply(&reader, cmd)?;
-                mvcc::stage_applied(&self.engine, &mut batch, &applied, compacted)?;
-                tracing::debug!(index = entry.log_id.index, revision = applied.response.revision.0, %cmd, "applied");
-                applied.response
+                let (response, applied) = apply_entry(&reader, cmd)?;
+                for one in &applied {
+                    mvcc::stage_applied(&self.engine, &mut batch, one, compacted)?;
+                }
+                tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
+                response
             }
             EntryPayload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(entry.log_id), m.clone());

@@ -387,3 +387,102 @@ async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreeme
         );
     }
 }
+
+fn range_at(prefix: &str, revision: Option<u64>, limit: u64) -> Command {
+    Command::Txn(Txn {
+        success: vec![Op::Range(RangeRequest {
+            range: KeyRange::prefix(prefix),
+            revision: revision.map(Revision),
+            limit,
+            ..RangeRequest::default()
+        })],
+        ..Txn::default()
+    })
+}
+
+fn create(key: &str, value: &str) -> Command {
+    Command::Txn(Txn {
+        compare: vec![kubestore_storage::Compare::mod_revision(
+            key,
+            kubestore_storage::CompareOp::Equal,
+            0,
+        )],
+        success: vec![Op::Put(PutRequest::new(key, value))],
+        failure: vec![Op::Range(RangeRequest {
+            range: KeyRange::single(key),
+            ..RangeRequest::default()
+        })],
+    })
+}
+
+#[tokio::test]
+async fn a_batch_entry_applies_exactly_like_one_entry_per_command() {
+    // Every command sees the ones before it: creates that collide, reads at
+    // revisions made earlier in the same batch, leases granted, attached and
+    // revoked inside it.
+    let cmds = vec![
+        put("k/a", "1"),
+        create("k/b", "1"),
+        create("k/b", "2"),
+        put("k/a", "2"),
+        range_at("k/", Some(1), 0),
+        range_at("k/", Some(2), 0),
+        range_at("k/", None, 1),
+        Command::LeaseGrant { id: 9, ttl: 60 },
+        put_leased("k/c", 9),
+        put_leased("k/d", 9),
+        Command::LeaseKeepAlive { id: 9 },
+        delete("k/a"),
+        delete("k/missing"),
+        range_at("k/", Some(4), 0),
+        put_leased("k/e", 10),
+        Command::LeaseRevoke { id: 9 },
+        range_at("k/", None, 0),
+        create("k/a", "3"),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_la, mut one_by_one, a) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let (_lb, mut batched, b) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    let (mut next_a, mut next_b) = (1, 1);
+    let expected = apply_all(&mut one_by_one, &mut next_a, cmds.clone()).await;
+    let got = apply_all(&mut batched, &mut next_b, vec![Command::Batch(cmds)]).await;
+
+    let [batch] = got.as_slice() else {
+        panic!("one entry, one response: {got:?}")
+    };
+    match &batch.result {
+        Ok(CommandResult::Batch(responses)) => assert_eq!(responses, &expected),
+        other => panic!("a batch answers with one response per command: {other:?}"),
+    }
+    assert_eq!(batch.revision, a.applied().revision);
+    assert_eq!(b.applied().revision, a.applied().revision);
+    let last = a.applied().revision.0;
+    for rev in 1..=last {
+        assert_eq!(
+            read(&b, "", Some(rev)).expect("b at rev"),
+            read(&a, "", Some(rev)).expect("a at rev"),
+            "state at revision {rev}"
+        );
+    }
+    assert_eq!(
+        b.events_after(Revision::ZERO, 100).expect("b events"),
+        a.events_after(Revision::ZERO, 100).expect("a events")
+    );
+    assert_eq!(b.leases().expect("b leases"), a.leases().expect("a leases"));
+
+    // A compaction never rides in a batch; the rest of the batch still applies.
+    let r = apply_all(
+        &mut batched,
+        &mut next_b,
+        vec![Command::Batch(vec![compact(1), put("k/z", "1")])],
+    )
+    .await;
+    match &r[0].result {
+        Ok(CommandResult::Batch(responses)) => {
+            assert_eq!(responses[0].result, Err(ApplyError::NotBatchable));
+            assert_eq!(responses[1].revision, Revision(last + 1));
+        }
+        other => panic!("batch: {other:?}"),
+    }
+    assert_eq!(b.applied().compacted, Revision::ZERO);
+}

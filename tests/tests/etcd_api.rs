@@ -287,6 +287,14 @@ async fn watches_compaction_and_progress() {
 
     // WatchProgressRequest: a progress response at the current revision.
     let current = rev(e.put("other", "x", None).await.expect("put").header());
+    // A member reports progress at what it has applied: a linearizable
+    // read there first makes that include the put made through node 1.
+    c.etcd(3)
+        .await
+        .expect("client on the watch's member")
+        .get("other", None)
+        .await
+        .expect("linearizable read on the watch's member");
     stream.request_progress().await.expect("progress request");
     let progress = tokio::time::timeout(WAIT, async {
         loop {
@@ -301,8 +309,16 @@ async fn watches_compaction_and_progress() {
     assert!(rev(progress.header()) >= current);
 
     // A start below the compaction point: created, then canceled with
-    // compact_revision.
+    // compact_revision. The compaction is applied on the watch's member by
+    // the time a linearizable read there returns (the member applies it
+    // asynchronously, as an etcd member does).
     e.compact(current, None).await.expect("compact");
+    c.etcd(3)
+        .await
+        .expect("client on the watch's member")
+        .get("w/", None)
+        .await
+        .expect("linearizable read on the watch's member");
     let mut old_stream = w
         .watch(
             "w/",

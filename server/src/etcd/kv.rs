@@ -20,6 +20,8 @@ pub(super) fn apply_status(e: ApplyError) -> Status {
         ApplyError::KeyNotFound => errors::key_not_found(),
         ApplyError::LeaseNotFound => errors::lease_not_found(),
         ApplyError::LeaseExists => errors::lease_exists(),
+        // Never reaches a client: the proposer batches only batchable commands.
+        ApplyError::NotBatchable => Status::internal(e.to_string()),
     }
 }
 
