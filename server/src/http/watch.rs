@@ -4,9 +4,11 @@
 //! pulls events after it from the watch cache's ring, woken by the cache's
 //! revision channel rather than polling; behind the ring, it reads the
 //! node's revision-ordered event log in storage (the same on every node)
-//! until it reaches the ring again. Events go to the socket through a
-//! bounded channel, so a slow watcher only delays itself and never holds
-//! memory beyond that channel; it is cut off (an `ERROR` event with
+//! until it reaches the ring again. An event's line is encoded once per
+//! object in the cache and shared by every watcher that sends it; whatever
+//! one drain yields goes to the socket as one chunk, through a bounded
+//! channel, so a burst costs one write, and a slow watcher only delays
+//! itself and never holds memory beyond that channel; it is cut off (an `ERROR` event with
 //! `410 Expired`) only when compaction removed the history it still needs.
 //! A watch resumed on another node from the last revision it saw therefore
 //! misses and repeats nothing.
@@ -35,14 +37,15 @@ use tokio::sync::mpsc;
 use crate::http::negotiate::Rendering;
 use crate::http::status::{ApiError, FieldCause};
 use crate::http::{table, AppState};
-use crate::kube::cache::{BehindRing, CachedEvent, CachedObject};
+use crate::kube::cache::{BehindRing, CachedEvent, CachedObject, WatchEventType};
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
 
 /// Revisions read from the event log per step.
 const EVENT_BATCH: usize = 256;
-/// Encoded events buffered per watcher before its producer waits.
-const WATCHER_QUEUE: usize = 128;
+/// Chunks (each one drain, up to `EVENT_BATCH` revisions) buffered per
+/// watcher before its producer waits.
+const WATCHER_QUEUE: usize = 16;
 /// kube's default `--min-request-timeout`: a watch without `timeoutSeconds`
 /// lasts between one and two of these.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -206,14 +209,12 @@ impl Watcher {
 
     /// Sends one event of a freshly built object (bookmarks, errors).
     async fn send(&self, event_type: &str, object: Value) -> bool {
-        let mut line = json!({ "type": event_type, "object": object }).to_string();
-        line.push('\n');
-        self.send_line(Bytes::from(line)).await
+        self.send_line(event_line(event_type, object)).await
     }
 
-    /// Sends one event of a cached object: its encoded JSON spliced in, or
-    /// a Table row for kubectl.
-    async fn send_object(&self, event_type: &str, obj: &CachedObject) -> bool {
+    /// The event line of a cached object: its shared, already encoded
+    /// line, or a Table row for kubectl.
+    fn object_line(&self, event: WatchEventType, obj: &CachedObject) -> Bytes {
         match self.rendering {
             Rendering::Table => {
                 let object = table::render(
@@ -223,18 +224,29 @@ impl Watcher {
                     &HashMap::new(),
                 )
                 .unwrap_or_else(|_| obj.object.clone());
-                self.send(event_type, object).await
+                event_line(event.as_str(), object)
             }
-            Rendering::Json => {
-                let mut line = Vec::with_capacity(obj.json.len() + 32);
-                line.extend_from_slice(br#"{"type":""#);
-                line.extend_from_slice(event_type.as_bytes());
-                line.extend_from_slice(br#"","object":"#);
-                line.extend_from_slice(&obj.json);
-                line.extend_from_slice(b"}\n");
-                self.send_line(Bytes::from(line)).await
-            }
+            Rendering::Json => obj.watch_line(event),
         }
+    }
+
+    /// Sends the lines gathered from one drain of the cache or the event
+    /// log as one chunk, so a burst of events costs one write on the
+    /// socket. `false` once the client is gone.
+    async fn flush(&self, lines: &mut Vec<Bytes>) -> bool {
+        let chunk = match lines.len() {
+            0 => return true,
+            1 => lines.pop().unwrap_or_default(),
+            _ => {
+                let mut chunk = bytes::BytesMut::with_capacity(lines.iter().map(Bytes::len).sum());
+                for line in lines.drain(..) {
+                    chunk.extend_from_slice(&line);
+                }
+                chunk.freeze()
+            }
+        };
+        lines.clear();
+        self.send_line(chunk).await
     }
 
     async fn send_error(&self, err: ApiError) {
@@ -262,6 +274,7 @@ impl Watcher {
         let mut next_bookmark = tokio::time::Instant::now() + bookmark_every;
         // kube sends a last bookmark shortly before the deadline.
         let final_bookmark = deadline.checked_sub(Duration::from_secs(2));
+        let mut lines: Vec<Bytes> = Vec::new();
         loop {
             // Drain everything the cache (or, behind its ring, storage) has.
             loop {
@@ -269,9 +282,10 @@ impl Watcher {
                     Ok((events, upto)) => {
                         let empty = events.is_empty();
                         for event in &events {
-                            if !self.deliver_cached(event).await {
-                                return;
-                            }
+                            self.cached_lines(event, &mut lines);
+                        }
+                        if !self.flush(&mut lines).await {
+                            return;
                         }
                         last = last.max(upto);
                         if empty {
@@ -324,13 +338,15 @@ impl Watcher {
             Ok(batch) if batch.is_empty() => Ok(None),
             Ok(batch) => {
                 let mut upto = last;
+                let mut lines = Vec::new();
                 for (rev, events) in batch {
                     for event in &events {
-                        if !self.deliver_stored(event).await {
-                            return Err(Gone::ClientLeft);
-                        }
+                        self.stored_lines(event, &mut lines);
                     }
                     upto = rev.0;
+                }
+                if !self.flush(&mut lines).await {
+                    return Err(Gone::ClientLeft);
                 }
                 Ok(Some(upto))
             }
@@ -378,10 +394,15 @@ impl Watcher {
                     .take_while(|(k, _)| k.starts_with(&prefix))
                     .map(|(_, o)| o)
                     .filter(|o| self.selectors.matches(&o.object));
+                let mut lines = Vec::new();
                 for obj in matching {
-                    if !self.send_object("ADDED", obj).await {
+                    lines.push(self.object_line(WatchEventType::Added, obj));
+                    if lines.len() >= EVENT_BATCH && !self.flush(&mut lines).await {
                         return None;
                     }
+                }
+                if !self.flush(&mut lines).await {
+                    return None;
                 }
                 if streaming && self.bookmarks {
                     let mut end = self.bookmark(revision);
@@ -395,9 +416,9 @@ impl Watcher {
         }
     }
 
-    /// Turns one cached event into at most one watch event, applying the
-    /// selectors' transitions as kube does. `false` once the client is gone.
-    async fn deliver_cached(&self, event: &CachedEvent) -> bool {
+    /// Turns one cached event into at most one watch event line, applying
+    /// the selectors' transitions as kube does.
+    fn cached_lines(&self, event: &CachedEvent, out: &mut Vec<Bytes>) {
         let in_scope = |o: &&Arc<CachedObject>| o.key.as_bytes().starts_with(&self.prefix);
         let matches = |o: &&Arc<CachedObject>| self.selectors.matches(&o.object);
         let old = event.prev.as_ref().filter(in_scope).filter(matches);
@@ -405,9 +426,9 @@ impl Watcher {
             EventKind::Put => event.object.as_ref().filter(in_scope).filter(matches),
             EventKind::Delete => None,
         };
-        match (old, new) {
-            (None, Some(new)) => self.send_object("ADDED", new).await,
-            (Some(_), Some(new)) => self.send_object("MODIFIED", new).await,
+        let line = match (old, new) {
+            (None, Some(new)) => self.object_line(WatchEventType::Added, new),
+            (Some(_), Some(new)) => self.object_line(WatchEventType::Modified, new),
             // The last matching state, with the revision that removed it.
             (Some(old), None) => {
                 let shown = match (event.kind, &event.object) {
@@ -415,18 +436,19 @@ impl Watcher {
                     _ => old.at_revision(event.revision).map(Arc::new),
                 };
                 match shown {
-                    Some(obj) => self.send_object("DELETED", &obj).await,
-                    None => true,
+                    Some(obj) => self.object_line(WatchEventType::Deleted, &obj),
+                    None => return,
                 }
             }
-            (None, None) => true,
-        }
+            (None, None) => return,
+        };
+        out.push(line);
     }
 
     /// The same for an event read from storage history.
-    async fn deliver_stored(&self, event: &Event) -> bool {
+    fn stored_lines(&self, event: &Event, out: &mut Vec<Bytes>) {
         if !event.kv.key.starts_with(&self.prefix) {
-            return true;
+            return;
         }
         let rev = event.kv.mod_revision.0;
         let decode = |kv: &kubestore_storage::KeyValue| {
@@ -438,13 +460,21 @@ impl Watcher {
             EventKind::Put => decode(&event.kv),
             EventKind::Delete => None,
         };
-        match (old, new) {
-            (None, Some(new)) => self.send_object("ADDED", &new).await,
-            (Some(_), Some(new)) => self.send_object("MODIFIED", &new).await,
-            (Some(old), None) => self.send_object("DELETED", &old).await,
-            (None, None) => true,
-        }
+        let line = match (old, new) {
+            (None, Some(new)) => self.object_line(WatchEventType::Added, &new),
+            (Some(_), Some(new)) => self.object_line(WatchEventType::Modified, &new),
+            (Some(old), None) => self.object_line(WatchEventType::Deleted, &old),
+            (None, None) => return,
+        };
+        out.push(line);
     }
+}
+
+/// One watch event line: `{"type":..,"object":..}` and a newline.
+fn event_line(event_type: &str, object: Value) -> Bytes {
+    let mut line = json!({ "type": event_type, "object": object }).to_string();
+    line.push('\n');
+    Bytes::from(line)
 }
 
 /// Resolves once the node is shutting down.

@@ -50,6 +50,49 @@ pub struct CachedObject {
     pub revision: u64,
     pub object: Value,
     pub json: Bytes,
+    /// Its watch event lines (`{"type":..,"object":..}\n`), encoded once
+    /// on first use and shared by every watcher that sends them.
+    lines: WatchLines,
+}
+
+/// The three watch event lines of one object, each built at most once.
+#[derive(Debug, Default)]
+struct WatchLines([std::sync::OnceLock<Bytes>; 3]);
+
+/// The type of a watch event carrying an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl WatchEventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEventType::Added => "ADDED",
+            WatchEventType::Modified => "MODIFIED",
+            WatchEventType::Deleted => "DELETED",
+        }
+    }
+}
+
+impl CachedObject {
+    /// The JSON watch event line for this object, shared between watchers.
+    pub fn watch_line(&self, event: WatchEventType) -> Bytes {
+        self.lines.0[event as usize]
+            .get_or_init(|| {
+                let kind = event.as_str();
+                let mut line = Vec::with_capacity(self.json.len() + kind.len() + 24);
+                line.extend_from_slice(br#"{"type":""#);
+                line.extend_from_slice(kind.as_bytes());
+                line.extend_from_slice(br#"","object":"#);
+                line.extend_from_slice(&self.json);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            })
+            .clone()
+    }
 }
 
 impl CachedObject {
@@ -62,6 +105,7 @@ impl CachedObject {
             revision,
             object,
             json,
+            lines: WatchLines::default(),
         })
     }
 }
@@ -84,6 +128,7 @@ impl CachedObject {
             revision,
             object,
             json,
+            lines: WatchLines::default(),
         })
     }
 
@@ -103,6 +148,7 @@ impl CachedObject {
             revision,
             object,
             json,
+            lines: WatchLines::default(),
         })
     }
 }
