@@ -8,6 +8,12 @@ use kubestore_server::launcher::{self, ClusterArgs};
 use kubestore_server::{RunningNode, ServeConfig};
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of the system allocator: the server allocates per
+/// request, per event and per watcher from many threads, where glibc's
+/// per-thread arenas fragment and hold on to freed memory.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kubestore",

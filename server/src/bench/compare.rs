@@ -116,8 +116,41 @@ async fn start_etcd(bin: &Path, data: &Path) -> anyhow::Result<Cluster> {
     })
 }
 
-async fn start_kubestore(data: &Path) -> anyhow::Result<Cluster> {
-    let bin = std::env::current_exe()?;
+/// How to run one `kubestore serve` of a local 3-node cluster, so it can
+/// be started again after a kill with the same identity and data.
+#[derive(Debug, Clone)]
+pub(super) struct NodeSpec {
+    pub id: u64,
+    pub data_dir: PathBuf,
+    pub log_dir: PathBuf,
+    pub grpc: String,
+    pub rest: String,
+    pub peers: String,
+}
+
+impl NodeSpec {
+    pub(super) fn spawn(&self) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_dir.join(format!("kubestore-{}.log", self.id)))?;
+        Ok(Command::new(std::env::current_exe()?)
+            .args(["serve", "--id", &self.id.to_string()])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--rest-addr", &self.rest])
+            .args(["--grpc-addr", &self.grpc])
+            .args(["--peers", &self.peers])
+            .env("KUBESTORE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?)
+    }
+}
+
+/// The specs of a 3-node kubestore on free local ports, data under `data`.
+pub(super) fn kubestore_specs(data: &Path) -> anyhow::Result<Vec<NodeSpec>> {
     let grpc: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let rest: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let peers: Vec<String> = grpc
@@ -125,32 +158,32 @@ async fn start_kubestore(data: &Path) -> anyhow::Result<Cluster> {
         .enumerate()
         .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
         .collect();
-    let mut children = Vec::new();
-    for i in 0..3 {
-        let log = log_file(data, &format!("kubestore-{}", i + 1))?;
-        children.push(
-            Command::new(&bin)
-                .args(["serve", "--id", &(i + 1).to_string()])
-                .arg("--data-dir")
-                .arg(data.join(format!("kubestore-{}", i + 1)))
-                .args(["--rest-addr", &format!("127.0.0.1:{}", rest[i])])
-                .args(["--grpc-addr", &format!("127.0.0.1:{}", grpc[i])])
-                .args(["--peers", &peers.join(",")])
-                .env("KUBESTORE_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .kill_on_drop(true)
-                .spawn()?,
-        );
-    }
+    Ok((0..3)
+        .map(|i| NodeSpec {
+            id: i as u64 + 1,
+            data_dir: data.join(format!("kubestore-{}", i + 1)),
+            log_dir: data.to_path_buf(),
+            grpc: format!("127.0.0.1:{}", grpc[i]),
+            rest: format!("127.0.0.1:{}", rest[i]),
+            peers: peers.join(","),
+        })
+        .collect())
+}
+
+async fn start_kubestore(data: &Path) -> anyhow::Result<Cluster> {
+    let specs = kubestore_specs(data)?;
+    let children = specs
+        .iter()
+        .map(NodeSpec::spawn)
+        .collect::<Result<_, _>>()?;
     Ok(Cluster {
-        endpoints: grpc.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        endpoints: specs.iter().map(|s| s.grpc.clone()).collect(),
         children,
     })
 }
 
 /// Waits until a linearizable read succeeds on every endpoint.
-async fn wait_ready(name: &str, endpoints: &[String]) -> anyhow::Result<()> {
+pub(super) async fn wait_ready(name: &str, endpoints: &[String]) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     for e in endpoints {
         loop {
@@ -181,7 +214,7 @@ async fn wait_ready(name: &str, endpoints: &[String]) -> anyhow::Result<()> {
 
 /// How many `fdatasync`ed 4 KiB appends the disk under `dir` takes per
 /// second: the ceiling of unbatched commits.
-fn fsync_rate(dir: &Path) -> anyhow::Result<f64> {
+pub(super) fn fsync_rate(dir: &Path) -> anyhow::Result<f64> {
     use std::io::Write;
     let path = dir.join("fsync-probe");
     let mut f = std::fs::File::create(&path)?;

@@ -8,11 +8,15 @@
 //! `kubestore bench watch` measures watch fan-out: delivery latency, events
 //! per second, lost events and server memory per idle watcher.
 //!
+//! `kubestore bench restart` loads a node with many keys, kills it and
+//! times its way back to ready and caught up.
+//!
 //! Results go to the terminal as a table, to `results.json`, and as SVG
 //! plots (latency CDFs, latency against throughput).
 
 mod compare;
 mod plot;
+mod restart;
 mod watch;
 mod workload;
 
@@ -39,6 +43,8 @@ pub enum BenchCommand {
     Compare(compare::CompareArgs),
     /// Watch fan-out: W watchers while writers create at a fixed rate.
     Watch(watch::WatchArgs),
+    /// Restart of a node holding many keys: time to ready and caught up.
+    Restart(restart::RestartArgs),
 }
 
 /// Workloads and their size, shared by the subcommands.
@@ -128,6 +134,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchCommand::Compare(a) => compare::run(a).await,
         BenchCommand::Watch(a) => watch::run(a).await,
+        BenchCommand::Restart(a) => restart::run(a).await,
     }
 }
 
