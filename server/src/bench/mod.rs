@@ -16,7 +16,7 @@ mod plot;
 mod watch;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
@@ -133,16 +133,23 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 /// Prints the table and writes results.json and the plots.
 fn report(title: &str, runs: &[RunResult], load: &LoadArgs) -> anyhow::Result<()> {
+    report_with(title, runs, &load.out, serde_json::Map::new())
+}
+
+/// [`report`] into `out`, with `extra` fields next to `runs` in results.json.
+fn report_with(
+    title: &str,
+    runs: &[RunResult],
+    out: &Path,
+    mut extra: serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
     println!("{}", workload::table(title, runs));
-    std::fs::create_dir_all(&load.out)?;
-    let json = serde_json::json!({ "runs": runs });
-    std::fs::write(
-        load.out.join("results.json"),
-        serde_json::to_vec_pretty(&json)?,
-    )?;
+    std::fs::create_dir_all(out)?;
+    extra.insert("runs".into(), serde_json::to_value(runs)?);
+    std::fs::write(out.join("results.json"), serde_json::to_vec_pretty(&extra)?)?;
     let series: Vec<(&str, &RunResult)> = runs.iter().map(|r| ("", r)).collect();
-    plot::latency_cdf(&load.out.join("latency-cdf.svg"), title, &series)?;
-    plot::latency_vs_throughput(&load.out.join("latency-vs-throughput.svg"), title, &series)?;
-    println!("results and plots in {}", load.out.display());
+    plot::latency_cdf(&out.join("latency-cdf.svg"), title, &series)?;
+    plot::latency_vs_throughput(&out.join("latency-vs-throughput.svg"), title, &series)?;
+    println!("results and plots in {}", out.display());
     Ok(())
 }
