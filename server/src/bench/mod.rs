@@ -8,10 +8,15 @@
 //! `kubestore bench watch` measures watch fan-out: delivery latency, events
 //! per second, lost events and server memory per idle watcher.
 //!
+//! `kubestore bench mixed` runs a small Kubernetes control plane's mix for
+//! a fixed time: node lease renewals, pod status updates, pod lists and one
+//! pod watch per node, one result row per operation kind.
+//!
 //! Results go to the terminal as a table, to `results.json`, and as SVG
 //! plots (latency CDFs, latency against throughput).
 
 mod compare;
+mod mixed;
 mod plot;
 mod watch;
 mod workload;
@@ -39,6 +44,9 @@ pub enum BenchCommand {
     Compare(compare::CompareArgs),
     /// Watch fan-out: W watchers while writers create at a fixed rate.
     Watch(watch::WatchArgs),
+    /// A kube-like mix for a fixed time: lease renewals, pod status
+    /// updates, lists and per-node watches.
+    Mixed(mixed::MixedArgs),
 }
 
 /// Workloads and their size, shared by the subcommands.
@@ -128,6 +136,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchCommand::Compare(a) => compare::run(a).await,
         BenchCommand::Watch(a) => watch::run(a).await,
+        BenchCommand::Mixed(a) => mixed::run(a).await,
     }
 }
 
