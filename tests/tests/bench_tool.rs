@@ -1,7 +1,8 @@
 //! `kubestore bench` end to end in a tiny configuration: the side-by-side
 //! comparison with Debian's etcd writes the results.json shape the README
-//! documents and its plots, and the REST workloads report how each read
-//! mode was served. (No timing is asserted: benchmarks are programs.)
+//! documents and its plots, the REST workloads report how each read mode
+//! was served, and the mixed workload accounts for every watch event. (No
+//! timing is asserted: benchmarks are programs.)
 
 use std::process::Command;
 
@@ -164,5 +165,68 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
         r["delivery_p99_ms"].as_f64().is_some_and(|v| v > 0.0),
         "{r}"
     );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_mixed_reports_every_kind_and_delivers_every_status_update() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let out = tempfile::tempdir().expect("tempdir");
+    let endpoints = c
+        .ids()
+        .iter()
+        .map(|id| c.rest_url(*id))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bin = kubestore_binary().expect("binary");
+    let out_dir = out.path().to_path_buf();
+    let status = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(["bench", "mixed", "--no-progress", "--seconds", "3"])
+            .args(["--nodes", "4", "--pods", "40", "--lease-period-ms", "200"])
+            .args(["--status-writers", "2", "--listers", "2"])
+            .args(["--endpoints", &endpoints])
+            .arg("--out")
+            .arg(&out_dir)
+            .status()
+    })
+    .await
+    .expect("join")
+    .expect("kubestore bench mixed");
+    assert!(status.success());
+    let r = results(out.path());
+    let runs = r["runs"].as_array().expect("runs");
+    let names: Vec<&str> = runs.iter().filter_map(|x| x["workload"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "lease_renew",
+            "pod_status_update",
+            "list_pods_quorum",
+            "list_pods_any",
+            "watch_delivery"
+        ]
+    );
+    for run in runs {
+        assert_eq!(run["errors"], 0, "{run}");
+        assert!(run["requests"].as_u64().is_some_and(|n| n > 0), "{run}");
+        assert!(run["p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{run}");
+    }
+    let run = |name: &str| runs.iter().find(|x| x["workload"] == name).expect(name);
+    let served = |name: &str| run(name)["served"].as_object().cloned().unwrap_or_default();
+    assert!(served("list_pods_any").keys().all(|s| s == "cache"));
+    assert!(!served("list_pods_quorum").is_empty());
+    let watch = &r["mixed"]["watch"];
+    assert_eq!(
+        watch["events_expected"],
+        run("pod_status_update")["requests"],
+        "one event per acknowledged status update: {watch}"
+    );
+    assert_eq!(watch["events_lost"], 0, "{watch}");
+    assert_eq!(watch["events_duplicated"], 0, "{watch}");
+    assert_eq!(watch["events_misrouted"], 0, "{watch}");
+    assert!(r["mixed"]["conflicts"]["pod_status_update"].is_u64());
+    assert_svg(out.path().join("latency-cdf.svg"));
+    assert_svg(out.path().join("latency-vs-throughput.svg"));
     c.shutdown().await;
 }

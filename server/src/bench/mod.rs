@@ -11,16 +11,21 @@
 //! `kubestore bench restart` loads a node with many keys, kills it and
 //! times its way back to ready and caught up.
 //!
+//! `kubestore bench mixed` runs a small Kubernetes control plane's mix for
+//! a fixed time: node lease renewals, pod status updates, pod lists and one
+//! pod watch per node, one result row per operation kind.
+//!
 //! Results go to the terminal as a table, to `results.json`, and as SVG
 //! plots (latency CDFs, latency against throughput).
 
 mod compare;
+mod mixed;
 mod plot;
 mod restart;
 mod watch;
 mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
@@ -45,6 +50,9 @@ pub enum BenchCommand {
     Watch(watch::WatchArgs),
     /// Restart of a node holding many keys: time to ready and caught up.
     Restart(restart::RestartArgs),
+    /// A kube-like mix for a fixed time: lease renewals, pod status
+    /// updates, lists and per-node watches.
+    Mixed(mixed::MixedArgs),
 }
 
 /// Workloads and their size, shared by the subcommands.
@@ -135,21 +143,29 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Compare(a) => compare::run(a).await,
         BenchCommand::Watch(a) => watch::run(a).await,
         BenchCommand::Restart(a) => restart::run(a).await,
+        BenchCommand::Mixed(a) => mixed::run(a).await,
     }
 }
 
 /// Prints the table and writes results.json and the plots.
 fn report(title: &str, runs: &[RunResult], load: &LoadArgs) -> anyhow::Result<()> {
+    report_with(title, runs, &load.out, serde_json::Map::new())
+}
+
+/// [`report`] into `out`, with `extra` fields next to `runs` in results.json.
+fn report_with(
+    title: &str,
+    runs: &[RunResult],
+    out: &Path,
+    mut extra: serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
     println!("{}", workload::table(title, runs));
-    std::fs::create_dir_all(&load.out)?;
-    let json = serde_json::json!({ "runs": runs });
-    std::fs::write(
-        load.out.join("results.json"),
-        serde_json::to_vec_pretty(&json)?,
-    )?;
+    std::fs::create_dir_all(out)?;
+    extra.insert("runs".into(), serde_json::to_value(runs)?);
+    std::fs::write(out.join("results.json"), serde_json::to_vec_pretty(&extra)?)?;
     let series: Vec<(&str, &RunResult)> = runs.iter().map(|r| ("", r)).collect();
-    plot::latency_cdf(&load.out.join("latency-cdf.svg"), title, &series)?;
-    plot::latency_vs_throughput(&load.out.join("latency-vs-throughput.svg"), title, &series)?;
-    println!("results and plots in {}", load.out.display());
+    plot::latency_cdf(&out.join("latency-cdf.svg"), title, &series)?;
+    plot::latency_vs_throughput(&out.join("latency-vs-throughput.svg"), title, &series)?;
+    println!("results and plots in {}", out.display());
     Ok(())
 }
