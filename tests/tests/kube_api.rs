@@ -1066,3 +1066,88 @@ async fn read_modes_by_resource_version_and_match() {
     assert_eq!(gone.body["reason"], "Expired");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_subresource_owns_the_status_as_in_kube() {
+    let c = cluster().await;
+    let (n1, n2) = (c.kube(1), c.kube(2));
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": "web" },
+        "spec": { "nodeName": "node-a", "containers": [{ "name": "c", "image": "nginx" }] },
+        "status": { "phase": "Pending" },
+    });
+    let created = n1.post(pods, &pod).await.expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+
+    // Updating the object keeps the stored status.
+    let mut obj = created.body.clone();
+    obj["metadata"]["labels"] = json!({ "app": "web" });
+    obj["status"]["phase"] = json!("Running");
+    let updated = n2.put(&format!("{pods}/web"), &obj).await.expect("put");
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.text);
+    assert_eq!(updated.body["status"]["phase"], "Pending");
+    assert_eq!(updated.body["metadata"]["labels"]["app"], "web");
+
+    // Updating /status changes the status and nothing else, with the
+    // resourceVersion as its precondition.
+    let mut obj = updated.body.clone();
+    obj["status"]["phase"] = json!("Running");
+    obj["spec"]["nodeName"] = json!("node-b");
+    obj["metadata"]["labels"] = json!({ "app": "changed" });
+    let status = n1
+        .put(&format!("{pods}/web/status"), &obj)
+        .await
+        .expect("put status");
+    assert_eq!(status.status, StatusCode::OK, "{}", status.text);
+    assert_eq!(status.body["status"]["phase"], "Running");
+    assert_eq!(status.body["spec"]["nodeName"], "node-a");
+    assert_eq!(status.body["metadata"]["labels"]["app"], "web");
+    assert!(status.rv() > updated.rv());
+    let stale = n2
+        .put(&format!("{pods}/web/status"), &obj)
+        .await
+        .expect("stale put status");
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{}", stale.text);
+
+    // A merge patch of /status, then GET /status.
+    let patched = n2
+        .request(
+            Method::PATCH,
+            &format!("{pods}/web/status"),
+            Some((
+                json!({ "status": { "podIP": "10.0.0.7" } })
+                    .to_string()
+                    .into_bytes(),
+                "application/merge-patch+json",
+            )),
+        )
+        .await
+        .expect("patch status");
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.body["status"]["podIP"], "10.0.0.7");
+    assert_eq!(patched.body["status"]["phase"], "Running");
+    let got = n1.get(&format!("{pods}/web/status")).await.expect("get");
+    assert_eq!(got.status, StatusCode::OK, "{}", got.text);
+    assert_eq!(got.rv(), patched.rv());
+
+    // Types without a status subresource have no /status; discovery lists
+    // the subresources there are.
+    n1.create_configmap("default", "cm", "v").await.expect("cm");
+    let none = n1
+        .get("/api/v1/namespaces/default/configmaps/cm/status")
+        .await
+        .expect("get");
+    assert_eq!(none.status, StatusCode::NOT_FOUND, "{}", none.text);
+    let discovery = n1.get("/api/v1").await.expect("discovery");
+    let names: Vec<&str> = discovery.body["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(names.contains(&"pods/status"), "{names:?}");
+    assert!(!names.contains(&"configmaps/status"), "{names:?}");
+    c.shutdown().await;
+}

@@ -81,7 +81,18 @@ fn api_resource(rt: &ResourceType) -> Value {
 
 pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
     let list: Vec<Value> = resources::in_group_version(group, version)
-        .map(api_resource)
+        .flat_map(|rt| {
+            let status = rt.has_status_subresource().then(|| {
+                json!({
+                    "name": format!("{}/status", rt.plural),
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                })
+            });
+            std::iter::once(api_resource(rt)).chain(status)
+        })
         .collect();
     if list.is_empty() {
         return Err(ApiError::NoSuchResource);

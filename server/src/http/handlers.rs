@@ -15,7 +15,7 @@ use crate::http::negotiate::{self, Rendering};
 use crate::http::status::{ApiError, FieldCause};
 use crate::http::{discovery, metrics, protobuf, table, watch, AppState};
 use crate::kube::cache::CachedObject;
-use crate::kube::object;
+use crate::kube::object::{self, UpdateScope};
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
@@ -27,14 +27,21 @@ struct Target {
     rt: &'static ResourceType,
     namespace: Option<String>,
     name: Option<String>,
+    /// `<name>/status`: the status subresource.
+    status: bool,
 }
 
 fn no_resource() -> ApiError {
     ApiError::NoSuchResource
 }
 
-/// Parses `<resource>[/<name>]` or `namespaces/<ns>/<resource>[/<name>]`.
+/// Parses `<resource>[/<name>[/status]]` or
+/// `namespaces/<ns>/<resource>[/<name>[/status]]`.
 fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
+    let (rest, status) = match rest {
+        [path @ .., "status"] if path.len() == 2 || path.len() == 4 => (path, true),
+        _ => (rest, false),
+    };
     let find = |plural: &str| resources::find(group, version, plural).ok_or_else(no_resource);
     let (rt, namespace, name) = match rest {
         [plural] => (find(plural)?, None, None),
@@ -55,10 +62,14 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, Api
     if name.is_some_and(str::is_empty) || namespace.is_some_and(str::is_empty) {
         return Err(no_resource());
     }
+    if status && (name.is_none() || !rt.has_status_subresource()) {
+        return Err(no_resource());
+    }
     Ok(Target {
         rt,
         namespace: namespace.map(str::to_string),
         name: name.map(str::to_string),
+        status,
     })
 }
 
@@ -155,6 +166,9 @@ async fn dispatch(
             "dryRun is not supported by kubestore yet".into(),
         ));
     }
+    if target.status {
+        return status_subresource(state, target, rendering, req, q).await;
+    }
     match (&method, &target.name) {
         (&Method::GET, None) => {
             let selectors = Selectors::parse(
@@ -228,7 +242,9 @@ async fn dispatch(
         (&Method::PATCH, Some(name)) => {
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
-            let patched = crate::http::patch::apply(&state, rt, ns, name, kind, &body).await?;
+            let patched =
+                crate::http::patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object)
+                    .await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         (&Method::DELETE, Some(name)) => {
@@ -248,6 +264,56 @@ async fn dispatch(
         }
         (m, _) => Err(ApiError::MethodNotAllowed(format!(
             "{} is not supported on resources of kind \"{}\"",
+            m.as_str(),
+            rt.group_resource()
+        ))),
+    }
+}
+
+/// `<name>/status`: get, update and patch of the status alone.
+async fn status_subresource(
+    state: AppState,
+    target: Target,
+    rendering: Rendering,
+    req: Request,
+    q: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let rt = target.rt;
+    let ns = target.namespace.as_deref();
+    let name = target.name.as_deref().ok_or_else(no_resource)?;
+    match req.method().clone() {
+        Method::GET => {
+            let fresh = freshness(&q, false)?;
+            let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
+            let resp = render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q);
+            Ok(with_read_path(resp, served))
+        }
+        Method::PUT => {
+            let body = read_json_body(&state, rt, req).await?;
+            let mut obj = object::decode_body(rt, &body)?;
+            let body_name = object::meta_str(&obj, "name").unwrap_or("").to_string();
+            if body_name != name {
+                return Err(ApiError::BadRequest(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+            let obj_ns = check_namespace(rt, ns, &mut obj)?;
+            let updated = state
+                .kube
+                .update_in(rt, obj_ns.as_deref(), name, obj, UpdateScope::Status)
+                .await?;
+            Ok(render_object(rt, updated, StatusCode::OK, rendering, &q))
+        }
+        Method::PATCH => {
+            let kind = patch_kind(req.headers())?;
+            let body = read_body(&state, req).await?;
+            let patched =
+                crate::http::patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status)
+                    .await?;
+            Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
+        }
+        m => Err(ApiError::MethodNotAllowed(format!(
+            "{} is not supported on resources of kind \"{}/status\"",
             m.as_str(),
             rt.group_resource()
         ))),

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::http::handlers::PatchKind;
 use crate::http::status::{ApiError, FieldCause};
 use crate::http::AppState;
-use crate::kube::object;
+use crate::kube::object::{self, UpdateScope};
 use crate::kube::resources::ResourceType;
 use crate::kube::store::Freshness;
 
@@ -18,7 +18,9 @@ use crate::kube::store::Freshness;
 /// another writer changed the object in between.
 const PATCH_RETRIES: usize = 5;
 
-/// Applies a patch to one object and returns the stored result.
+/// Applies a patch to one object (or, with [`UpdateScope::Status`], to its
+/// status subresource: only the patched status is kept) and returns the
+/// stored result.
 pub async fn apply(
     state: &AppState,
     rt: &ResourceType,
@@ -26,6 +28,7 @@ pub async fn apply(
     name: &str,
     kind: PatchKind,
     body: &[u8],
+    scope: UpdateScope,
 ) -> Result<Value, ApiError> {
     let patch: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
@@ -40,7 +43,7 @@ pub async fn apply(
             .object
             .clone();
         let (obj, own_precondition) = patch_object(rt, ns, name, current, kind, &patch)?;
-        match state.kube.update(rt, ns, name, obj).await {
+        match state.kube.update_in(rt, ns, name, obj, scope).await {
             Err(ApiError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {
                 continue
             }

@@ -208,6 +208,47 @@ pub fn prepare_create(rt: &ResourceType, obj: &mut Map<String, Value>) {
 
 /// Carries the immutable and server-owned fields of `old` into an update,
 /// and bumps `generation` when `spec` changed.
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateScope {
+    /// The object (`PUT <name>`): for a type with a status subresource,
+    /// the stored status is kept.
+    Object,
+    /// Only its status (`PUT <name>/status`): everything else is kept.
+    Status,
+}
+
+/// Turns the body of an update into the object to store, from the stored
+/// one (`old`) and what `scope` lets the update change.
+pub fn prepare_update_in(
+    rt: &ResourceType,
+    scope: UpdateScope,
+    old: &Map<String, Value>,
+    new: &mut Map<String, Value>,
+) {
+    match scope {
+        UpdateScope::Status => {
+            let status = new.remove("status");
+            let mut kept = old.clone();
+            match status {
+                Some(status) => kept.insert("status".into(), status),
+                None => kept.remove("status"),
+            };
+            *new = kept;
+            metadata_mut(new).remove("resourceVersion");
+        }
+        UpdateScope::Object => {
+            prepare_update(rt, old, new);
+            if rt.has_status_subresource() {
+                match old.get("status") {
+                    Some(status) => new.insert("status".into(), status.clone()),
+                    None => new.remove("status"),
+                };
+            }
+        }
+    }
+}
+
 pub fn prepare_update(rt: &ResourceType, old: &Map<String, Value>, new: &mut Map<String, Value>) {
     let old_meta = old.get("metadata").and_then(Value::as_object);
     let spec_changed = old.get("spec") != new.get("spec");

@@ -37,6 +37,17 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
+    /// Whether the type has a `status` subresource, as in kube: its status
+    /// is written only through `<name>/status`, an update of the object
+    /// itself keeps the stored status, and an update of `/status` changes
+    /// nothing but the status.
+    pub fn has_status_subresource(&self) -> bool {
+        matches!(
+            (self.group, self.plural),
+            ("", "pods" | "nodes" | "namespaces" | "services") | ("apps", "deployments")
+        )
+    }
+
     /// `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

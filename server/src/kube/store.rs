@@ -19,7 +19,7 @@ use kubestore_storage::{
 
 use crate::http::status::ApiError;
 use crate::kube::cache::{CachedObject, Objects, WatchCache};
-use crate::kube::object;
+use crate::kube::object::{self, UpdateScope};
 use crate::kube::paging::{self, ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
@@ -530,6 +530,19 @@ impl KubeStore {
         name: &str,
         obj: Map<String, Value>,
     ) -> Result<Value, ApiError> {
+        self.update_in(rt, ns, name, obj, UpdateScope::Object).await
+    }
+
+    /// An update of the part of the object `scope` names (the object, or
+    /// only its status through the status subresource).
+    pub async fn update_in(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        obj: Map<String, Value>,
+        scope: UpdateScope,
+    ) -> Result<Value, ApiError> {
         let key = rt.key(ns, name);
         let wanted_rv = match object::meta_str(&obj, "resourceVersion") {
             None | Some("") => None,
@@ -553,7 +566,7 @@ impl KubeStore {
             };
             let guard_rev = wanted_rv.unwrap_or(current.mod_revision.0);
             let mut new = obj.clone();
-            object::prepare_update(rt, &old, &mut new);
+            object::prepare_update_in(rt, scope, &old, &mut new);
             let txn = Txn {
                 compare: vec![Compare::mod_revision(
                     key.clone(),
