@@ -9,6 +9,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+// Byte strings are `serde_bytes`: bincode then reads and writes them as
+// one copy instead of byte by byte through a sequence visitor (the same
+// encoding on disk and on the wire: a length, then the bytes).
+
 /// A position in the one revision log: the `resourceVersion` clients see.
 /// Revision 0 means "nothing written yet"; the first write is revision 1.
 #[derive(
@@ -33,6 +37,7 @@ impl fmt::Display for Revision {
 /// One key's state as of its last modification (etcd's `mvccpb.KeyValue`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// The revision that created the key (reset when it is deleted and re-created).
     pub create_revision: Revision,
@@ -40,6 +45,7 @@ pub struct KeyValue {
     pub mod_revision: Revision,
     /// Number of modifications since creation; 1 on create.
     pub version: i64,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// Attached lease id, 0 for none.
     pub lease: i64,
@@ -66,7 +72,9 @@ pub struct Event {
 /// of `[0]` means "every key >= key" (etcd's convention).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRange {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
 }
 
@@ -162,7 +170,7 @@ pub enum CompareTarget {
     Create(u64),
     /// Last modification revision (0 when absent).
     Mod(u64),
-    Value(Vec<u8>),
+    Value(#[serde(with = "serde_bytes")] Vec<u8>),
     Lease(i64),
 }
 
@@ -195,7 +203,9 @@ impl Compare {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutRequest {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     pub lease: i64,
     pub prev_kv: bool,
@@ -381,5 +391,47 @@ impl Default for Response {
             revision: Revision::ZERO,
             result: Ok(CommandResult::None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `serde_bytes` changes how byte strings are visited, not how they are
+    /// encoded: data written before it reads the same.
+    #[test]
+    fn byte_strings_encode_as_before() {
+        #[derive(Serialize)]
+        struct PlainKeyValue {
+            key: Vec<u8>,
+            create_revision: Revision,
+            mod_revision: Revision,
+            version: i64,
+            value: Vec<u8>,
+            lease: i64,
+        }
+        let kv = KeyValue {
+            key: b"/registry/pods/default/web".to_vec(),
+            create_revision: Revision(3),
+            mod_revision: Revision(9),
+            version: 4,
+            value: vec![0, 1, 2, 255, 128],
+            lease: 7,
+        };
+        let plain = PlainKeyValue {
+            key: kv.key.clone(),
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            version: kv.version,
+            value: kv.value.clone(),
+            lease: kv.lease,
+        };
+        let encoded = bincode::serialize(&kv).expect("encode");
+        assert_eq!(encoded, bincode::serialize(&plain).expect("encode plain"));
+        assert_eq!(
+            bincode::deserialize::<KeyValue>(&encoded).expect("decode"),
+            kv
+        );
     }
 }

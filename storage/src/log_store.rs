@@ -10,7 +10,7 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogId, StorageError, Vote};
@@ -26,7 +26,29 @@ use crate::{Entry, NodeId, TypeConfig};
 #[derive(Debug, Clone)]
 pub struct LogStore {
     engine: Engine,
-    flusher: mpsc::Sender<LogFlushed<TypeConfig>>,
+    flusher: Arc<Flusher>,
+}
+
+/// The flusher thread's queue and handle, shared by the clones. Dropping
+/// the last clone closes the queue and waits for the thread to finish its
+/// last fsync and let go of the engine, so the database never outlives its
+/// owners on a thread nobody waits for (at process exit that raced
+/// RocksDB's own teardown).
+#[derive(Debug)]
+struct Flusher {
+    queue: Option<mpsc::Sender<LogFlushed<TypeConfig>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.queue.take();
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the log flusher thread panicked");
+            }
+        }
+    }
 }
 
 /// The flusher thread: waits for an append to be queued, takes every other
@@ -49,15 +71,21 @@ fn run_flusher(engine: Engine, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
 
 impl LogStore {
     pub fn new(engine: Engine) -> Self {
-        let (flusher, queue) = mpsc::channel();
+        let (tx, queue) = mpsc::channel();
         let flushing = engine.clone();
         // A plain thread: fsync blocks, and it must not hold an async worker.
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("kubestore-log-fsync".into())
             .spawn(move || run_flusher(flushing, queue))
-            .map(|_| ())
-            .unwrap_or_else(|e| tracing::error!(error = %e, "cannot start the log flusher"));
-        Self { engine, flusher }
+            .map_err(|e| tracing::error!(error = %e, "cannot start the log flusher"))
+            .ok();
+        Self {
+            engine,
+            flusher: Arc::new(Flusher {
+                queue: Some(tx),
+                thread,
+            }),
+        }
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -210,7 +238,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         match write() {
             Ok(n) => {
                 tracing::trace!(entries = n, "log appended; fsync queued");
-                if let Err(mpsc::SendError(callback)) = self.flusher.send(callback) {
+                let queued = match &self.flusher.queue {
+                    Some(queue) => queue.send(callback),
+                    None => Err(mpsc::SendError(callback)),
+                };
+                if let Err(mpsc::SendError(callback)) = queued {
                     // No flusher (it could not start): sync here instead.
                     let synced = self.engine.sync_wal();
                     let io = synced

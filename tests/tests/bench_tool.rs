@@ -230,3 +230,36 @@ async fn bench_mixed_reports_every_kind_and_delivers_every_status_update() {
     assert_svg(out.path().join("latency-vs-throughput.svg"));
     c.shutdown().await;
 }
+
+#[test]
+fn bench_restart_brings_a_killed_follower_and_leader_back_with_every_key() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(kubestore_binary().expect("binary"))
+        .args([
+            "bench",
+            "restart",
+            "--no-progress",
+            "--keys",
+            "3000",
+            "--clients",
+            "4",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .expect("kubestore bench restart");
+    assert!(status.success());
+    let raw = std::fs::read(out.path().join("restart-results.json")).expect("restart-results.json");
+    let r: Value = serde_json::from_slice(&raw).expect("json");
+    assert_eq!(r["keys"], 3000);
+    let restarts = r["restarts"].as_array().expect("restarts");
+    let roles: Vec<&str> = restarts.iter().filter_map(|x| x["role"].as_str()).collect();
+    assert_eq!(roles, ["follower", "leader"]);
+    for x in restarts {
+        let ready = x["ready_seconds"].as_f64().unwrap_or(f64::NAN);
+        let caught_up = x["caught_up_seconds"].as_f64().unwrap_or(f64::NAN);
+        assert!(ready > 0.0 && caught_up >= ready, "{x}");
+        assert!(x["data_bytes"].as_u64().is_some_and(|b| b > 0), "{x}");
+    }
+    assert!(!out.path().join("data").exists(), "data is cleaned up");
+}
