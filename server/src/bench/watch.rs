@@ -28,6 +28,8 @@ use serde_json::json;
 
 /// The namespace the watch workload writes and watches.
 const NAMESPACE: &str = "bench-watch";
+/// How long opening one watch may take.
+const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Writes in flight at once (the rate limiter issues, this caps).
 const MAX_IN_FLIGHT: usize = 64;
 
@@ -137,7 +139,19 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
             "{}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={from}",
             args.endpoints[w % args.endpoints.len()]
         );
-        let resp = http.get(url).send().await?;
+        // Bounded: over HTTP/2 a watch beyond the server's concurrent
+        // stream limit per connection would otherwise wait for a slot forever.
+        let resp = match tokio::time::timeout(WATCH_OPEN_TIMEOUT, http.get(url).send()).await {
+            Ok(resp) => resp?,
+            Err(_) => bail!(
+                "watch {w} did not open within {WATCH_OPEN_TIMEOUT:?}{}",
+                if args.http2 {
+                    " (over HTTP/2: the server's limit of concurrent streams per connection may be below the watchers per node)"
+                } else {
+                    ""
+                }
+            ),
+        };
         if !resp.status().is_success() {
             bail!("watch {w}: {}", resp.status());
         }
