@@ -229,10 +229,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn histogram() -> anyhow::Result<Histogram<u64>> {
-    Ok(Histogram::new_with_bounds(1, 60_000_000, 3)?)
-}
-
 /// Where pod status updates go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StatusPath {
@@ -272,7 +268,7 @@ struct Recorder {
 impl Recorder {
     fn new() -> anyhow::Result<Self> {
         Ok(Self {
-            hist: Mutex::new(histogram()?),
+            hist: Mutex::new(super::latency_histogram()?),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
@@ -935,7 +931,7 @@ async fn watcher(
     let node = node_name(n);
     let endpoint = shared.endpoint(n).to_string();
     let mut last = from;
-    let mut hist = histogram().ok();
+    let mut hist = super::latency_histogram().ok();
     let mut resp = Some(first);
     loop {
         let r = match resp.take() {

@@ -114,6 +114,12 @@ pub struct RestArgs {
     pub load: LoadArgs,
 }
 
+/// An HDR histogram of latencies in microseconds, 1 µs to 10 minutes at
+/// three significant digits: the one every bench subcommand records into.
+pub(super) fn latency_histogram() -> anyhow::Result<hdrhistogram::Histogram<u64>> {
+    Ok(hdrhistogram::Histogram::new_with_bounds(1, 600_000_000, 3)?)
+}
+
 /// Runs `kubestore bench`.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {

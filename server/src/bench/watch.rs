@@ -63,10 +63,6 @@ fn micros_since(start: Instant) -> u64 {
     (start.elapsed().as_micros() as u64).max(1)
 }
 
-fn histogram() -> anyhow::Result<Histogram<u64>> {
-    Ok(Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?)
-}
-
 /// Resident set size of a process, in bytes (Linux `/proc`).
 fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -242,7 +238,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
     }
     let delivered_seconds = write_start.elapsed().as_secs_f64();
     stop_tx.send_replace(true);
-    let (mut from_ack, mut from_send) = (histogram()?, histogram()?);
+    let (mut from_ack, mut from_send) = (super::latency_histogram()?, super::latency_histogram()?);
     for w in watchers {
         let seen = w.await?;
         for (n, at) in seen.into_iter().enumerate() {

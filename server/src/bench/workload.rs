@@ -132,7 +132,7 @@ struct Recorder {
 impl Recorder {
     fn new() -> anyhow::Result<Self> {
         Ok(Self {
-            hist: Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
+            hist: Mutex::new(super::latency_histogram()?),
             errors: AtomicU64::new(0),
             served: Mutex::new(BTreeMap::new()),
             first_error: Mutex::new(None),
