@@ -22,6 +22,9 @@
 //!   forwarded RPC), with one answer per write. Compactions go alone.
 //! - [`RaftNode::linearizable_barrier`] returns only after this node has
 //!   applied everything committed before the call began (ReadIndex).
+//!   A leader that confirmed its leadership with a quorum less than its
+//!   read lease ago answers read indexes without another round; the lease
+//!   is a quarter of the followers' refusal to vote (see `lease`).
 //!
 //! # Layout
 //!
@@ -29,9 +32,11 @@
 //! - [`network`]: the tonic transport and fault injection.
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
+//! - `lease`: the leader's read lease, which skips rounds while it holds.
 //! - [`error`]: the layer's one error type, [`RaftNodeError`].
 
 pub mod error;
+mod lease;
 pub mod network;
 pub mod node;
 mod propose;

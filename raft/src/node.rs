@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use tonic::transport::Channel;
 use tracing::{instrument, Instrument};
 
 use crate::error::RaftNodeError;
+use crate::lease::{Leased, ReadLease};
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::propose::{Proposer, Redirect, Submit};
 use crate::read::ReadBarrier;
@@ -41,6 +43,11 @@ pub struct RaftNodeConfig {
     pub log_entries_kept_after_snapshot: u64,
     /// How long a write or read barrier waits for a leader before failing.
     pub request_timeout: Duration,
+    /// How long after a read-index round began the leader answers read
+    /// indexes without another round (zero: every read runs a round).
+    /// Must stay well below `election_timeout_max`, the followers' lease;
+    /// [`RaftNode::start`] refuses more than half of it.
+    pub read_lease: Duration,
 }
 
 impl RaftNodeConfig {
@@ -56,6 +63,7 @@ impl RaftNodeConfig {
             snapshot_after_entries: 10_000,
             log_entries_kept_after_snapshot: 1_000,
             request_timeout: Duration::from_secs(10),
+            read_lease: Duration::from_millis(250),
         }
     }
 }
@@ -75,6 +83,10 @@ pub struct ClusterStatus {
     pub snapshot_index: Option<u64>,
     pub purged_index: Option<u64>,
     pub members: Vec<Member>,
+    /// Read-index rounds this node ran as the leader.
+    pub read_index_rounds: u64,
+    /// Read indexes this node answered from its lease, as the leader.
+    pub leased_read_indexes: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -91,6 +103,9 @@ struct Inner {
     request_timeout: Duration,
     peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     barrier: ReadBarrier,
+    lease: ReadLease,
+    read_index_rounds: AtomicU64,
+    leased_read_indexes: AtomicU64,
     proposer: Proposer,
 }
 
@@ -167,6 +182,9 @@ impl RaftNode {
                 request_timeout: config.request_timeout,
                 peers: Mutex::new(HashMap::new()),
                 barrier,
+                lease: ReadLease::new(config.read_lease),
+                read_index_rounds: AtomicU64::new(0),
+                leased_read_indexes: AtomicU64::new(0),
                 proposer,
             }
         });
@@ -425,11 +443,24 @@ impl RaftNode {
 
     async fn read_index_from(&self, leader: NodeId) -> Result<u64, RaftNodeError> {
         if leader == self.inner.id {
+            let term = self.current_term();
+            let started = std::time::Instant::now();
+            self.inner.read_index_rounds.fetch_add(1, Ordering::Relaxed);
             return match self.inner.raft.get_read_log_id().await {
-                Ok((read_log_id, _)) => Ok(read_log_id.map_or(0, |l| l.index)),
+                Ok((read_log_id, _)) => {
+                    let index = read_log_id.map_or(0, |l| l.index);
+                    self.inner.lease.grant(term, index, started);
+                    Ok(index)
+                }
                 // Lost leadership or its quorum: look for the leader again.
-                Err(RaftError::APIError(_)) => Err(RaftNodeError::NoLeader),
-                Err(e) => Err(RaftNodeError::Raft(e.to_string())),
+                Err(RaftError::APIError(_)) => {
+                    self.inner.lease.revoke();
+                    Err(RaftNodeError::NoLeader)
+                }
+                Err(e) => {
+                    self.inner.lease.revoke();
+                    Err(RaftNodeError::Raft(e.to_string()))
+                }
             };
         }
         if self.inner.faults.is_isolated() {
@@ -461,11 +492,59 @@ impl RaftNode {
     /// before the call, and returns the applied state it may read at.
     #[instrument(level = "debug", skip_all, fields(node = self.inner.id))]
     pub async fn linearizable_barrier(&self) -> Result<AppliedState, RaftNodeError> {
-        let index =
-            tokio::time::timeout(self.inner.request_timeout, self.inner.barrier.read_index())
-                .await
-                .map_err(|_| RaftNodeError::Timeout("a read index"))??;
+        let index = tokio::time::timeout(self.inner.request_timeout, self.read_index())
+            .await
+            .map_err(|_| RaftNodeError::Timeout("a read index"))??;
         self.wait_applied(index).await
+    }
+
+    /// A read index for a read that begins now: from the lease when this
+    /// node leads and holds one, else from a (shared) round.
+    async fn read_index(&self) -> Result<u64, RaftNodeError> {
+        match self.leased_read_index() {
+            Some(index) => Ok(index),
+            None => self.inner.barrier.read_index().await,
+        }
+    }
+
+    /// The lease's answer, if this node is the leader and its lease holds.
+    /// Past the lease's middle it also starts one renewal round, so a
+    /// steady stream of reads never waits for one.
+    fn leased_read_index(&self) -> Option<u64> {
+        let inner = &self.inner;
+        if !inner.lease.enabled() {
+            return None;
+        }
+        let term = {
+            let m = inner.raft.metrics();
+            let m = m.borrow();
+            if m.state != ServerState::Leader || m.current_leader != Some(inner.id) {
+                return None;
+            }
+            m.current_term
+        };
+        let applied = inner.store.applied().log_index;
+        let index = match inner.lease.check(term, applied, std::time::Instant::now()) {
+            Leased::Index(index) => index,
+            Leased::IndexRenew(index) => {
+                if inner.lease.begin_renewal() {
+                    let node = self.clone();
+                    tokio::spawn(
+                        async move {
+                            if let Err(e) = node.inner.barrier.read_index().await {
+                                tracing::debug!(error = %e, "read lease renewal failed");
+                            }
+                            node.inner.lease.end_renewal();
+                        }
+                        .instrument(tracing::debug_span!("read_lease_renewal")),
+                    );
+                }
+                index
+            }
+            Leased::Expired => return None,
+        };
+        inner.leased_read_indexes.fetch_add(1, Ordering::Relaxed);
+        Some(index)
     }
 
     /// Waits until this node has applied log `index`.
@@ -521,6 +600,8 @@ impl RaftNode {
                     addr: n.addr.clone(),
                 })
                 .collect(),
+            read_index_rounds: self.inner.read_index_rounds.load(Ordering::Relaxed),
+            leased_read_indexes: self.inner.leased_read_indexes.load(Ordering::Relaxed),
         })
     }
 
@@ -611,7 +692,7 @@ impl ClusterService for ClusterRpcServer {
                 error: format!("node {} is not the leader", self.node.inner.id),
             }));
         }
-        let reply = match self.node.inner.barrier.read_index().await {
+        let reply = match self.node.read_index().await {
             Ok(index) => ReadIndexResponse {
                 index,
                 leader_id: leader,

@@ -53,6 +53,7 @@ impl RunningNode {
         let mut raft_config = RaftNodeConfig::new(config.id, config.data_dir.clone(), members);
         raft_config.snapshot_after_entries = config.snapshot_after_entries;
         raft_config.log_entries_kept_after_snapshot = (config.snapshot_after_entries / 10).max(10);
+        raft_config.read_lease = Duration::from_millis(config.read_lease_ms);
         let raft = RaftNode::start(raft_config).await?;
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();

@@ -228,6 +228,94 @@ async fn an_isolated_follower_refuses_stale_reads_and_rejoins() {
     c.shutdown().await;
 }
 
+/// The leader answers most-recent reads from its read lease between
+/// heartbeat rounds; cut off from its quorum, it stops doing so before a
+/// new leader can commit anything, so it never answers a read that misses
+/// the new leader's writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_read_lease_skips_rounds_and_ends_before_a_new_leader_commits() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let raft = &c.node(leader).expect("an in-process leader").raft;
+    let before = raft.status().await.expect("status");
+    // Back-to-back barriers: after the first round, the lease answers (a
+    // round begins at most every 125 ms of the 250 ms lease).
+    let mut reads = 0u64;
+    let mut after = before.clone();
+    while after.leased_read_indexes == before.leased_read_indexes && reads < 1_000 {
+        raft.linearizable_barrier().await.expect("barrier");
+        reads += 1;
+        after = raft.status().await.expect("status");
+    }
+    assert!(
+        after.leased_read_indexes > before.leased_read_indexes,
+        "{reads} reads on the leader, none answered from the lease"
+    );
+    assert!(
+        after.read_index_rounds > before.read_index_rounds,
+        "a lease is only granted by a round"
+    );
+
+    let w = c
+        .kube(leader)
+        .create_configmap("default", "before-the-cut", "1")
+        .await
+        .expect("create");
+    assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
+    let r = c
+        .kube(leader)
+        .get("/api/v1/namespaces/default/configmaps/before-the-cut")
+        .await
+        .expect("get");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+
+    c.isolate(leader, true).expect("isolate");
+    c.wait_for(
+        "a new leader on the majority side",
+        Duration::from_secs(30),
+        |s| {
+            s.iter().any(|x| {
+                x["state"] == "leader" && x["node_id"].as_u64().is_some_and(|id| id != leader)
+            })
+        },
+    )
+    .await
+    .expect("new leader");
+    let majority = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("another node");
+    let w = c
+        .kube(majority)
+        .create_configmap("default", "after-the-cut", "1")
+        .await
+        .expect("create");
+    assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
+    // The old leader still believes it leads, but its lease is over.
+    let r = c
+        .kube(leader)
+        .get("/api/v1/namespaces/default/configmaps/after-the-cut")
+        .await
+        .expect("get");
+    assert!(
+        r.status.is_server_error(),
+        "the cut-off leader answered {}: {}",
+        r.status,
+        r.text
+    );
+    assert_eq!(r.body["kind"], "Status");
+
+    c.isolate(leader, false).expect("reconnect");
+    let r = c
+        .kube(leader)
+        .get("/api/v1/namespaces/default/configmaps/after-the-cut")
+        .await
+        .expect("get");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    c.shutdown().await;
+}
+
 /// Real processes, real kill -9: 8 writers create configmaps through every
 /// node while the leader is killed; every acknowledged object survives on
 /// every node, and the nodes end identical.
