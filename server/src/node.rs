@@ -120,22 +120,11 @@ impl RunningNode {
             stop: shutdown.subscribe(),
         };
         let app = http::router(state).layer(TraceLayer::new_for_http());
-        let mut stop = shutdown.subscribe();
-        tasks.push(tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            use axum::serve::ListenerExt;
-            // No Nagle: responses are written in small pieces.
-            let rest = rest.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                }
-            });
-            if let Err(e) = axum::serve(rest, app).with_graceful_shutdown(stopped).await {
-                tracing::error!(error = %e, "REST server failed");
-            }
-        }));
+        tasks.push(tokio::spawn(http::serve::serve(
+            rest,
+            app,
+            shutdown.subscribe(),
+        )));
 
         let policy = crate::compaction::CompactionPolicy {
             retention: Duration::from_secs(config.history_retention_seconds),

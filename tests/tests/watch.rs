@@ -1,10 +1,10 @@
 //! Watch on a 3-node cluster: event order and content, resume on another
 //! node, initial state, selector transitions, bookmarks, timeouts, and the
-//! too-large error.
+//! too-large error; many watches multiplexed on one HTTP/2 connection.
 
 use std::time::Duration;
 
-use kubestore_tests::{ClusterOptions, TestCluster};
+use kubestore_tests::{ClusterOptions, KubeClient, TestCluster};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -536,6 +536,44 @@ async fn a_slow_watcher_blocks_no_one_and_catches_up() {
             .expect("slow watcher catches up")
             .expect("open");
         assert_eq!(e["object"]["metadata"]["name"], format!("big-{i:03}"));
+    }
+    c.shutdown().await;
+}
+
+/// client-go opens every watch of a client as a stream of one HTTP/2
+/// connection. The server allows kube-apiserver's 1,000 streams per
+/// connection, so 300 watches (more than hyper's default of 200) all open
+/// on one connection and all see the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_watches_share_one_http2_connection() {
+    const WATCHES: usize = 300;
+    let c = TestCluster::new(1).await.expect("cluster");
+    let http = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("an HTTP/2 client");
+    let n = KubeClient::new(http, c.rest_url(1));
+    let start = n.get(CM).await.expect("list").rv();
+    let mut watches = Vec::with_capacity(WATCHES);
+    for i in 0..WATCHES {
+        let w = tokio::time::timeout(
+            WAIT,
+            n.watch(&format!("{CM}?watch=1&resourceVersion={start}")),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("watch {i} found no free stream on the connection"))
+        .expect("watch");
+        watches.push(w);
+    }
+    let created = n
+        .create_configmap("default", "multiplexed", "1")
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    for (i, w) in watches.iter_mut().enumerate() {
+        let e = w.next_event(WAIT).await.expect("event").expect("open");
+        assert_eq!(e["type"], "ADDED", "watch {i}: {e}");
+        assert_eq!(e["object"]["metadata"]["name"], "multiplexed", "watch {i}");
     }
     c.shutdown().await;
 }
