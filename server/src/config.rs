@@ -10,6 +10,8 @@ use kubestore_storage::NodeId;
 
 /// Default body limit: kube's own limit for a request body is 3 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// The leader's read lease by default (see `--read-lease-ms`).
+pub const DEFAULT_READ_LEASE_MS: u64 = 250;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeConfig {
@@ -94,7 +96,7 @@ pub struct ServeConfig {
     /// round for every read, as etcd does). At most half the maximum
     /// election timeout (1 s); safe while the nodes' clocks run at rates
     /// within 4x of each other.
-    #[arg(long, env = "KUBESTORE_READ_LEASE_MS", default_value_t = 250)]
+    #[arg(long, env = "KUBESTORE_READ_LEASE_MS", default_value_t = DEFAULT_READ_LEASE_MS)]
     pub read_lease_ms: u64,
 }
 
@@ -118,7 +120,7 @@ impl ServeConfig {
             watch_cache_seconds: 150,
             etcd_progress_notify_seconds: 600,
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
-            read_lease_ms: 250,
+            read_lease_ms: DEFAULT_READ_LEASE_MS,
         }
     }
 

@@ -45,6 +45,10 @@ pub struct CompareArgs {
     /// suite runs a tiny comparison with it).
     #[arg(long)]
     pub requests: Option<u64>,
+    /// kubestore's read lease (`serve --read-lease-ms`); 0 makes every
+    /// linearizable read run a heartbeat round, as etcd's do.
+    #[arg(long, default_value_t = crate::config::DEFAULT_READ_LEASE_MS)]
+    pub read_lease_ms: u64,
 }
 
 /// The workloads compared, as `(key in ratios, workload, clients)`.
@@ -126,6 +130,7 @@ pub(super) struct NodeSpec {
     pub grpc: String,
     pub rest: String,
     pub peers: String,
+    pub read_lease_ms: u64,
 }
 
 impl NodeSpec {
@@ -141,6 +146,7 @@ impl NodeSpec {
             .args(["--rest-addr", &self.rest])
             .args(["--grpc-addr", &self.grpc])
             .args(["--peers", &self.peers])
+            .args(["--read-lease-ms", &self.read_lease_ms.to_string()])
             .env("KUBESTORE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -150,7 +156,7 @@ impl NodeSpec {
 }
 
 /// The specs of a 3-node kubestore on free local ports, data under `data`.
-pub(super) fn kubestore_specs(data: &Path) -> anyhow::Result<Vec<NodeSpec>> {
+pub(super) fn kubestore_specs(data: &Path, read_lease_ms: u64) -> anyhow::Result<Vec<NodeSpec>> {
     let grpc: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let rest: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let peers: Vec<String> = grpc
@@ -166,12 +172,13 @@ pub(super) fn kubestore_specs(data: &Path) -> anyhow::Result<Vec<NodeSpec>> {
             grpc: format!("127.0.0.1:{}", grpc[i]),
             rest: format!("127.0.0.1:{}", rest[i]),
             peers: peers.join(","),
+            read_lease_ms,
         })
         .collect())
 }
 
-async fn start_kubestore(data: &Path) -> anyhow::Result<Cluster> {
-    let specs = kubestore_specs(data)?;
+async fn start_kubestore(data: &Path, read_lease_ms: u64) -> anyhow::Result<Cluster> {
+    let specs = kubestore_specs(data, read_lease_ms)?;
     let children = specs
         .iter()
         .map(NodeSpec::spawn)
@@ -256,7 +263,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
     };
 
     let etcd = start_etcd(&args.etcd, &data).await?;
-    let kubestore = start_kubestore(&data).await?;
+    let kubestore = start_kubestore(&data, args.read_lease_ms).await?;
     let ready = async {
         wait_ready("etcd", &etcd.endpoints).await?;
         wait_ready("kubestore", &kubestore.endpoints).await
@@ -318,6 +325,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         "quick": args.quick,
         "duration_seconds": started.elapsed().as_secs_f64(),
         "value_bytes": 1024,
+        "kubestore_read_lease_ms": args.read_lease_ms,
         "disk_fsyncs_per_second": fsyncs,
         "kubestore_puts_per_disk_fsync_c256": puts_per_fsync,
         "ratios": ratios,
@@ -336,7 +344,10 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         &series,
     )?;
     println!("{}", workload::table("etcd API, 3 members each", &runs));
-    println!("kubestore / etcd throughput:");
+    println!(
+        "kubestore / etcd throughput (kubestore read lease: {} ms):",
+        args.read_lease_ms
+    );
     for (k, v) in &ratios {
         println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
     }

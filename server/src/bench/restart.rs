@@ -227,7 +227,7 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&data)?;
     let fsyncs = fsync_rate(&data)?;
-    let specs = kubestore_specs(&data)?;
+    let specs = kubestore_specs(&data, crate::config::DEFAULT_READ_LEASE_MS)?;
     let mut children = specs
         .iter()
         .map(NodeSpec::spawn)
