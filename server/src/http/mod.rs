@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod patch;
 pub mod protobuf;
+pub mod pull_stream;
 pub mod serve;
 pub mod status;
 pub mod table;

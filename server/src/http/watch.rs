@@ -6,10 +6,14 @@
 //! node's revision-ordered event log in storage (the same on every node)
 //! until it reaches the ring again. An event's line is encoded once per
 //! object in the cache and shared by every watcher that sends it; whatever
-//! one drain yields goes to the socket as one chunk, through a bounded
-//! channel, so a burst costs one write, and a slow watcher only delays
-//! itself and never holds memory beyond that channel; it is cut off (an `ERROR` event with
-//! `410 Expired`) only when compaction removed the history it still needs.
+//! one drain yields goes to the socket as one chunk, so a burst costs one
+//! write. The watcher is the response body itself (a [`PullStream`]): it
+//! runs on the task hyper already has for the connection or HTTP/2
+//! stream, only when the client can take more, with no task or channel of
+//! its own, and it ends when the client goes away. A slow watcher only
+//! delays itself and holds at most one chunk; it is cut off (an `ERROR`
+//! event with `410 Expired`) only when compaction removed the history it
+//! still needs.
 //! A watch resumed on another node from the last revision it saw therefore
 //! misses and repeats nothing.
 //!
@@ -32,9 +36,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use kubestore_storage::{Event, EventKind, Revision};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 use crate::http::negotiate::Rendering;
+use crate::http::pull_stream::{Outbox, PullStream};
 use crate::http::status::{ApiError, FieldCause};
 use crate::http::{table, AppState};
 use crate::kube::cache::{BehindRing, CachedEvent, CachedObject, WatchEventType};
@@ -43,9 +47,6 @@ use crate::kube::selectors::Selectors;
 
 /// Revisions read from the event log per step.
 const EVENT_BATCH: usize = 256;
-/// Chunks (each one drain, up to `EVENT_BATCH` revisions) buffered per
-/// watcher before its producer waits.
-const WATCHER_QUEUE: usize = 16;
 /// kube's default `--min-request-timeout`: a watch without `timeoutSeconds`
 /// lasts between one and two of these.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -164,7 +165,7 @@ struct Watcher {
     rendering: Rendering,
     /// The client allows `BOOKMARK` events.
     bookmarks: bool,
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    outbox: Outbox,
 }
 
 /// Starts a watch and returns the streaming response. Errors in the
@@ -179,22 +180,23 @@ pub async fn serve(
     rendering: Rendering,
 ) -> Result<Response, ApiError> {
     let params = parse(q)?;
-    let (tx, rx) = mpsc::channel(WATCHER_QUEUE);
-    let watcher = Watcher {
-        state,
-        rt,
-        prefix: rt.collection_prefix(ns).into_bytes(),
-        selectors,
-        rendering,
-        bookmarks: params.bookmarks,
-        tx,
-    };
     // Debug level, like tower-http's request spans: an enabled span lives
     // as long as the watch, and at info level it was a quarter of an idle
     // watcher's memory (`bench watch`).
     let span = tracing::debug_span!("watch", resource = rt.plural, start = ?params.start);
-    tokio::spawn(tracing::Instrument::instrument(watcher.run(params), span));
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let prefix = rt.collection_prefix(ns).into_bytes();
+    let body = Body::from_stream(PullStream::new(move |outbox| {
+        let watcher = Watcher {
+            state,
+            rt,
+            prefix,
+            selectors,
+            rendering,
+            bookmarks: params.bookmarks,
+            outbox,
+        };
+        tracing::Instrument::instrument(watcher.run(params), span)
+    }));
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(
@@ -205,13 +207,13 @@ pub async fn serve(
 }
 
 impl Watcher {
-    /// Sends one line; `false` once the client is gone.
-    async fn send_line(&self, line: Bytes) -> bool {
-        self.tx.send(Ok(line)).await.is_ok()
+    /// Sends one line; returns once the client can take more.
+    async fn send_line(&self, line: Bytes) {
+        self.outbox.send(line).await
     }
 
     /// Sends one event of a freshly built object (bookmarks, errors).
-    async fn send(&self, event_type: &str, object: Value) -> bool {
+    async fn send(&self, event_type: &str, object: Value) {
         self.send_line(event_line(event_type, object)).await
     }
 
@@ -235,10 +237,10 @@ impl Watcher {
 
     /// Sends the lines gathered from one drain of the cache or the event
     /// log as one chunk, so a burst of events costs one write on the
-    /// socket. `false` once the client is gone.
-    async fn flush(&self, lines: &mut Vec<Bytes>) -> bool {
+    /// socket.
+    async fn flush(&self, lines: &mut Vec<Bytes>) {
         let chunk = match lines.len() {
-            0 => return true,
+            0 => return,
             1 => lines.pop().unwrap_or_default(),
             _ => {
                 let mut chunk = bytes::BytesMut::with_capacity(lines.iter().map(Bytes::len).sum());
@@ -287,9 +289,7 @@ impl Watcher {
                         for event in &events {
                             self.cached_lines(event, &mut lines);
                         }
-                        if !self.flush(&mut lines).await {
-                            return;
-                        }
+                        self.flush(&mut lines).await;
                         last = last.max(upto);
                         if empty {
                             break;
@@ -298,8 +298,7 @@ impl Watcher {
                     Err(BehindRing { .. }) => match self.catch_up_from_history(last).await {
                         Ok(Some(next)) => last = next,
                         Ok(None) => break,
-                        Err(Gone::ClientLeft) => return,
-                        Err(Gone::Error(e)) => return self.send_error(e).await,
+                        Err(e) => return self.send_error(e).await,
                     },
                 }
             }
@@ -316,13 +315,10 @@ impl Watcher {
                 _ = tokio::time::sleep_until(bookmark_at), if self.bookmarks => {
                     // `last` is the newest revision this stream has fully
                     // delivered (quiet types included): never ahead of an event.
-                    if !self.send("BOOKMARK", self.bookmark(last)).await {
-                        return;
-                    }
+                    self.send("BOOKMARK", self.bookmark(last)).await;
                     next_bookmark = tokio::time::Instant::now() + bookmark_every;
                 }
                 _ = tokio::time::sleep_until(deadline) => return,
-                _ = self.tx.closed() => return,
                 _ = &mut stopped => return,
             }
         }
@@ -331,7 +327,7 @@ impl Watcher {
     /// One batch of events after `last` from storage history, for a
     /// watcher older than the cache's ring. The revision delivered up to,
     /// or `None` when storage has nothing newer yet.
-    async fn catch_up_from_history(&self, last: u64) -> Result<Option<u64>, Gone> {
+    async fn catch_up_from_history(&self, last: u64) -> Result<Option<u64>, ApiError> {
         match self
             .state
             .node
@@ -348,16 +344,14 @@ impl Watcher {
                     }
                     upto = rev.0;
                 }
-                if !self.flush(&mut lines).await {
-                    return Err(Gone::ClientLeft);
-                }
+                self.flush(&mut lines).await;
                 Ok(Some(upto))
             }
             Err(kubestore_storage::StoreError::Compacted { compacted, .. }) => {
-                Err(Gone::Error(too_old(last, compacted.0)))
+                Err(too_old(last, compacted.0))
             }
             Err(kubestore_storage::StoreError::Installing) => Ok(None),
-            Err(e) => Err(Gone::Error(ApiError::from(e))),
+            Err(e) => Err(ApiError::from(e)),
         }
     }
 
@@ -400,19 +394,15 @@ impl Watcher {
                 let mut lines = Vec::new();
                 for obj in matching {
                     lines.push(self.object_line(WatchEventType::Added, obj));
-                    if lines.len() >= EVENT_BATCH && !self.flush(&mut lines).await {
-                        return None;
+                    if lines.len() >= EVENT_BATCH {
+                        self.flush(&mut lines).await;
                     }
                 }
-                if !self.flush(&mut lines).await {
-                    return None;
-                }
+                self.flush(&mut lines).await;
                 if streaming && self.bookmarks {
                     let mut end = self.bookmark(revision);
                     end["metadata"]["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
-                    if !self.send("BOOKMARK", end).await {
-                        return None;
-                    }
+                    self.send("BOOKMARK", end).await;
                 }
                 Some(revision)
             }
@@ -483,12 +473,6 @@ fn event_line(event_type: &str, object: Value) -> Bytes {
 /// Resolves once the node is shutting down.
 async fn shutting_down(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-/// Why a watch ends early.
-enum Gone {
-    ClientLeft,
-    Error(ApiError),
 }
 
 fn too_old(requested: u64, compacted: u64) -> ApiError {
