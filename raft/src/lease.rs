@@ -16,6 +16,12 @@
 //! theirs), which is the margin for the clocks' rates to differ. The clocks
 //! are monotonic; their absolute values never cross a machine.
 //!
+//! A voter that restarts forgets its refusal to vote, but that does not let
+//! a rival leader in early. A candidate must itself have waited out its own
+//! lease and an election timeout (if it followed this leader), or have
+//! restarted and waited at least `election_timeout_min`, which is at least
+//! twice the lease (the node refuses a longer one).
+//!
 //! The index a leased read gets is the leader's *applied* index, never less
 //! than the index the granting round returned:
 //! - every write this leader acknowledged was applied here before the

@@ -45,8 +45,10 @@ pub struct RaftNodeConfig {
     pub request_timeout: Duration,
     /// How long after a read-index round began the leader answers read
     /// indexes without another round (zero: every read runs a round).
-    /// Must stay well below `election_timeout_max`, the followers' lease;
-    /// [`RaftNode::start`] refuses more than half of it.
+    /// Must stay well below `election_timeout_max`, the followers' lease,
+    /// and below `election_timeout_min`, the least a restarted voter waits
+    /// before campaigning; [`RaftNode::start`] refuses more than half of
+    /// `election_timeout_min`.
     pub read_lease: Duration,
 }
 
@@ -135,6 +137,12 @@ impl RaftNode {
                 "node {} is not among the members {:?}",
                 config.id,
                 config.members.keys().collect::<Vec<_>>()
+            )));
+        }
+        if config.read_lease > config.election_timeout_min / 2 {
+            return Err(RaftNodeError::Config(format!(
+                "the read lease ({:?}) must be at most half the minimum election timeout ({:?})",
+                config.read_lease, config.election_timeout_min
             )));
         }
         let raft_config = openraft::Config {
@@ -705,5 +713,28 @@ impl ClusterService for ClusterRpcServer {
             },
         };
         Ok(tonic::Response::new(reply))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_lease_beyond_half_the_minimum_election_timeout_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data_dir = dir.path().join("node");
+        let members = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
+        let mut config = RaftNodeConfig::new(1, data_dir.clone(), members);
+        config.read_lease = config.election_timeout_min / 2 + Duration::from_millis(1);
+        match RaftNode::start(config).await {
+            Err(RaftNodeError::Config(message)) => assert!(
+                message.contains("read lease"),
+                "unexpected message: {message}"
+            ),
+            Err(e) => panic!("expected a configuration error, got {e}"),
+            Ok(_) => panic!("a lease longer than half the minimum election timeout was accepted"),
+        }
+        assert!(!data_dir.exists(), "storage was opened before the check");
     }
 }

@@ -93,8 +93,8 @@ pub struct ServeConfig {
     pub quota_backend_bytes: u64,
     /// Milliseconds after a read-index round began during which the leader
     /// answers linearizable reads without another heartbeat round (0: a
-    /// round for every read, as etcd does). At most half the maximum
-    /// election timeout (1 s); safe while the nodes' clocks run at rates
+    /// round for every read, as etcd does). At most half the minimum
+    /// election timeout (500 ms); safe while the nodes' clocks run at rates
     /// within 4x of each other.
     #[arg(long, env = "KUBESTORE_READ_LEASE_MS", default_value_t = DEFAULT_READ_LEASE_MS)]
     pub read_lease_ms: u64,
