@@ -239,15 +239,21 @@ pub(super) fn fsync_rate(dir: &Path) -> anyhow::Result<f64> {
     Ok(rate)
 }
 
-/// Runs the comparison and writes the results.
-pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
-    let started = Instant::now();
-    std::fs::create_dir_all(&args.out)?;
-    let data = args.out.join("data");
+/// `out/data`, emptied (or created) for a run's stores.
+pub(super) fn fresh_data_dir(out: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(out)?;
+    let data = out.join("data");
     if data.exists() {
         std::fs::remove_dir_all(&data)?;
     }
     std::fs::create_dir_all(&data)?;
+    Ok(data)
+}
+
+/// Runs the comparison and writes the results.
+pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let data = fresh_data_dir(&args.out)?;
     let fsyncs = fsync_rate(&data)?;
     println!("disk: {fsyncs:.0} fsynced 4 KiB appends per second");
     let load = |requests| LoadArgs {

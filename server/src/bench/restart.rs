@@ -29,7 +29,7 @@ use kubestore_proto::etcd::etcdserverpb::{
 use serde_json::json;
 use tonic::transport::Channel;
 
-use super::compare::{fsync_rate, kubestore_specs, wait_ready, NodeSpec};
+use super::compare::{fresh_data_dir, fsync_rate, kubestore_specs, wait_ready, NodeSpec};
 
 const PREFIX: &str = "bench/restart/";
 
@@ -220,12 +220,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.out)?;
-    let data = args.out.join("data");
-    if data.exists() {
-        std::fs::remove_dir_all(&data)?;
-    }
-    std::fs::create_dir_all(&data)?;
+    let data = fresh_data_dir(&args.out)?;
     let fsyncs = fsync_rate(&data)?;
     let specs = kubestore_specs(&data, crate::config::DEFAULT_READ_LEASE_MS)?;
     let mut children = specs
