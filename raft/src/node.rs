@@ -460,14 +460,13 @@ impl RaftNode {
                     self.inner.lease.grant(term, index, started);
                     Ok(index)
                 }
-                // Lost leadership or its quorum: look for the leader again.
-                Err(RaftError::APIError(_)) => {
-                    self.inner.lease.revoke();
-                    Err(RaftNodeError::NoLeader)
-                }
                 Err(e) => {
                     self.inner.lease.revoke();
-                    Err(RaftNodeError::Raft(e.to_string()))
+                    Err(match e {
+                        // Lost leadership or its quorum: look for the leader again.
+                        RaftError::APIError(_) => RaftNodeError::NoLeader,
+                        e => RaftNodeError::Raft(e.to_string()),
+                    })
                 }
             };
         }

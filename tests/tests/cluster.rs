@@ -193,6 +193,24 @@ async fn a_stopped_follower_catches_up_by_snapshot() {
     .await;
 }
 
+/// A most-recent read of configmap `name` through `node`, cut off from the
+/// quorum, must fail with a `Status` rather than answer stale data; once
+/// reconnected, the same read succeeds.
+async fn refuses_reads_until_reconnected(c: &TestCluster, node: u64, name: &str) {
+    let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+    let r = c.kube(node).get(&path).await.expect("get");
+    assert!(
+        r.status.is_server_error(),
+        "cut-off node {node} answered {}: {}",
+        r.status,
+        r.text
+    );
+    assert_eq!(r.body["kind"], "Status");
+    c.isolate(node, false).expect("reconnect");
+    let r = c.kube(node).get(&path).await.expect("get");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_follower_refuses_stale_reads_and_rejoins() {
     let c = TestCluster::new(3).await.expect("cluster");
@@ -205,26 +223,7 @@ async fn an_isolated_follower_refuses_stale_reads_and_rejoins() {
         .await
         .expect("create");
     assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
-    // A most-recent read on the cut-off node must fail, not answer stale data.
-    let r = c
-        .kube(follower)
-        .get("/api/v1/namespaces/default/configmaps/while-isolated")
-        .await
-        .expect("get");
-    assert!(
-        r.status.is_server_error(),
-        "an isolated node answered {}: {}",
-        r.status,
-        r.text
-    );
-    assert_eq!(r.body["kind"], "Status");
-    c.isolate(follower, false).expect("reconnect");
-    let r = c
-        .kube(follower)
-        .get("/api/v1/namespaces/default/configmaps/while-isolated")
-        .await
-        .expect("get");
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    refuses_reads_until_reconnected(&c, follower, "while-isolated").await;
     c.shutdown().await;
 }
 
@@ -293,26 +292,7 @@ async fn the_leaders_read_lease_skips_rounds_and_ends_before_a_new_leader_commit
         .expect("create");
     assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
     // The old leader still believes it leads, but its lease is over.
-    let r = c
-        .kube(leader)
-        .get("/api/v1/namespaces/default/configmaps/after-the-cut")
-        .await
-        .expect("get");
-    assert!(
-        r.status.is_server_error(),
-        "the cut-off leader answered {}: {}",
-        r.status,
-        r.text
-    );
-    assert_eq!(r.body["kind"], "Status");
-
-    c.isolate(leader, false).expect("reconnect");
-    let r = c
-        .kube(leader)
-        .get("/api/v1/namespaces/default/configmaps/after-the-cut")
-        .await
-        .expect("get");
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    refuses_reads_until_reconnected(&c, leader, "after-the-cut").await;
     c.shutdown().await;
 }
 
