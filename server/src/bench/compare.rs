@@ -9,6 +9,7 @@
 //! kubestore/etcd throughput per workload; `runs`: every figure of both
 //! stores), plots and the disk's fsync rate.
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -21,6 +22,7 @@ use kubestore_proto::etcd::etcdserverpb::RangeRequest;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
+use super::cpu::{CpuSample, CpuSpent};
 use super::workload::{self, RunResult, Workload};
 use super::{plot, LoadArgs};
 
@@ -70,6 +72,11 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// The servers' process ids (a killed one is left out).
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().filter_map(Child::id).collect()
+    }
+
     async fn stop(mut self) {
         for c in &mut self.children {
             let _ = c.kill().await;
@@ -276,11 +283,13 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
     }
     .await;
     let mut runs: Vec<RunResult> = Vec::new();
+    // (store, ratio key, CPU spent) per workload run.
+    let mut cpu: Vec<(&str, &str, CpuSpent)> = Vec::new();
     let outcome = match ready {
         Err(e) => Err(e),
         Ok(()) => {
             async {
-                for (_, name, clients) in PLAN {
+                for (key, name, clients) in PLAN {
                     let workload = Workload::etcd(name)?;
                     let requests = if name == "put" {
                         put_requests
@@ -288,6 +297,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                         range_requests
                     };
                     for (store, cluster) in [("etcd", &etcd), ("kubestore", &kubestore)] {
+                        let pids = cluster.pids();
+                        let before = CpuSample::take(&pids);
                         let mut r = workload::run_etcd(
                             &workload,
                             &cluster.endpoints,
@@ -295,6 +306,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                             &load(requests),
                         )
                         .await?;
+                        cpu.push((store, key, before.until(&CpuSample::take(&pids))));
                         r.store = store.into();
                         runs.push(r);
                     }
@@ -326,6 +338,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
             p99_ratios.insert(key.into(), json!(k.p99_ms / e.p99_ms.max(1e-9)));
         }
     }
+    let cpu_report = cpu_report(&cpu, &runs);
     let puts_per_fsync = find("kubestore", "put", 256).map(|r| r.throughput / fsyncs.max(1e-9));
     let results = json!({
         "quick": args.quick,
@@ -336,6 +349,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         "kubestore_puts_per_disk_fsync_c256": puts_per_fsync,
         "ratios": ratios,
         "p99_ratios": p99_ratios,
+        "cpu": cpu_report.json,
+        "cpu_per_request_ratios": cpu_report.ratios,
         "runs": runs,
     });
     std::fs::write(
@@ -357,10 +372,70 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
     for (k, v) in &ratios {
         println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
     }
+    println!("{}", cpu_report.table);
     println!(
         "finished in {:.0} s; results in {}",
         started.elapsed().as_secs_f64(),
         args.out.join("results.json").display()
     );
     Ok(())
+}
+
+/// CPU per request of each store's servers and of the load generator.
+struct CpuReport {
+    /// Per ratio key, per store: seconds spent and microseconds per request.
+    json: serde_json::Value,
+    /// Per ratio key: kubestore's server CPU per request over etcd's.
+    ratios: serde_json::Value,
+    table: String,
+}
+
+fn cpu_report(cpu: &[(&str, &str, CpuSpent)], runs: &[RunResult]) -> CpuReport {
+    let mut json: BTreeMap<String, BTreeMap<String, serde_json::Value>> = BTreeMap::new();
+    let mut ratios = serde_json::Map::new();
+    let mut table = format!(
+        "CPU per request (µs; servers: all three, busiest node; client: the load generator)\n{:<22} {:<10} {:>9} {:>9} {:>9}\n",
+        "workload", "store", "servers", "busiest", "client"
+    );
+    let mut per_request = BTreeMap::new();
+    for ((store, key, spent), run) in cpu.iter().zip(runs) {
+        let done = (run.requests.saturating_sub(run.errors)).max(1) as f64;
+        let micros = |seconds: f64| seconds * 1e6 / done;
+        let busiest = spent.servers.iter().flatten().copied().fold(0.0, f64::max);
+        let servers = micros(spent.servers_total());
+        per_request.insert((*store, *key), servers);
+        json.entry(key.to_string()).or_default().insert(
+            store.to_string(),
+            json!({
+                "server_cpu_seconds": spent.servers,
+                "client_cpu_seconds": spent.client,
+                "server_cpu_us_per_request": servers,
+                "busiest_server_cpu_us_per_request": micros(busiest),
+                "client_cpu_us_per_request": spent.client.map(micros),
+            }),
+        );
+        table.push_str(&format!(
+            "{:<22} {:<10} {:>9.1} {:>9.1} {:>9}\n",
+            key,
+            store,
+            servers,
+            micros(busiest),
+            spent
+                .client
+                .map_or("-".to_string(), |c| format!("{:.1}", micros(c)))
+        ));
+    }
+    for (key, _, _) in PLAN {
+        if let (Some(k), Some(e)) = (
+            per_request.get(&("kubestore", key)),
+            per_request.get(&("etcd", key)),
+        ) {
+            ratios.insert(key.into(), json!(k / e.max(1e-9)));
+        }
+    }
+    CpuReport {
+        json: json!(json),
+        ratios: ratios.into(),
+        table,
+    }
 }

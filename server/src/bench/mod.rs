@@ -19,6 +19,7 @@
 //! plots (latency CDFs, latency against throughput).
 
 mod compare;
+mod cpu;
 mod mixed;
 mod plot;
 mod restart;

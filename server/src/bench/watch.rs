@@ -26,6 +26,8 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde_json::json;
 
+use super::cpu::CpuSample;
+
 /// The namespace the watch workload writes and watches.
 const NAMESPACE: &str = "bench-watch";
 /// How long opening one watch may take.
@@ -192,6 +194,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(1) as f64));
     let errors = Arc::new(AtomicU64::new(0));
     let write_start = Instant::now();
+    let cpu_before = CpuSample::take(&args.pids);
     let mut writes = Vec::new();
     for n in 0..total_writes {
         tick.tick().await;
@@ -237,6 +240,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         }
     }
     let delivered_seconds = write_start.elapsed().as_secs_f64();
+    let cpu = cpu_before.until(&CpuSample::take(&args.pids));
     stop_tx.send_replace(true);
     let (mut from_ack, mut from_send) = (super::latency_histogram()?, super::latency_histogram()?);
     for w in watchers {
@@ -263,6 +267,11 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    // CPU per event delivered (the writes' own cost is in the servers'
+    // figure too, but 1 write fans out to `watchers` events).
+    let per_event = |seconds: f64| seconds * 1e6 / (got.max(1) as f64);
+    let server_us_per_event = (!args.pids.is_empty()).then(|| per_event(cpu.servers_total()));
+    let client_us_per_event = cpu.client.map(per_event);
     let result = json!({
         "watchers": args.watchers,
         "rate": args.rate,
@@ -282,9 +291,13 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         "delivery_from_send_p99_ms": ms(&from_send, 0.99),
         "delivery_from_send_p999_ms": ms(&from_send, 0.999),
         "server_bytes_per_idle_watcher": per_watcher,
+        "server_cpu_seconds": cpu.servers,
+        "client_cpu_seconds": cpu.client,
+        "server_cpu_us_per_event": server_us_per_event,
+        "client_cpu_us_per_event": client_us_per_event,
     });
     println!(
-        "watch fan-out: {} watchers ({}), {} writes/s for {} s\n  events {got}/{expected} ({} lost), {:.0} events/s delivered\n  delivery after the ack: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms\n  delivery after the send: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms{}",
+        "watch fan-out: {} watchers ({}), {} writes/s for {} s\n  events {got}/{expected} ({} lost), {:.0} events/s delivered\n  delivery after the ack: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms\n  delivery after the send: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms{}{}",
         args.watchers,
         if args.http2 { "HTTP/2, one connection per node" } else { "HTTP/1.1, one connection each" },
         args.rate,
@@ -297,7 +310,12 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         ms(&from_send, 0.5),
         ms(&from_send, 0.99),
         ms(&from_send, 0.999),
-        per_watcher.map_or(String::new(), |b| format!("\n  server memory per idle watcher: {:.1} KiB", b / 1024.0))
+        per_watcher.map_or(String::new(), |b| format!("\n  server memory per idle watcher: {:.1} KiB", b / 1024.0)),
+        match (server_us_per_event, client_us_per_event) {
+            (Some(s), Some(c)) => format!("\n  CPU per event delivered: servers {s:.2} µs, load generator {c:.2} µs"),
+            (None, Some(c)) => format!("\n  CPU per event delivered: load generator {c:.2} µs"),
+            _ => String::new(),
+        }
     );
     std::fs::create_dir_all(&args.out)?;
     std::fs::write(
