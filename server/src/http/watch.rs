@@ -237,20 +237,22 @@ impl Watcher {
 
     /// Sends the lines gathered from one drain of the cache or the event
     /// log as one chunk, so a burst of events costs one write on the
-    /// socket.
+    /// socket. The vector is taken, not drained: a watcher that goes idle
+    /// after a burst keeps none of the burst's capacity.
     async fn flush(&self, lines: &mut Vec<Bytes>) {
+        let mut lines = std::mem::take(lines);
         let chunk = match lines.len() {
             0 => return,
             1 => lines.pop().unwrap_or_default(),
             _ => {
                 let mut chunk = bytes::BytesMut::with_capacity(lines.iter().map(Bytes::len).sum());
-                for line in lines.drain(..) {
-                    chunk.extend_from_slice(&line);
+                for line in &lines {
+                    chunk.extend_from_slice(line);
                 }
                 chunk.freeze()
             }
         };
-        lines.clear();
+        drop(lines);
         self.send_line(chunk).await
     }
 
@@ -276,9 +278,20 @@ impl Watcher {
         let stopped = shutting_down(self.state.stop.clone());
         tokio::pin!(stopped);
         let bookmark_every = self.state.bookmark_interval;
-        let mut next_bookmark = tokio::time::Instant::now() + bookmark_every;
         // kube sends a last bookmark shortly before the deadline.
         let final_bookmark = deadline.checked_sub(Duration::from_secs(2));
+        let bookmark_at = |next: tokio::time::Instant| match final_bookmark {
+            Some(f) if f > tokio::time::Instant::now() => next.min(f),
+            _ => next,
+        };
+        // Both timers live as long as the watch and are reset only when
+        // they fire: a wake-up for new events touches no timer (creating
+        // and dropping them on every wake-up took the runtime's timer lock
+        // twice per event per watcher).
+        let bookmark_timer =
+            tokio::time::sleep_until(bookmark_at(tokio::time::Instant::now() + bookmark_every));
+        let deadline_timer = tokio::time::sleep_until(deadline);
+        tokio::pin!(bookmark_timer, deadline_timer);
         let mut lines: Vec<Bytes> = Vec::new();
         loop {
             // Drain everything the cache (or, behind its ring, storage) has.
@@ -302,24 +315,21 @@ impl Watcher {
                     },
                 }
             }
-            let bookmark_at = match final_bookmark {
-                Some(f) if f > tokio::time::Instant::now() => next_bookmark.min(f),
-                _ => next_bookmark,
-            };
             tokio::select! {
                 changed = cache_revision.changed() => {
                     if changed.is_err() {
                         return;
                     }
                 }
-                _ = tokio::time::sleep_until(bookmark_at), if self.bookmarks => {
+                () = &mut bookmark_timer, if self.bookmarks => {
                     // `last` is the newest revision this stream has fully
                     // delivered (quiet types included): never ahead of an event.
                     self.send("BOOKMARK", self.bookmark(last)).await;
-                    next_bookmark = tokio::time::Instant::now() + bookmark_every;
+                    let next = bookmark_at(tokio::time::Instant::now() + bookmark_every);
+                    bookmark_timer.as_mut().reset(next);
                 }
-                _ = tokio::time::sleep_until(deadline) => return,
-                _ = &mut stopped => return,
+                () = &mut deadline_timer => return,
+                () = &mut stopped => return,
             }
         }
     }
