@@ -13,7 +13,9 @@ use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::raft_service_server::RaftServiceServer;
 use kubestore_proto::raft::{ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse};
-use kubestore_storage::{AppliedState, Command, Node, NodeId, Response, Store, TypeConfig};
+use kubestore_storage::{
+    AppliedState, Command, CommandResult, Node, NodeId, Response, Store, TypeConfig,
+};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
@@ -171,7 +173,7 @@ impl RaftNode {
             .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
 
         let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
-            let proposer = Proposer::spawn(WeakNode(weak.clone()));
+            let proposer = Proposer::spawn(config.id, WeakNode(weak.clone()));
             let weak = weak.clone();
             let barrier = ReadBarrier::spawn(move || {
                 let weak = weak.clone();
@@ -363,6 +365,29 @@ impl RaftNode {
                 Err(Redirect::To(f.leader_id))
             }
             Err(e) => Err(Redirect::Fail(RaftNodeError::Raft(e.to_string()))),
+        }
+    }
+
+    /// A write forwarded by another node's proposer, at this node as the
+    /// leader: batched again with this node's own writes and whatever else
+    /// was forwarded (see [`crate::propose`]), a forwarded batch whole in
+    /// one entry. Anything not batchable is proposed as it came.
+    async fn write_forwarded(&self, cmd: Command) -> Result<Response, Redirect> {
+        let id = self.inner.id;
+        match cmd {
+            Command::Batch(cmds) if cmds.iter().all(Command::is_batchable) => {
+                let responses = self.inner.proposer.propose_all(id, cmds).await?;
+                Ok(Response {
+                    revision: responses
+                        .iter()
+                        .map(|r| r.revision)
+                        .max()
+                        .unwrap_or_default(),
+                    result: Ok(CommandResult::Batch(responses)),
+                })
+            }
+            cmd if cmd.is_batchable() => self.inner.proposer.propose(id, cmd).await,
+            cmd => self.write_local(cmd).await,
         }
     }
 
@@ -663,7 +688,7 @@ impl ClusterService for ClusterRpcServer {
         }
         let cmd: Command = network::decode(&req.get_ref().command)?;
         let span = tracing::info_span!("forwarded_write", node = self.node.inner.id);
-        let reply = match self.node.write_local(cmd).instrument(span).await {
+        let reply = match self.node.write_forwarded(cmd).instrument(span).await {
             Ok(resp) => ForwardResponse {
                 response: bincode::serialize(&resp)
                     .map_err(|e| tonic::Status::internal(e.to_string()))?,
