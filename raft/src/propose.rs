@@ -101,10 +101,11 @@ impl Proposer {
 
     /// Proposes `cmd` to `leader` in the next batch and waits for its answer.
     pub(crate) async fn propose(&self, leader: NodeId, cmd: Command) -> Result<Response, Redirect> {
-        let mut responses = self.propose_all(leader, vec![cmd]).await?;
-        match (responses.pop(), responses.is_empty()) {
-            (Some(response), true) => Ok(response),
-            _ => Err(answer_mismatch(1, responses.len() + 1)),
+        let responses = self.propose_all(leader, vec![cmd]).await?;
+        let answered = responses.len();
+        match <[Response; 1]>::try_from(responses) {
+            Ok([response]) => Ok(response),
+            Err(_) => Err(answer_mismatch(1, answered)),
         }
     }
 
@@ -197,23 +198,23 @@ async fn commit(submit: &impl Submit, leader: NodeId, group: Vec<Proposal>) {
         cmds.extend(p.cmds);
     }
     let sent = cmds.len();
-    // A lone write goes as itself, not as a batch of one.
-    let outcome = match (cmds.pop(), cmds.is_empty()) {
-        (Some(single), true) => submit.submit(leader, single).await.map(|r| vec![r]),
-        (Some(last), false) => {
-            cmds.push(last);
-            match submit.submit(leader, Command::Batch(cmds)).await {
-                Ok(Response {
-                    result: Ok(CommandResult::Batch(responses)),
-                    ..
-                }) => Ok(responses),
-                Ok(other) => Err(Redirect::Fail(RaftNodeError::Raft(format!(
-                    "a batch of {sent} writes was answered with {other:?}"
-                )))),
-                Err(redirect) => Err(redirect),
-            }
-        }
-        (None, _) => Ok(Vec::new()),
+    let outcome = match sent {
+        0 => Ok(Vec::new()),
+        // A lone write goes as itself, not as a batch of one.
+        1 => submit
+            .submit(leader, cmds.swap_remove(0))
+            .await
+            .map(|r| vec![r]),
+        _ => match submit.submit(leader, Command::Batch(cmds)).await {
+            Ok(Response {
+                result: Ok(CommandResult::Batch(responses)),
+                ..
+            }) => Ok(responses),
+            Ok(other) => Err(Redirect::Fail(RaftNodeError::Raft(format!(
+                "a batch of {sent} writes was answered with {other:?}"
+            )))),
+            Err(redirect) => Err(redirect),
+        },
     };
     let outcome = outcome.and_then(|responses| match responses.len() {
         n if n == sent => Ok(responses),
@@ -253,6 +254,18 @@ mod tests {
         gate: tokio::sync::watch::Receiver<bool>,
     }
 
+    impl Recorder {
+        /// A recorder whose entries wait until `gate` turns true.
+        fn held_at(gate: tokio::sync::watch::Receiver<bool>) -> Self {
+            Self {
+                entered: Arc::default(),
+                entries: Arc::default(),
+                next_revision: Arc::default(),
+                gate,
+            }
+        }
+    }
+
     impl Submit for Recorder {
         async fn submit(&self, _leader: NodeId, cmd: Command) -> Result<Response, Redirect> {
             self.entered.fetch_add(1, Ordering::SeqCst);
@@ -287,12 +300,7 @@ mod tests {
     /// checks they wait, go as one entry, and each get exactly one answer.
     async fn queued_writes_share_one_entry(local: NodeId, slots: usize) {
         let (open, gate) = tokio::sync::watch::channel(false);
-        let recorder = Recorder {
-            entered: Arc::default(),
-            entries: Arc::default(),
-            next_revision: Arc::default(),
-            gate,
-        };
+        let recorder = Recorder::held_at(gate);
         let proposer = Proposer::spawn(local, recorder.clone());
         let write = |p: Proposer| async move { p.propose(1, Command::Txn(Txn::default())).await };
 
@@ -347,12 +355,7 @@ mod tests {
     #[tokio::test]
     async fn a_forwarded_group_stays_whole_in_one_entry_and_gets_its_answers_in_order() {
         let (open, gate) = tokio::sync::watch::channel(false);
-        let recorder = Recorder {
-            entered: Arc::default(),
-            entries: Arc::default(),
-            next_revision: Arc::default(),
-            gate,
-        };
+        let recorder = Recorder::held_at(gate);
         let proposer = Proposer::spawn(1, recorder.clone());
         let lone = |p: Proposer| async move { p.propose(1, Command::Txn(Txn::default())).await };
         // Hold the leader's one slot, then queue a lone write, a group of
