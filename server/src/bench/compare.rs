@@ -61,8 +61,19 @@ const PLAN: [(&str, &str, usize); 4] = [
     ("range_serializable", "range_serializable", 64),
 ];
 
+/// A port nothing listens on, below Linux's ephemeral range (32768 and
+/// up). A port the kernel hands out for `bind(0)` comes from that range,
+/// and between probing it and the server binding it, any outgoing
+/// connection on the machine (the load generator's, a parallel test's) may
+/// take it as its local port; then that node never starts.
 fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    for _ in 0..1000 {
+        let port = rand::random_range(10_000..32_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port found between 10000 and 32000")
 }
 
 /// Three running processes of one store, killed on drop.
@@ -283,8 +294,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
     }
     .await;
     let mut runs: Vec<RunResult> = Vec::new();
-    // (store, ratio key, CPU spent) per workload run.
-    let mut cpu: Vec<(&str, &str, CpuSpent)> = Vec::new();
+    // (store, ratio key, CPU spent, requests answered) per workload run.
+    let mut cpu: Vec<(&str, &str, CpuSpent, u64)> = Vec::new();
     let outcome = match ready {
         Err(e) => Err(e),
         Ok(()) => {
@@ -306,7 +317,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                             &load(requests),
                         )
                         .await?;
-                        cpu.push((store, key, before.until(&CpuSample::take(&pids))));
+                        let spent = before.until(&CpuSample::take(&pids));
+                        cpu.push((store, key, spent, r.requests.saturating_sub(r.errors)));
                         r.store = store.into();
                         runs.push(r);
                     }
@@ -338,7 +350,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
             p99_ratios.insert(key.into(), json!(k.p99_ms / e.p99_ms.max(1e-9)));
         }
     }
-    let cpu_report = cpu_report(&cpu, &runs);
+    let cpu_report = cpu_report(&cpu);
     let puts_per_fsync = find("kubestore", "put", 256).map(|r| r.throughput / fsyncs.max(1e-9));
     let results = json!({
         "quick": args.quick,
@@ -390,7 +402,7 @@ struct CpuReport {
     table: String,
 }
 
-fn cpu_report(cpu: &[(&str, &str, CpuSpent)], runs: &[RunResult]) -> CpuReport {
+fn cpu_report(cpu: &[(&str, &str, CpuSpent, u64)]) -> CpuReport {
     let mut json: BTreeMap<String, BTreeMap<String, serde_json::Value>> = BTreeMap::new();
     let mut ratios = serde_json::Map::new();
     let mut table = format!(
@@ -398,8 +410,8 @@ fn cpu_report(cpu: &[(&str, &str, CpuSpent)], runs: &[RunResult]) -> CpuReport {
         "workload", "store", "servers", "busiest", "client"
     );
     let mut per_request = BTreeMap::new();
-    for ((store, key, spent), run) in cpu.iter().zip(runs) {
-        let done = (run.requests.saturating_sub(run.errors)).max(1) as f64;
+    for (store, key, spent, answered) in cpu {
+        let done = (*answered).max(1) as f64;
         let micros = |seconds: f64| seconds * 1e6 / done;
         let busiest = spent.servers.iter().flatten().copied().fold(0.0, f64::max);
         let servers = micros(spent.servers_total());
