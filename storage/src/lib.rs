@@ -25,6 +25,8 @@
 //!   are log entries, and a revoke deletes its keys in one revision.
 //! - **Compaction** runs through the log, so every node drops the same
 //!   history; a read below the compaction point is [`StoreError::Compacted`].
+//!   Events point into `history` for their values, so compaction keeps
+//!   every row an event at or after the compaction point points at.
 //!
 //! # Layout
 //!

@@ -4,7 +4,13 @@
 //!
 //! Layout (see [`crate::schema`]): `kv` holds each live key's latest state;
 //! `history` holds one row per (key, revision) that touched it, `None` for a
-//! deletion; `events` holds everything each revision changed.
+//! deletion; `events` holds what each revision changed, as [`StoredEvent`]s
+//! that point into `history` rather than repeat its values (a put's value is
+//! written to the state machine twice, `kv` and `history`, not four times).
+//!
+//! Compaction to `r` keeps every `history` row an event at or after `r`
+//! points at: besides each key's last live row at or below `r`, that is the
+//! previous state of every key changed exactly at `r`.
 //!
 //! Range semantics: a [`RangeRequest`] without a revision reads the current
 //! state; with revision `r` it reads each key's last row at or below `r`.
@@ -12,10 +18,14 @@
 //! below the compaction point is [`StoreError::Compacted`]. A read exactly at
 //! the compaction point is allowed (compaction keeps it whole).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
 
 use crate::apply::{Applied, MvccRead};
-use crate::command::{Event, KeyValue, LeaseRecord, RangeRequest, RangeResponse, Revision};
+use crate::command::{
+    Event, EventKind, KeyValue, LeaseRecord, RangeRequest, RangeResponse, Revision,
+};
 use crate::engine::{Batch, Engine, Scan, SnapshotView};
 use crate::error::StoreError;
 use crate::schema::{self, Cf};
@@ -95,7 +105,12 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
             let (k, v) = row?;
             let rev = schema::decode_u64(&k)
                 .ok_or_else(|| StoreError::Corrupt("event key is not 8 bytes".into()))?;
-            out.push((Revision(rev), bincode::deserialize(&v)?));
+            let stored: Vec<StoredEvent> = bincode::deserialize(&v)?;
+            let events = stored
+                .into_iter()
+                .map(|e| e.load(self.src, rev))
+                .collect::<Result<_, _>>()?;
+            out.push((Revision(rev), events));
             if out.len() >= limit {
                 break;
             }
@@ -258,6 +273,125 @@ impl<'r> Shaper<'r> {
     }
 }
 
+/// A state an [`Event`] carries, as its `events` row stores it.
+#[derive(Debug, Serialize, Deserialize)]
+enum StoredState {
+    /// The event key's `history` row at this revision.
+    History(u64),
+    /// The state itself: `history` keeps only a key's last state per
+    /// revision, so a state a transaction overwrote is kept here.
+    Inline(KeyValue),
+}
+
+/// One [`Event`] of an `events` row.
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredEvent {
+    kind: EventKind,
+    #[serde(with = "serde_bytes")]
+    key: Vec<u8>,
+    /// A put's new state; `None` for a deletion, whose `kv` is only the key
+    /// and the revision.
+    kv: Option<StoredState>,
+    prev_kv: Option<StoredState>,
+}
+
+impl StoredEvent {
+    /// How `event`, one of the events of `revision`, is stored. `last` says
+    /// whether it is the last event of its key in that revision (so the
+    /// key's `history` row at `revision` is its `kv`).
+    fn new(event: &Event, revision: Revision, last: bool) -> Self {
+        let kv = match event.kind {
+            EventKind::Delete => None,
+            EventKind::Put if last => Some(StoredState::History(revision.0)),
+            EventKind::Put => Some(StoredState::Inline(event.kv.clone())),
+        };
+        let prev_kv = event.prev_kv.as_ref().map(|prev| {
+            if prev.mod_revision < revision {
+                StoredState::History(prev.mod_revision.0)
+            } else {
+                StoredState::Inline(prev.clone())
+            }
+        });
+        Self {
+            kind: event.kind,
+            key: event.kv.key.clone(),
+            kv,
+            prev_kv,
+        }
+    }
+
+    /// The [`Event`] back, its states read from `history` in `src`.
+    fn load<S: Source + ?Sized>(self, src: &S, revision: u64) -> Result<Event, StoreError> {
+        let kv = match self.kv {
+            Some(state) => state.load(src, &self.key)?,
+            None => KeyValue {
+                key: self.key.clone(),
+                create_revision: Revision::ZERO,
+                mod_revision: Revision(revision),
+                version: 0,
+                value: Vec::new(),
+                lease: 0,
+            },
+        };
+        let prev_kv = match self.prev_kv {
+            Some(state) => Some(state.load(src, &self.key)?),
+            None => None,
+        };
+        Ok(Event {
+            kind: self.kind,
+            kv,
+            prev_kv,
+        })
+    }
+
+    /// The `history` revision of the previous state, if it lives there.
+    fn prev_in_history(&self) -> Option<u64> {
+        match self.prev_kv {
+            Some(StoredState::History(rev)) => Some(rev),
+            _ => None,
+        }
+    }
+}
+
+impl StoredState {
+    fn load<S: Source + ?Sized>(self, src: &S, key: &[u8]) -> Result<KeyValue, StoreError> {
+        let revision = match self {
+            StoredState::Inline(kv) => return Ok(kv),
+            StoredState::History(revision) => revision,
+        };
+        let row = src
+            .get(Cf::History, &schema::history_key(key, revision))?
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "an event points at a missing history row ({revision})"
+                ))
+            })?;
+        bincode::deserialize::<Option<KeyValue>>(&row)?.ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "an event points at a deletion in history ({revision})"
+            ))
+        })
+    }
+}
+
+/// The `events` row of `revision`.
+fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
+    if let [event] = events {
+        return vec![StoredEvent::new(event, revision, true)];
+    }
+    let mut last_of_key: HashMap<&[u8], usize> = HashMap::with_capacity(events.len());
+    for (i, event) in events.iter().enumerate() {
+        last_of_key.insert(&event.kv.key, i);
+    }
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, event)| {
+            StoredEvent::new(event, revision, last_of_key[event.kv.key.as_slice()] == i)
+        })
+        .collect()
+}
+
 /// Stages the writes, history rows, events and revision of `applied` into
 /// `batch`. Compaction, if asked for, is staged too (it reads the engine).
 pub(crate) fn stage_applied(
@@ -282,7 +416,7 @@ pub(crate) fn stage_applied(
         batch.put(
             Cf::Events,
             &schema::u64_key(revision.0),
-            &bincode::serialize(&applied.events)?,
+            &bincode::serialize(&stored_events(&applied.events, revision))?,
         )?;
         batch.put(
             Cf::SmMeta,
@@ -316,7 +450,11 @@ pub(crate) fn stage_applied(
 
 /// Drops history below `to`: for every key changed in `[from, to)`, every
 /// row but its last at or below `to` goes, and that one too if it is a
-/// deletion. Events of revisions below `to` go. Reads at `to` stay whole.
+/// deletion; except the previous state of a key changed exactly at `to`,
+/// which the event of `to` points at, and then the key's row at `to` even
+/// if it is a deletion (the next compaction drops both, as that key is then
+/// among those changed since). Events of revisions below
+/// `to` go. Reads and events at `to` stay whole.
 fn stage_compaction(
     engine: &Engine,
     batch: &mut Batch<'_>,
@@ -324,12 +462,22 @@ fn stage_compaction(
     to: Revision,
 ) -> Result<(), StoreError> {
     let mut touched = BTreeSet::new();
+    let mut pointed_at = HashSet::new();
     let start = schema::u64_key(from.0);
     let end = schema::u64_key(to.0);
-    for row in engine.scan(Cf::Events, &start, Some(&end))? {
-        let (_, v) = row?;
-        let events: Vec<Event> = bincode::deserialize(&v)?;
-        touched.extend(events.into_iter().map(|e| e.kv.key));
+    let through_to = schema::u64_key(to.0 + 1);
+    for row in engine.scan(Cf::Events, &start, Some(&through_to))? {
+        let (k, v) = row?;
+        let events: Vec<StoredEvent> = bincode::deserialize(&v)?;
+        if schema::decode_u64(&k) == Some(to.0) {
+            for event in events {
+                if let Some(prev) = event.prev_in_history() {
+                    pointed_at.insert(schema::history_key(&event.key, prev));
+                }
+            }
+        } else {
+            touched.extend(events.into_iter().map(|e| e.key));
+        }
     }
     for key in &touched {
         let lo = schema::history_key(key, 0);
@@ -341,14 +489,18 @@ fn stage_compaction(
             rows.push((k, state.is_some()));
         }
         if let Some((_, live)) = rows.last() {
-            let keep_last = *live;
+            // A deletion at `to` whose previous state stays must stay too,
+            // or a read at `to` would find that state.
+            let keep_last = *live || rows.iter().any(|(k, _)| pointed_at.contains(&**k));
             let drop = if keep_last {
                 rows.len() - 1
             } else {
                 rows.len()
             };
             for (k, _) in &rows[..drop] {
-                batch.delete(Cf::History, k)?;
+                if !pointed_at.contains(&**k) {
+                    batch.delete(Cf::History, k)?;
+                }
             }
         }
     }
@@ -361,4 +513,193 @@ fn stage_compaction(
         "compacted history"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftStateMachine;
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+    use crate::command::{Command, DeleteRequest, KeyRange, Op, PutRequest, Txn};
+    use crate::{Entry, StateMachine, Store};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        sm: StateMachine,
+        store: Store,
+        next: u64,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (_log, sm, store) = crate::open(dir.path()).expect("open");
+            Self {
+                _dir: dir,
+                sm,
+                store,
+                next: 1,
+            }
+        }
+
+        async fn apply(&mut self, ops: Vec<Op>) {
+            self.apply_command(Command::Txn(Txn {
+                success: ops,
+                ..Txn::default()
+            }))
+            .await;
+        }
+
+        async fn apply_command(&mut self, cmd: Command) {
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), self.next),
+                payload: EntryPayload::Normal(cmd),
+            };
+            self.next += 1;
+            let responses = self.sm.apply(vec![entry]).await.expect("apply");
+            assert!(responses[0].result.is_ok(), "{:?}", responses[0]);
+        }
+
+        /// The revisions of `key`'s `history` rows.
+        fn history_of(&self, key: &str) -> Vec<u64> {
+            let lo = schema::history_key(key.as_bytes(), 0);
+            let hi = schema::history_key(key.as_bytes(), u64::MAX);
+            self.store
+                .engine
+                .scan(Cf::History, &lo, Some(&hi))
+                .expect("scan")
+                .map(|row| {
+                    let (k, _) = row.expect("row");
+                    schema::split_history_key(&k).expect("history key").1
+                })
+                .collect()
+        }
+
+        /// Each event of revisions after `after` as (revision, kind, key,
+        /// value, previous value).
+        fn events_after(
+            &self,
+            after: u64,
+        ) -> Vec<(u64, EventKind, String, String, Option<String>)> {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            self.store
+                .events_after(Revision(after), 100)
+                .expect("events")
+                .into_iter()
+                .flat_map(|(rev, events)| {
+                    events.into_iter().map(move |e| {
+                        assert_eq!(e.kv.mod_revision, rev, "an event's kv has its revision");
+                        (
+                            rev.0,
+                            e.kind,
+                            text(&e.kv.key),
+                            text(&e.kv.value),
+                            e.prev_kv.map(|p| text(&p.value)),
+                        )
+                    })
+                })
+                .collect()
+        }
+    }
+
+    fn put(key: &str, value: &str) -> Op {
+        Op::Put(PutRequest::new(key, value))
+    }
+
+    fn delete(key: &str) -> Op {
+        Op::Delete(DeleteRequest {
+            range: KeyRange::single(key),
+            prev_kv: false,
+        })
+    }
+
+    #[tokio::test]
+    async fn events_get_their_values_back_from_history_even_when_one_txn_changes_a_key_twice() {
+        let mut f = Fixture::new();
+        f.apply(vec![put("a", "1")]).await; // 1
+        f.apply(vec![put("a", "2")]).await; // 2
+        f.apply(vec![put("b", "x"), delete("b")]).await; // 3: b put, then gone
+        f.apply(vec![delete("a"), put("a", "3")]).await; // 4: a gone, then back
+        f.apply(vec![delete("a")]).await; // 5
+        use EventKind::{Delete, Put};
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            f.events_after(0),
+            vec![
+                (1, Put, s("a"), s("1"), None),
+                (2, Put, s("a"), s("2"), Some(s("1"))),
+                (3, Put, s("b"), s("x"), None),
+                (3, Delete, s("b"), s(""), Some(s("x"))),
+                (4, Delete, s("a"), s(""), Some(s("2"))),
+                (4, Put, s("a"), s("3"), None),
+                (5, Delete, s("a"), s(""), Some(s("3"))),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn compaction_keeps_the_previous_state_of_a_key_changed_at_its_revision_until_the_next() {
+        let mut f = Fixture::new();
+        f.apply(vec![put("a", "1")]).await; // 1
+        f.apply(vec![put("a", "2")]).await; // 2
+        f.apply(vec![put("a", "3")]).await; // 3
+        f.apply(vec![put("b", "1")]).await; // 4
+        f.apply(vec![put("c", "1")]).await; // 5
+        f.apply(vec![delete("c")]).await; // 6
+        f.apply_command(Command::Compact {
+            revision: Revision(3),
+        })
+        .await;
+        assert_eq!(
+            f.history_of("a"),
+            vec![2, 3],
+            "the event of revision 3 points at revision 2"
+        );
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            f.events_after(2)[0],
+            (3, EventKind::Put, s("a"), s("3"), Some(s("2")))
+        );
+
+        f.apply_command(Command::Compact {
+            revision: Revision(4),
+        })
+        .await;
+        assert_eq!(
+            f.history_of("a"),
+            vec![3],
+            "no event points at revision 2 now"
+        );
+        assert_eq!(f.history_of("b"), vec![4]);
+        assert_eq!(f.events_after(3).len(), 3);
+
+        // A deletion at the compaction revision keeps its previous state
+        // for its event, and its own row so that reads at 6 do not see it.
+        f.apply_command(Command::Compact {
+            revision: Revision(6),
+        })
+        .await;
+        assert_eq!(f.history_of("c"), vec![5, 6]);
+        assert_eq!(
+            f.events_after(5),
+            vec![(6, EventKind::Delete, s("c"), s(""), Some(s("1")))]
+        );
+        let at_6 = f
+            .store
+            .range(&RangeRequest {
+                range: KeyRange::prefix("c"),
+                revision: Some(Revision(6)),
+                ..RangeRequest::default()
+            })
+            .expect("range at 6");
+        assert!(at_6.kvs.is_empty(), "{at_6:?}");
+
+        f.apply(vec![put("d", "1")]).await; // 7
+        f.apply_command(Command::Compact {
+            revision: Revision(7),
+        })
+        .await;
+        assert!(f.history_of("c").is_empty(), "both rows of c go next time");
+    }
 }

@@ -11,14 +11,14 @@
 //! | `raft_meta` | [`RAFT_VOTE`], [`RAFT_COMMITTED`], [`RAFT_LAST_PURGED`] | `Vote`, `LogId` |
 //! | `kv` | user key | current [`KeyValue`](crate::KeyValue) |
 //! | `history` | [`history_key`]: escaped user key ++ revision (u64) | `Option<KeyValue>` (`None` = deleted) |
-//! | `events` | revision (u64) | `Vec<Event>`: everything that revision changed |
+//! | `events` | revision (u64) | `Vec<StoredEvent>`: everything that revision changed, its states pointing into `history` (see [`crate::mvcc`]) |
 //! | `sm_meta` | [`SM_LAST_APPLIED`], [`SM_MEMBERSHIP`], [`SM_REVISION`], ... | state-machine bookkeeping |
 //! | `leases` | [`lease_key`]: `L` ++ id (i64) | [`LeaseRecord`](crate::LeaseRecord) |
 //! | `leases` | [`lease_attachment_key`]: `K` ++ id (i64) ++ user key | empty: the key is attached to the lease |
 
 /// Bumped whenever an encoding below changes incompatibly. A data directory
 /// written with another version is refused at open.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 pub const CF_RAFT_LOG: &str = "raft_log";
 pub const CF_RAFT_META: &str = "raft_meta";
