@@ -19,10 +19,39 @@ fn assert_svg(path: std::path::PathBuf) {
     assert!(text.contains("<svg"), "{} is not an SVG", path.display());
 }
 
+/// Fails with what the bench printed, and the tail of every server log it
+/// left under `out/data`, unless it exited successfully.
+fn assert_succeeded(output: &std::process::Output, out: &std::path::Path) {
+    if output.status.success() {
+        return;
+    }
+    let mut logs = String::new();
+    if let Ok(dir) = std::fs::read_dir(out.join("data")) {
+        for entry in dir.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                logs.push_str(&format!("--- {} (last 40 lines)\n", path.display()));
+                for line in tail.into_iter().rev() {
+                    logs.push_str(line);
+                    logs.push('\n');
+                }
+            }
+        }
+    }
+    panic!(
+        "bench exited with {}\n--- stdout\n{}\n--- stderr\n{}\n{logs}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+}
+
 #[test]
 fn bench_compare_writes_ratios_runs_and_plots() {
     let out = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(kubestore_binary().expect("binary"))
+    let output = Command::new(kubestore_binary().expect("binary"))
         .args([
             "bench",
             "compare",
@@ -33,9 +62,9 @@ fn bench_compare_writes_ratios_runs_and_plots() {
         ])
         .arg("--out")
         .arg(out.path())
-        .status()
+        .output()
         .expect("kubestore bench compare (needs Debian's etcd: scripts/test.sh installs it)");
-    assert!(status.success());
+    assert_succeeded(&output, out.path());
     let r = results(out.path());
     for key in [
         "put_c64",
@@ -77,7 +106,7 @@ async fn bench_rest_reports_how_each_read_was_served() {
         .join(",");
     let bin = kubestore_binary().expect("binary");
     let out_dir = out.path().to_path_buf();
-    let status = tokio::task::spawn_blocking(move || {
+    let output = tokio::task::spawn_blocking(move || {
         Command::new(bin)
             .args(["bench", "rest", "--no-progress", "--objects", "20", "--requests", "30"])
             .args(["--clients", "1,4"])
@@ -88,12 +117,12 @@ async fn bench_rest_reports_how_each_read_was_served() {
             .args(["--endpoints", &endpoints])
             .arg("--out")
             .arg(&out_dir)
-            .status()
+            .output()
     })
     .await
     .expect("join")
     .expect("kubestore bench rest");
-    assert!(status.success());
+    assert_succeeded(&output, out.path());
     let r = results(out.path());
     let runs = r["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 18, "9 workloads x 2 client counts");
@@ -133,7 +162,7 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
         .join(",");
     let bin = kubestore_binary().expect("binary");
     let out_dir = out.path().to_path_buf();
-    let status = tokio::task::spawn_blocking(move || {
+    let output = tokio::task::spawn_blocking(move || {
         Command::new(bin)
             .args([
                 "bench",
@@ -148,12 +177,12 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
             .args(["--endpoints", &endpoints])
             .arg("--out")
             .arg(&out_dir)
-            .status()
+            .output()
     })
     .await
     .expect("join")
     .expect("kubestore bench watch");
-    assert!(status.success());
+    assert_succeeded(&output, out.path());
     let r: Value = serde_json::from_slice(
         &std::fs::read(out.path().join("watch-results.json")).expect("watch-results.json"),
     )
@@ -180,7 +209,7 @@ async fn bench_mixed_reports_every_kind_and_delivers_every_status_update() {
         .join(",");
     let bin = kubestore_binary().expect("binary");
     let out_dir = out.path().to_path_buf();
-    let status = tokio::task::spawn_blocking(move || {
+    let output = tokio::task::spawn_blocking(move || {
         Command::new(bin)
             .args(["bench", "mixed", "--no-progress", "--seconds", "3"])
             .args(["--nodes", "4", "--pods", "40", "--lease-period-ms", "200"])
@@ -188,12 +217,12 @@ async fn bench_mixed_reports_every_kind_and_delivers_every_status_update() {
             .args(["--endpoints", &endpoints])
             .arg("--out")
             .arg(&out_dir)
-            .status()
+            .output()
     })
     .await
     .expect("join")
     .expect("kubestore bench mixed");
-    assert!(status.success());
+    assert_succeeded(&output, out.path());
     let r = results(out.path());
     let runs = r["runs"].as_array().expect("runs");
     let names: Vec<&str> = runs.iter().filter_map(|x| x["workload"].as_str()).collect();
@@ -234,7 +263,7 @@ async fn bench_mixed_reports_every_kind_and_delivers_every_status_update() {
 #[test]
 fn bench_restart_brings_a_killed_follower_and_leader_back_with_every_key() {
     let out = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(kubestore_binary().expect("binary"))
+    let output = Command::new(kubestore_binary().expect("binary"))
         .args([
             "bench",
             "restart",
@@ -246,9 +275,9 @@ fn bench_restart_brings_a_killed_follower_and_leader_back_with_every_key() {
         ])
         .arg("--out")
         .arg(out.path())
-        .status()
+        .output()
         .expect("kubestore bench restart");
-    assert!(status.success());
+    assert_succeeded(&output, out.path());
     let raw = std::fs::read(out.path().join("restart-results.json")).expect("restart-results.json");
     let r: Value = serde_json::from_slice(&raw).expect("json");
     assert_eq!(r["keys"], 3000);

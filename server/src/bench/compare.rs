@@ -9,10 +9,11 @@
 //! kubestore/etcd throughput per workload; `runs`: every figure of both
 //! stores), plots and the disk's fsync rate.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -62,14 +63,21 @@ const PLAN: [(&str, &str, usize); 4] = [
 ];
 
 /// A port nothing listens on, below Linux's ephemeral range (32768 and
-/// up). A port the kernel hands out for `bind(0)` comes from that range,
-/// and between probing it and the server binding it, any outgoing
-/// connection on the machine (the load generator's, a parallel test's) may
-/// take it as its local port; then that node never starts.
+/// up), and not handed out before by this process. A port the kernel hands
+/// out for `bind(0)` comes from that range, and between probing it and the
+/// server binding it, any outgoing connection on the machine (the load
+/// generator's, a parallel test's) may take it as its local port; then that
+/// node never starts. The probe releases the port at once, so without the
+/// record two members could be given the same one.
 fn free_port() -> anyhow::Result<u16> {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .map_err(|_| anyhow::anyhow!("port record poisoned"))?;
     for _ in 0..1000 {
         let port = rand::random_range(10_000..32_000);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !handed_out.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
             return Ok(port);
         }
     }
@@ -207,8 +215,13 @@ async fn start_kubestore(data: &Path, read_lease_ms: u64) -> anyhow::Result<Clus
     })
 }
 
-/// Waits until a linearizable read succeeds on every endpoint.
-pub(super) async fn wait_ready(name: &str, endpoints: &[String]) -> anyhow::Result<()> {
+/// Waits until a linearizable read succeeds on every endpoint, failing
+/// early, with the process's exit status, if one of `children` exits.
+pub(super) async fn wait_ready(
+    name: &str,
+    endpoints: &[String],
+    children: &mut [Child],
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     for e in endpoints {
         loop {
@@ -225,11 +238,14 @@ pub(super) async fn wait_ready(name: &str, endpoints: &[String]) -> anyhow::Resu
                 anyhow::Ok(())
             }
             .await;
-            if ok.is_ok() {
-                break;
+            let Err(err) = ok else { break };
+            for (i, child) in children.iter_mut().enumerate() {
+                if let Some(status) = child.try_wait()? {
+                    bail!("{name} member {i} exited ({status}) before it was ready: see its log");
+                }
             }
             if Instant::now() > deadline {
-                bail!("{name} at {e} did not become ready within 60 s");
+                bail!("{name} at {e} did not become ready within 60 s: {err:#}");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -286,11 +302,11 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         (None, false) => (30_000, 100_000),
     };
 
-    let etcd = start_etcd(&args.etcd, &data).await?;
-    let kubestore = start_kubestore(&data, args.read_lease_ms).await?;
+    let mut etcd = start_etcd(&args.etcd, &data).await?;
+    let mut kubestore = start_kubestore(&data, args.read_lease_ms).await?;
     let ready = async {
-        wait_ready("etcd", &etcd.endpoints).await?;
-        wait_ready("kubestore", &kubestore.endpoints).await
+        wait_ready("etcd", &etcd.endpoints, &mut etcd.children).await?;
+        wait_ready("kubestore", &kubestore.endpoints, &mut kubestore.children).await
     }
     .await;
     let mut runs: Vec<RunResult> = Vec::new();

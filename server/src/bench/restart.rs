@@ -228,7 +228,7 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
         .map(NodeSpec::spawn)
         .collect::<Result<Vec<_>, _>>()?;
     let grpc: Vec<String> = specs.iter().map(|s| s.grpc.clone()).collect();
-    wait_ready("kubestore", &grpc).await?;
+    wait_ready("kubestore", &grpc, &mut children).await?;
     let http = reqwest::Client::new();
 
     let outcome = async {
@@ -259,7 +259,7 @@ pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
                 r.caught_up_seconds
             );
             restarts.push((r, node_bytes));
-            wait_ready("kubestore", &grpc).await?;
+            wait_ready("kubestore", &grpc, &mut children).await?;
         }
         anyhow::Ok((load_rate, restarts))
     }
