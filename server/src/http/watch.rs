@@ -270,7 +270,11 @@ impl Watcher {
 
     async fn run(self, params: WatchParams) {
         let deadline = tokio::time::Instant::now() + params.timeout;
-        let Some(mut last) = self.initial(params.start).await else {
+        // Boxed: the start (a read-index round through the leader, the
+        // initial state) is the largest state of this future, and an
+        // unboxed await would size every idle watcher for it for the
+        // watch's whole life. The box is freed once the start is sent.
+        let Some(mut last) = Box::pin(self.initial(params.start)).await else {
             return;
         };
         let cache = self.state.kube.cache().clone();
