@@ -26,6 +26,12 @@ pub enum StoreError {
     Installing,
     #[error("data directory has storage format {found}, this build reads {expected}")]
     FormatVersion { found: u32, expected: u32 },
+    #[error("snapshot {path} has storage format {found}, this build reads {expected}")]
+    SnapshotFormatVersion {
+        path: String,
+        found: u32,
+        expected: u32,
+    },
 }
 
 impl StoreError {

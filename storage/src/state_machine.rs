@@ -3,7 +3,9 @@
 //! applied log id together), and builds and installs snapshots.
 //!
 //! Snapshot file format (`<data>/snapshots/current.snap`): the magic
-//! `KSSNAP01`, a length-prefixed bincode `SnapshotMeta`, then records
+//! `KSSNAPSH`, the storage format version (u32, big-endian; see
+//! [`schema::FORMAT_VERSION`]), a length-prefixed bincode `SnapshotMeta`,
+//! then records
 //! `(cf tag u8, key len u32, key, value len u32, value)` of the MVCC column
 //! families and the revision rows, ended by the tag `0xFF`.
 
@@ -28,7 +30,9 @@ use crate::mvcc::{self, MvccReader};
 use crate::schema::{self, Cf};
 use crate::{Entry, Node, NodeId, TypeConfig};
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAP01";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
+/// The magic of snapshots of storage format 1, which had no version field.
+const SNAPSHOT_MAGIC_FORMAT_1: &[u8; 8] = b"KSSNAP01";
 const END_TAG: u8 = 0xFF;
 const CURRENT_SNAPSHOT: &str = "current.snap";
 const INCOMING_SNAPSHOT: &str = "incoming.snap";
@@ -284,6 +288,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 ErrorVerb::Write,
             )
         })?;
+        // Refused before anything is cleared: a snapshot of another
+        // storage format (or not a snapshot) leaves this store as it was.
+        read_snapshot_meta(&staged).map_err(|e| snap_err(e, ErrorVerb::Read))?;
         let engine = self.engine.clone();
         let dir = self.snapshot_dir.clone();
         let meta_owned = meta.clone();
@@ -402,6 +409,8 @@ fn build_snapshot_file(
         let mut out = BufWriter::new(file);
         let meta_bytes = bincode::serialize(&meta)?;
         out.write_all(SNAPSHOT_MAGIC).map_err(io_err(&tmp))?;
+        out.write_all(&schema::FORMAT_VERSION.to_be_bytes())
+            .map_err(io_err(&tmp))?;
         out.write_all(&(meta_bytes.len() as u32).to_be_bytes())
             .map_err(io_err(&tmp))?;
         out.write_all(&meta_bytes).map_err(io_err(&tmp))?;
@@ -462,11 +471,28 @@ fn open_snapshot(
     let mut input = BufReader::new(file);
     let mut magic = [0u8; 8];
     input.read_exact(&mut magic).map_err(io_err(path))?;
-    if &magic != SNAPSHOT_MAGIC {
+    let found = if &magic == SNAPSHOT_MAGIC {
+        let mut version = [0u8; 4];
+        input.read_exact(&mut version).map_err(io_err(path))?;
+        u32::from_be_bytes(version)
+    } else if &magic == SNAPSHOT_MAGIC_FORMAT_1 {
+        1
+    } else {
         return Err(StoreError::Corrupt(format!(
             "{} is not a kubestore snapshot",
             path.display()
         )));
+    };
+    // A snapshot is rows of the state machine's column families as this
+    // format encodes them: installing one of another format would leave
+    // rows this build misreads (an events row of format 1 holds whole
+    // values where format 2 expects pointers into history).
+    if found != schema::FORMAT_VERSION {
+        return Err(StoreError::SnapshotFormatVersion {
+            path: path.display().to_string(),
+            found,
+            expected: schema::FORMAT_VERSION,
+        });
     }
     let meta_bytes = read_chunk(&mut input).map_err(io_err(path))?;
     Ok((input, bincode::deserialize(&meta_bytes)?))

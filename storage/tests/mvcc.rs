@@ -235,6 +235,50 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
     assert_eq!(r[0].revision, store.applied().revision.next());
 }
 
+#[tokio::test]
+async fn a_snapshot_of_another_storage_format_is_refused_and_the_store_is_left_as_it_was() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, _store) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let mut next = 1;
+    apply_all(&mut sm, &mut next, vec![put("a", "1"), put("b", "2")]).await;
+    let mut builder = sm.get_snapshot_builder().await;
+    let snapshot = builder.build_snapshot().await.expect("build");
+    let mut bytes = Vec::new();
+    let mut source = snapshot.snapshot;
+    tokio::io::AsyncReadExt::read_to_end(&mut source, &mut bytes)
+        .await
+        .expect("read snapshot");
+    assert_eq!(&bytes[..8], b"KSSNAPSH");
+
+    let (_log2, mut sm2, store2) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    let mut next2 = 1;
+    apply_all(&mut sm2, &mut next2, vec![put("mine", "kept")]).await;
+    let before = read(&store2, "", None).expect("b before");
+
+    // Format 1 had its own magic and no version field; a later format
+    // would carry its number.
+    let mut format_1 = b"KSSNAP01".to_vec();
+    format_1.extend_from_slice(&bytes[12..]);
+    let mut format_99 = bytes.clone();
+    format_99[8..12].copy_from_slice(&99u32.to_be_bytes());
+    for (found, file) in [(1, format_1), (99, format_99)] {
+        let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
+        tokio::io::AsyncWriteExt::write_all(&mut *incoming, &file)
+            .await
+            .expect("write");
+        let err = sm2
+            .install_snapshot(&snapshot.meta, incoming)
+            .await
+            .expect_err("another format is refused");
+        assert!(
+            err.to_string()
+                .contains(&format!("has storage format {found}, this build reads")),
+            "{err}"
+        );
+        assert_eq!(read(&store2, "", None).expect("b after"), before);
+    }
+}
+
 fn put_leased(key: &str, lease: i64) -> Command {
     let mut p = PutRequest::new(key, "v");
     p.lease = lease;

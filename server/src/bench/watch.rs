@@ -2,7 +2,10 @@
 //! nodes follow one namespace while writers create objects at a fixed
 //! rate; it reports delivery latency (HDR percentiles), events delivered
 //! per second, events lost, and, given the nodes' pids, server memory per
-//! idle watcher.
+//! idle watcher: the nodes' resident growth while the watches open, over
+//! all of them and over the second half alone (what one more watch costs
+//! once the first have paid for the allocator's and connections' one-time
+//! growth).
 //!
 //! Delivery latency is reported twice. From the write's acknowledgement to
 //! the moment a watcher reads its event (the definition; an event
@@ -131,8 +134,16 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let rss_before = total_rss(&args.pids);
+    // Sampled again when half the watches are open: the second half's
+    // growth is what one more watch costs, without what the first watches
+    // paid once (the allocator's first pages per size class and thread,
+    // the connection's stream tables).
+    let mut rss_half = None;
     let mut watchers = Vec::new();
     for w in 0..args.watchers {
+        if w == args.watchers / 2 {
+            rss_half = total_rss(&args.pids);
+        }
         let url = format!(
             "{}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={from}",
             args.endpoints[w % args.endpoints.len()]
@@ -267,6 +278,13 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let second_half = args.watchers - args.watchers / 2;
+    let per_watcher_marginal = match (rss_half, rss_watching) {
+        (Some(h), Some(a)) if args.watchers >= 2 => {
+            Some(a.saturating_sub(h) as f64 / second_half as f64)
+        }
+        _ => None,
+    };
     // CPU per event delivered (the writes' own cost is in the servers'
     // figure too, but 1 write fans out to `watchers` events).
     let per_event = |seconds: f64| seconds * 1e6 / (got.max(1) as f64);
@@ -291,6 +309,7 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         "delivery_from_send_p99_ms": ms(&from_send, 0.99),
         "delivery_from_send_p999_ms": ms(&from_send, 0.999),
         "server_bytes_per_idle_watcher": per_watcher,
+        "server_bytes_per_idle_watcher_second_half": per_watcher_marginal,
         "server_cpu_seconds": cpu.servers,
         "client_cpu_seconds": cpu.client,
         "server_cpu_us_per_event": server_us_per_event,
@@ -310,7 +329,15 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         ms(&from_send, 0.5),
         ms(&from_send, 0.99),
         ms(&from_send, 0.999),
-        per_watcher.map_or(String::new(), |b| format!("\n  server memory per idle watcher: {:.1} KiB", b / 1024.0)),
+        match (per_watcher, per_watcher_marginal) {
+            (Some(all), Some(half)) => format!(
+                "\n  server memory per idle watcher: {:.1} KiB (the second half of the watches alone: {:.1} KiB)",
+                all / 1024.0,
+                half / 1024.0
+            ),
+            (Some(all), None) => format!("\n  server memory per idle watcher: {:.1} KiB", all / 1024.0),
+            _ => String::new(),
+        },
         match (server_us_per_event, client_us_per_event) {
             (Some(s), Some(c)) => format!("\n  CPU per event delivered: servers {s:.2} µs, load generator {c:.2} µs"),
             (None, Some(c)) => format!("\n  CPU per event delivered: load generator {c:.2} µs"),
