@@ -558,14 +558,7 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
             self.writes.insert(prev.key.clone(), None);
             self.events.push(Event {
                 kind: EventKind::Delete,
-                kv: KeyValue {
-                    key: prev.key.clone(),
-                    create_revision: Revision::ZERO,
-                    mod_revision: self.revision,
-                    version: 0,
-                    value: Vec::new(),
-                    lease: 0,
-                },
+                kv: KeyValue::deleted(prev.key.clone(), self.revision),
                 prev_kv: Some(prev.clone()),
             });
         }

@@ -51,6 +51,21 @@ pub struct KeyValue {
     pub lease: i64,
 }
 
+impl KeyValue {
+    /// The state a deletion event carries (as etcd's does): only the key
+    /// and the deleting revision.
+    pub fn deleted(key: Vec<u8>, revision: Revision) -> Self {
+        Self {
+            key,
+            create_revision: Revision::ZERO,
+            mod_revision: revision,
+            version: 0,
+            value: Vec::new(),
+            lease: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     Put,

@@ -324,14 +324,7 @@ impl StoredEvent {
     fn load<S: Source + ?Sized>(self, src: &S, revision: u64) -> Result<Event, StoreError> {
         let kv = match self.kv {
             Some(state) => state.load(src, &self.key)?,
-            None => KeyValue {
-                key: self.key.clone(),
-                create_revision: Revision::ZERO,
-                mod_revision: Revision(revision),
-                version: 0,
-                value: Vec::new(),
-                lease: 0,
-            },
+            None => KeyValue::deleted(self.key.clone(), Revision(revision)),
         };
         let prev_kv = match self.prev_kv {
             Some(state) => Some(state.load(src, &self.key)?),
