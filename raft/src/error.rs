@@ -25,6 +25,18 @@ pub enum RaftNodeError {
     ShuttingDown,
 }
 
+impl RaftNodeError {
+    /// This error as the answer to a write that may have reached a leader:
+    /// a timeout stays a timeout, anything else becomes
+    /// [`RaftNodeError::Indeterminate`] (never a definite failure).
+    pub fn outcome_unknown(self) -> Self {
+        match self {
+            e @ (RaftNodeError::Timeout(_) | RaftNodeError::Indeterminate(_)) => e,
+            e => RaftNodeError::Indeterminate(e.to_string()),
+        }
+    }
+}
+
 impl From<kubestore_storage::StoreError> for RaftNodeError {
     fn from(e: kubestore_storage::StoreError) -> Self {
         RaftNodeError::Storage(e.to_string())

@@ -22,12 +22,15 @@
 //! restarted and waited at least `election_timeout_min`, which is at least
 //! twice the lease (the node refuses a longer one).
 //!
-//! The index a leased read gets is the leader's *applied* index, never less
-//! than the index the granting round returned:
-//! - every write this leader acknowledged was applied here before the
-//!   acknowledgement went out;
-//! - every write an earlier leader acknowledged is at or below the round's
-//!   index, which is at or above this leader's first entry.
+//! The index a leased read gets is the leader's *last log* index, never
+//! less than the index the granting round returned. It must be at least
+//! the commit index (DESIGN invariant 8), not the leader's applied index:
+//! openraft tells followers about a commit before the leader has applied
+//! it, so a follower may already answer a read at revision N while the
+//! leader's applied index is N−1; a leased read at N−1 would then go back
+//! in time. The last log index is at or above the commit index, and the
+//! reader waits until that index is applied (which is at most one entry
+//! in flight behind, as the leader proposes one entry at a time).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -102,9 +105,9 @@ impl ReadLease {
         *self.grant.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
-    /// The lease as seen at `now` by the leader of `term` whose state
-    /// machine has applied `applied`.
-    pub(crate) fn check(&self, term: u64, applied: u64, now: Instant) -> Leased {
+    /// The lease as seen at `now` by the leader of `term` whose log ends
+    /// at `last_log` (at or above its commit index).
+    pub(crate) fn check(&self, term: u64, last_log: u64, now: Instant) -> Leased {
         if !self.enabled() {
             return Leased::Expired;
         }
@@ -117,7 +120,7 @@ impl ReadLease {
         // A round that began after `now` confirmed the leadership later
         // still: its lease is as fresh as can be.
         let age = now.saturating_duration_since(g.started);
-        let index = applied.max(g.index);
+        let index = last_log.max(g.index);
         if age >= self.duration {
             Leased::Expired
         } else if age >= self.duration / 2 {

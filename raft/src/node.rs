@@ -27,6 +27,13 @@ use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BY
 use crate::propose::{Proposer, Redirect, Submit};
 use crate::read::ReadBarrier;
 
+/// How long one attempt at the leader (a forwarded write, a read-index
+/// request) may go unanswered before the caller looks for the leader again
+/// and retries there: longer than an election (at most 1 s), far shorter
+/// than a request's deadline, so a paused or cut-off leader costs a
+/// request one attempt, not its whole deadline.
+pub const PEER_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1_500);
+
 /// How a node joins and runs its Raft group.
 #[derive(Debug, Clone)]
 pub struct RaftNodeConfig {
@@ -105,6 +112,7 @@ struct Inner {
     store: Store,
     faults: Faults,
     request_timeout: Duration,
+    election_timeout_max: Duration,
     peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     barrier: ReadBarrier,
     lease: ReadLease,
@@ -190,6 +198,7 @@ impl RaftNode {
                 store,
                 faults,
                 request_timeout: config.request_timeout,
+                election_timeout_max: config.election_timeout_max,
                 peers: Mutex::new(HashMap::new()),
                 barrier,
                 lease: ReadLease::new(config.read_lease),
@@ -296,23 +305,52 @@ impl RaftNode {
     pub async fn write(&self, cmd: Command) -> Result<Response, RaftNodeError> {
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
         let mut leader_hint = self.current_leader();
+        // Once an attempt may have reached a leader, a failure no longer
+        // proves the write did not commit: it is answered as unknown.
+        let mut attempted = false;
+        let unknown_if_attempted = |attempted: bool, e: RaftNodeError| {
+            if attempted {
+                e.outcome_unknown()
+            } else {
+                e
+            }
+        };
         loop {
             let leader = match leader_hint {
                 Some(l) => l,
                 None => {
                     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    self.wait_for_leader(left).await?
+                    self.wait_for_leader(left)
+                        .await
+                        .map_err(|e| unknown_if_attempted(attempted, e))?
                 }
             };
-            let attempt = if cmd.is_batchable() {
-                let proposal = self.inner.proposer.propose(leader, cmd.clone());
-                tokio::time::timeout_at(deadline, proposal).await
-            } else {
-                tokio::time::timeout_at(deadline, self.submit_to(leader, cmd.clone())).await
+            attempted = true;
+            let attempt = async {
+                if cmd.is_batchable() {
+                    self.inner.proposer.propose(leader, cmd.clone()).await
+                } else {
+                    self.submit_to(leader, cmd.clone()).await
+                }
             };
+            // A write waiting on a remote leader is re-routed as soon as
+            // another leader is known, without waiting for the old one.
+            let rerouted = async {
+                if leader == self.inner.id {
+                    std::future::pending::<()>().await;
+                }
+                self.leader_moved_from(leader).await;
+            };
+            let attempt = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    answer = attempt => answer,
+                    () = rerouted => Err(Redirect::To(self.current_leader())),
+                }
+            })
+            .await
             // Out of time with the outcome unknown (e.g. a leader cut off
             // from its quorum never commits).
-            let attempt = attempt.map_err(|_| RaftNodeError::Timeout("the write to commit"))?;
+            .map_err(|_| RaftNodeError::Timeout("the write to commit"))?;
             match attempt {
                 Ok(resp) => return Ok(resp),
                 Err(Redirect::To(next)) => {
@@ -320,16 +358,31 @@ impl RaftNode {
                     leader_hint = match next {
                         Some(n) if n != leader => Some(n),
                         _ => {
-                            self.pause_for_election(deadline, leader).await?;
+                            self.pause_for_election(deadline, leader)
+                                .await
+                                .map_err(|e| unknown_if_attempted(attempted, e))?;
                             self.current_leader()
                         }
                     };
                 }
-                Err(Redirect::Fail(e)) => return Err(e),
+                Err(Redirect::Fail(e)) => return Err(unknown_if_attempted(attempted, e)),
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(RaftNodeError::Timeout("the write to commit"));
             }
+        }
+    }
+
+    /// Resolves once this node knows of a leader other than `leader`.
+    async fn leader_moved_from(&self, leader: NodeId) {
+        let mut metrics = self.inner.raft.metrics();
+        if metrics
+            .wait_for(|m| m.current_leader.is_some_and(|l| l != leader))
+            .await
+            .is_err()
+        {
+            // Raft stopped: the attempt itself will fail.
+            std::future::pending::<()>().await;
         }
     }
 
@@ -431,17 +484,25 @@ impl RaftNode {
         let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
         let command = bincode::serialize(cmd)
             .map_err(|e| Redirect::Fail(RaftNodeError::Raft(e.to_string())))?;
-        match client.forward(ForwardRequest { command }).await {
+        let call = client.forward(ForwardRequest { command });
+        let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, call).await else {
+            // No answer: the leader may be paused or cut off. Retry wherever
+            // leadership goes (see the crate docs on why a retry is safe).
+            return Err(Redirect::To(None));
+        };
+        match answer {
             Ok(reply) => {
                 let reply = reply.into_inner();
                 if !reply.error.is_empty() {
-                    return Err(Redirect::Fail(RaftNodeError::Raft(reply.error)));
+                    return Err(Redirect::Fail(RaftNodeError::Indeterminate(reply.error)));
                 }
                 if reply.response.is_empty() {
                     return Err(Redirect::To(reply.leader_id));
                 }
                 bincode::deserialize(&reply.response).map_err(|e| {
-                    Redirect::Fail(RaftNodeError::Raft(format!("bad forward reply: {e}")))
+                    Redirect::Fail(RaftNodeError::Indeterminate(format!(
+                        "undecodable forward reply: {e}"
+                    )))
                 })
             }
             // Unreachable: retry at whoever leads next (see the crate docs on
@@ -454,19 +515,34 @@ impl RaftNode {
     }
 
     /// One read-index round: on the leader, confirm leadership with a quorum;
-    /// on a follower, ask the leader.
+    /// on a follower, ask the leader. An attempt that gets no answer within
+    /// [`PEER_ATTEMPT_TIMEOUT`] (a paused or cut-off leader), finds no
+    /// leader, or cannot reach it is retried at whoever leads next, until
+    /// the request deadline: a round never waits out a dead leader.
     async fn fetch_read_index(&self) -> Result<u64, RaftNodeError> {
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
         loop {
             let leader = match self.current_leader() {
                 Some(l) => l,
-                None => self.wait_for_leader(self.inner.request_timeout).await?,
+                None => {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    self.wait_for_leader(left).await?
+                }
             };
-            let round = tokio::time::timeout_at(deadline, self.read_index_from(leader))
+            let attempt_deadline = deadline.min(tokio::time::Instant::now() + PEER_ATTEMPT_TIMEOUT);
+            let round = tokio::time::timeout_at(attempt_deadline, self.read_index_from(leader))
                 .await
-                .map_err(|_| RaftNodeError::Timeout("a read index"))?;
+                .unwrap_or(Err(RaftNodeError::Timeout("a read index")));
             match round {
-                Err(RaftNodeError::NoLeader) if tokio::time::Instant::now() < deadline => {
+                Err(
+                    e @ (RaftNodeError::NoLeader
+                    | RaftNodeError::Unreachable { .. }
+                    | RaftNodeError::Timeout(_)),
+                ) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, leader, "read index attempt failed, retrying");
                     self.pause_for_election(deadline, leader).await?;
                 }
                 other => return other,
@@ -547,16 +623,20 @@ impl RaftNode {
         if !inner.lease.enabled() {
             return None;
         }
-        let term = {
+        // The leader's last log index, not its applied index: a follower
+        // learns of a commit (and may apply it and answer a read with it)
+        // before the leader has applied it, so only an index at or above
+        // the commit index keeps a read here from going back in time. The
+        // metrics publish the last log index before any of it can commit.
+        let (term, last_log) = {
             let m = inner.raft.metrics();
             let m = m.borrow();
             if m.state != ServerState::Leader || m.current_leader != Some(inner.id) {
                 return None;
             }
-            m.current_term
+            (m.current_term, m.last_log_index.unwrap_or(0))
         };
-        let applied = inner.store.applied().log_index;
-        let index = match inner.lease.check(term, applied, std::time::Instant::now()) {
+        let index = match inner.lease.check(term, last_log, std::time::Instant::now()) {
             Leased::Index(index) => index,
             Leased::IndexRenew(index) => {
                 if inner.lease.begin_renewal() {
@@ -593,6 +673,45 @@ impl RaftNode {
             Err(_) => Err(RaftNodeError::Timeout("the local apply to catch up")),
         };
         outcome
+    }
+
+    /// Whether this node is in touch with a leader that leads: it knows a
+    /// leader and, when it is that leader, a quorum acknowledged it within
+    /// the last maximum election timeout (a leader cut off from its
+    /// followers keeps its role in openraft 0.9 but loses this). An error
+    /// says why not.
+    pub fn leader_contact(&self) -> Result<NodeId, String> {
+        let m = self.inner.raft.metrics().borrow().clone();
+        let Some(leader) = m.current_leader else {
+            return Err(format!(
+                "no leader known ({:?} in term {})",
+                m.state, m.current_term
+            ));
+        };
+        if leader == self.inner.id {
+            let limit = self.inner.election_timeout_max.as_millis();
+            match m.millis_since_quorum_ack {
+                Some(ms) if u128::from(ms) <= limit => {}
+                Some(ms) => {
+                    return Err(format!(
+                        "this node leads but no quorum acknowledged it for {ms} ms"
+                    ))
+                }
+                None => return Err("this node leads but no quorum acknowledged it yet".into()),
+            }
+        }
+        Ok(leader)
+    }
+
+    /// How many committed entries this node has not applied yet.
+    pub async fn apply_lag(&self) -> Result<u64, RaftNodeError> {
+        let committed = self
+            .inner
+            .raft
+            .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
+            .await
+            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        Ok(committed.saturating_sub(self.inner.store.applied().log_index))
     }
 
     /// The node's Raft view right now.

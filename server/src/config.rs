@@ -12,6 +12,10 @@ use kubestore_storage::NodeId;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// The leader's read lease by default (see `--read-lease-ms`).
 pub const DEFAULT_READ_LEASE_MS: u64 = 250;
+/// kube-apiserver's default `--max-requests-inflight`.
+pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
+/// kube-apiserver's default `--max-mutating-requests-inflight`.
+pub const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeConfig {
@@ -98,6 +102,26 @@ pub struct ServeConfig {
     /// within 4x of each other.
     #[arg(long, env = "KUBESTORE_READ_LEASE_MS", default_value_t = DEFAULT_READ_LEASE_MS)]
     pub read_lease_ms: u64,
+
+    /// Read-only requests (REST and etcd API, watches exempt) a node works
+    /// on at once; more are refused with 429 / ResourceExhausted (0: no limit).
+    #[arg(long, env = "KUBESTORE_MAX_REQUESTS_INFLIGHT", default_value_t = DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    pub max_requests_inflight: usize,
+
+    /// Mutating requests a node works on at once; more are refused with
+    /// 429 / ResourceExhausted (0: no limit).
+    #[arg(
+        long,
+        env = "KUBESTORE_MAX_MUTATING_REQUESTS_INFLIGHT",
+        default_value_t = DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT
+    )]
+    pub max_mutating_requests_inflight: usize,
+
+    /// Serve `POST /debug/faults` (cut the node off from its peers, slow
+    /// its disk or its apply). For the fault-schedule checker and tests;
+    /// never on a production node.
+    #[arg(long, env = "KUBESTORE_FAULT_INJECTION")]
+    pub fault_injection: bool,
 }
 
 impl ServeConfig {
@@ -121,6 +145,9 @@ impl ServeConfig {
             etcd_progress_notify_seconds: 600,
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
             read_lease_ms: DEFAULT_READ_LEASE_MS,
+            max_requests_inflight: DEFAULT_MAX_REQUESTS_INFLIGHT,
+            max_mutating_requests_inflight: DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            fault_injection: false,
         }
     }
 

@@ -28,6 +28,8 @@
 //! - [`node`]: a running node (Raft + gRPC + REST), also used by tests.
 //! - [`compaction`]: the leader's history compaction through the log.
 //! - [`launcher`]: `kubestore cluster`, the local multi-process launcher.
+//! - [`limits`]: the per-node limits of requests in flight (429 /
+//!   ResourceExhausted beyond them).
 //! - [`kube`]: types, objects, selectors, verbs as transactions, the watch
 //!   cache.
 //! - [`http`]: routing, discovery, health, verbs, watch, Tables, Status
@@ -43,6 +45,7 @@ pub mod etcd;
 pub mod http;
 pub mod kube;
 pub mod launcher;
+pub mod limits;
 pub mod node;
 
 pub use config::ServeConfig;

@@ -55,6 +55,10 @@ impl RunningNode {
         raft_config.log_entries_kept_after_snapshot = (config.snapshot_after_entries / 10).max(10);
         raft_config.read_lease = Duration::from_millis(config.read_lease_ms);
         let raft = RaftNode::start(raft_config).await?;
+        let limits = crate::limits::InflightLimits::new(
+            config.max_requests_inflight,
+            config.max_mutating_requests_inflight,
+        );
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -66,6 +70,7 @@ impl RunningNode {
                     config.etcd_progress_notify_seconds.max(1),
                 ),
                 quota_bytes: config.quota_backend_bytes,
+                limits: limits.clone(),
             },
             shutdown.subscribe(),
         );
@@ -118,6 +123,8 @@ impl RunningNode {
                 config.watch_bookmark_interval_seconds.max(1),
             ),
             stop: shutdown.subscribe(),
+            fault_injection: config.fault_injection,
+            limits: limits.clone(),
         };
         let app = http::router(state).layer(TraceLayer::new_for_http());
         tasks.push(tokio::spawn(http::serve::serve(

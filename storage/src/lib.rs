@@ -42,6 +42,7 @@ pub mod apply;
 pub mod command;
 mod engine;
 pub mod error;
+pub mod faults;
 pub mod log_store;
 pub mod mvcc;
 pub mod schema;
@@ -57,6 +58,7 @@ pub use command::{
     OpResponse, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
 };
 pub use error::StoreError;
+pub use faults::DiskFaults;
 pub use log_store::LogStore;
 pub use state_machine::{AppliedState, StateMachine};
 
@@ -89,6 +91,7 @@ pub struct Store {
     engine: engine::Engine,
     applied: watch::Receiver<AppliedState>,
     installs: state_machine::InstallGeneration,
+    faults: DiskFaults,
 }
 
 impl std::fmt::Debug for Store {
@@ -165,6 +168,23 @@ impl Store {
         self.applied.clone()
     }
 
+    /// Proves the database still takes durable writes: one synced write of
+    /// a local (never replicated) probe row. Blocks for an fsync.
+    pub fn check_writable(&self) -> Result<(), StoreError> {
+        let mut batch = self.engine.batch();
+        batch.put(
+            schema::Cf::RaftMeta,
+            schema::RAFT_LIVENESS_PROBE,
+            &self.applied().log_index.to_be_bytes(),
+        )?;
+        self.engine.write(batch, true)
+    }
+
+    /// The disk faults this store's log flusher and state machine obey.
+    pub fn faults(&self) -> &DiskFaults {
+        &self.faults
+    }
+
     /// Approximate bytes the database takes on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.engine.approximate_size()
@@ -176,15 +196,17 @@ impl Store {
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
     let engine = engine::Engine::open(&dir.join("db"))?;
     let installs = state_machine::InstallGeneration::default();
+    let faults = DiskFaults::default();
     let (sm, applied) =
         StateMachine::open(engine.clone(), dir.join("snapshots"), installs.clone())?;
     Ok((
-        LogStore::new(engine.clone()),
-        sm,
+        LogStore::new(engine.clone(), faults.clone()),
+        sm.with_faults(faults.clone()),
         Store {
             engine,
             applied,
             installs,
+            faults,
         },
     ))
 }

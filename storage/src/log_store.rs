@@ -18,6 +18,7 @@ use tracing::instrument;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
+use crate::faults::DiskFaults;
 use crate::schema::{self, Cf};
 use crate::{Entry, NodeId, TypeConfig};
 
@@ -54,10 +55,14 @@ impl Drop for Flusher {
 /// The flusher thread: waits for an append to be queued, takes every other
 /// queued append with it, fsyncs once, and completes them all in order. It
 /// ends when every [`LogStore`] clone is dropped.
-fn run_flusher(engine: Engine, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
+fn run_flusher(engine: Engine, faults: DiskFaults, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
     while let Ok(first) = queue.recv() {
         let mut done = vec![first];
         done.extend(queue.try_iter());
+        let slow_disk = faults.fsync_delay();
+        if !slow_disk.is_zero() {
+            std::thread::sleep(slow_disk);
+        }
         let synced = engine.sync_wal();
         tracing::trace!(appends = done.len(), ok = synced.is_ok(), "log fsync");
         for callback in done {
@@ -70,13 +75,13 @@ fn run_flusher(engine: Engine, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
 }
 
 impl LogStore {
-    pub fn new(engine: Engine) -> Self {
+    pub fn new(engine: Engine, faults: DiskFaults) -> Self {
         let (tx, queue) = mpsc::channel();
         let flushing = engine.clone();
         // A plain thread: fsync blocks, and it must not hold an async worker.
         let thread = std::thread::Builder::new()
             .name("kubestore-log-fsync".into())
-            .spawn(move || run_flusher(flushing, queue))
+            .spawn(move || run_flusher(flushing, faults, queue))
             .map_err(|e| tracing::error!(error = %e, "cannot start the log flusher"))
             .ok();
         Self {

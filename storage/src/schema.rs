@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `raft_log` | log index (u64) | `Entry<TypeConfig>` |
 //! | `raft_meta` | [`RAFT_VOTE`], [`RAFT_COMMITTED`], [`RAFT_LAST_PURGED`] | `Vote`, `LogId` |
+//! | `raft_meta` | [`RAFT_LIVENESS_PROBE`] | anything: overwritten by every liveness probe |
 //! | `kv` | user key | current [`KeyValue`](crate::KeyValue) |
 //! | `history` | [`history_key`]: escaped user key ++ revision (u64) | `Option<KeyValue>` (`None` = deleted) |
 //! | `events` | revision (u64) | `Vec<StoredEvent>`: everything that revision changed, its states pointing into `history` (see [`crate::mvcc`]) |
@@ -89,6 +90,8 @@ impl Cf {
 pub const RAFT_VOTE: &[u8] = b"vote";
 pub const RAFT_COMMITTED: &[u8] = b"committed";
 pub const RAFT_LAST_PURGED: &[u8] = b"last_purged";
+/// Written (synced) by [`crate::Store::check_writable`], the liveness probe.
+pub const RAFT_LIVENESS_PROBE: &[u8] = b"liveness_probe";
 
 pub const SM_FORMAT_VERSION: &[u8] = b"format_version";
 pub const SM_LAST_APPLIED: &[u8] = b"last_applied";

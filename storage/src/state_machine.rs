@@ -26,6 +26,7 @@ use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
 use crate::engine::Engine;
 use crate::error::StoreError;
+use crate::faults::DiskFaults;
 use crate::mvcc::{self, MvccReader};
 use crate::schema::{self, Cf};
 use crate::{Entry, Node, NodeId, TypeConfig};
@@ -67,6 +68,7 @@ pub struct StateMachine {
     applied_tx: watch::Sender<AppliedState>,
     installs: InstallGeneration,
     files: SnapshotFiles,
+    faults: DiskFaults,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -137,9 +139,16 @@ impl StateMachine {
                 applied_tx,
                 installs,
                 files,
+                faults: DiskFaults::default(),
             },
             applied_rx,
         ))
+    }
+
+    /// Obeys `faults` (a slow state machine) from now on.
+    pub(crate) fn with_faults(mut self, faults: DiskFaults) -> Self {
+        self.faults = faults;
+        self
     }
 
     fn publish(&self, reset: bool) -> Result<(), StoreError> {
@@ -224,6 +233,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry> + openraft::OptionalSend,
         I::IntoIter: openraft::OptionalSend,
     {
+        let slow_apply = self.faults.apply_delay();
+        if !slow_apply.is_zero() {
+            tokio::time::sleep(slow_apply).await;
+        }
         let mut responses = Vec::new();
         for entry in entries {
             let _span = tracing::debug_span!("apply", index = entry.log_id.index).entered();

@@ -9,6 +9,7 @@
 //! applied state); across processes it polls `/debug/cluster`, the only
 //! signal a separate process gives.
 
+
 pub mod kube;
 
 use std::net::SocketAddr;
@@ -73,6 +74,12 @@ pub struct ClusterOptions {
     pub watch_cache_events: usize,
     /// Seconds between progress notifications of idle etcd watches.
     pub etcd_progress_notify_seconds: u64,
+    /// Nodes serve `/debug/faults` (`--fault-injection`).
+    pub fault_injection: bool,
+    /// Read-only requests in flight per node (0: no limit).
+    pub max_requests_inflight: usize,
+    /// Mutating requests in flight per node (0: no limit).
+    pub max_mutating_requests_inflight: usize,
 }
 
 impl Default for ClusterOptions {
@@ -84,6 +91,10 @@ impl Default for ClusterOptions {
             compaction_interval_seconds: 30,
             watch_cache_events: 4096,
             etcd_progress_notify_seconds: 600,
+            fault_injection: false,
+            max_requests_inflight: kubestore_server::config::DEFAULT_MAX_REQUESTS_INFLIGHT,
+            max_mutating_requests_inflight:
+                kubestore_server::config::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
         }
     }
 }
@@ -92,24 +103,29 @@ async fn free_listener() -> anyhow::Result<TcpListener> {
     Ok(TcpListener::bind("127.0.0.1:0").await?)
 }
 
-/// The `kubestore` binary next to the test executable (`target/<profile>/`).
+/// The `kubestore` binary: `KUBESTORE_BIN`, or the one in the target
+/// directory of this executable (a binary such as `kubestore-chaos` sits
+/// beside it in `target/<profile>/`, a test one level down in `deps/`).
 pub fn kubestore_binary() -> anyhow::Result<PathBuf> {
     if let Ok(p) = std::env::var("KUBESTORE_BIN") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow!("cannot locate the target directory from {}", exe.display()))?;
-    let bin = profile_dir.join("kubestore");
-    if !bin.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --workspace` first",
-            bin.display()
-        );
-    }
-    Ok(bin)
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("kubestore"))
+        .collect();
+    candidates
+        .iter()
+        .find(|bin| bin.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            anyhow!(
+                "kubestore not found at {candidates:?}: build it with `cargo build --workspace` first"
+            )
+        })
 }
 
 impl TestCluster {
@@ -206,6 +222,9 @@ impl TestCluster {
         c.compaction_interval_seconds = self.options.compaction_interval_seconds;
         c.watch_cache_events = self.options.watch_cache_events;
         c.etcd_progress_notify_seconds = self.options.etcd_progress_notify_seconds;
+        c.fault_injection = self.options.fault_injection;
+        c.max_requests_inflight = self.options.max_requests_inflight;
+        c.max_mutating_requests_inflight = self.options.max_mutating_requests_inflight;
         c
     }
 
@@ -232,14 +251,21 @@ impl TestCluster {
         let compaction = self.options.compaction_interval_seconds.to_string();
         let cache_events = self.options.watch_cache_events.to_string();
         let progress = self.options.etcd_progress_notify_seconds.to_string();
+        let fault_injection = self.options.fault_injection;
+        let max_reads = self.options.max_requests_inflight.to_string();
+        let max_writes = self.options.max_mutating_requests_inflight.to_string();
         let slot = self.slot_mut(id)?;
         std::fs::create_dir_all(&slot.data_dir)?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(slot.data_dir.with_extension("log"))?;
-        let child = tokio::process::Command::new(bin)
-            .args(["serve", "--id", &id.to_string()])
+        let mut command = tokio::process::Command::new(bin);
+        command.args(["serve", "--id", &id.to_string()]);
+        if fault_injection {
+            command.arg("--fault-injection");
+        }
+        let child = command
             .arg("--data-dir")
             .arg(&slot.data_dir)
             .args(["--rest-addr", &slot.rest_addr.to_string()])
@@ -251,6 +277,8 @@ impl TestCluster {
             .args(["--compaction-interval-seconds", &compaction])
             .args(["--watch-cache-events", &cache_events])
             .args(["--etcd-progress-notify-seconds", &progress])
+            .args(["--max-requests-inflight", &max_reads])
+            .args(["--max-mutating-requests-inflight", &max_writes])
             .env(
                 "KUBESTORE_LOG",
                 std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
@@ -435,6 +463,34 @@ impl TestCluster {
             self.slot_mut(id)?.slot = Slot::InProcess(Some(node));
         } else {
             self.start_process(id)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to a spawned node's process (SIGSTOP pauses it,
+    /// SIGCONT resumes it).
+    pub fn signal(&self, id: u64, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+        let Slot::Process(Some(child)) = &self.slot(id)?.slot else {
+            bail!("node {id} is not a running process");
+        };
+        let pid = child.id().ok_or_else(|| anyhow!("node {id} has exited"))?;
+        let pid = i32::try_from(pid).context("pid out of range")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)?;
+        Ok(())
+    }
+
+    /// Whether the node runs (in this process or as a child process).
+    pub fn running(&self, id: u64) -> bool {
+        self.is_running(id)
+    }
+
+    /// Copies every spawned node's log into `dir` as `node-<id>.log`.
+    pub fn save_logs(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for id in self.ids() {
+            if let Some(log) = self.log_path(id).filter(|p| p.exists()) {
+                std::fs::copy(&log, dir.join(format!("node-{id}.log")))?;
+            }
         }
         Ok(())
     }

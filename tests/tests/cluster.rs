@@ -296,6 +296,74 @@ async fn the_leaders_read_lease_skips_rounds_and_ends_before_a_new_leader_commit
     c.shutdown().await;
 }
 
+/// A leased read on the leader must not go back behind a read a follower
+/// already answered. openraft tells followers of a commit before the
+/// leader applies it; with the leader's apply slowed down, a follower
+/// answers revision N while the leader has applied only N−1. A leased read
+/// index taken from the leader's applied index (the bug) then lets the
+/// leader answer N−1 after the follower answered N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_read_on_the_leader_never_goes_behind_a_follower_read() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c.follower().await.expect("follower");
+    let leader_raft = c.node(leader).expect("in-process leader").raft.clone();
+    let follower_raft = c.node(follower).expect("in-process follower").raft.clone();
+    let mut leased_scenarios = 0;
+    for attempt in 0..10 {
+        // A fresh lease: the scenario below must run inside it.
+        leader_raft
+            .linearizable_barrier()
+            .await
+            .expect("warm-up read");
+        let before = leader_raft.status().await.expect("status");
+        let revision_before = leader_raft.store().applied().revision.0;
+        leader_raft
+            .store()
+            .faults()
+            .set_apply_delay(Duration::from_millis(1_500));
+        let writer = c.kube(follower);
+        let name = format!("ahead-{attempt}");
+        let write =
+            tokio::spawn(async move { writer.create_configmap("default", &name, "1").await });
+        // The follower applies the write while the leader still waits.
+        let mut applied = follower_raft.store().subscribe();
+        applied
+            .wait_for(|s| s.revision.0 > revision_before)
+            .await
+            .expect("follower applies");
+        let on_follower = follower_raft
+            .linearizable_barrier()
+            .await
+            .expect("follower read");
+        let on_leader = leader_raft
+            .linearizable_barrier()
+            .await
+            .expect("leader read");
+        leader_raft.store().faults().set_apply_delay(Duration::ZERO);
+        let after = leader_raft.status().await.expect("status");
+        let created = write.await.expect("join").expect("create");
+        assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+        assert!(
+            on_leader.revision >= on_follower.revision,
+            "a linearizable read on the leader returned revision {} after one on a follower returned {}",
+            on_leader.revision,
+            on_follower.revision
+        );
+        if after.leased_read_indexes > before.leased_read_indexes {
+            leased_scenarios += 1;
+            if leased_scenarios >= 3 {
+                break;
+            }
+        }
+    }
+    assert!(
+        leased_scenarios > 0,
+        "no scenario ran inside the leader's read lease"
+    );
+    c.shutdown().await;
+}
+
 /// Real processes, real kill -9: 8 writers create configmaps through every
 /// node while the leader is killed; every acknowledged object survives on
 /// every node, and the nodes end identical.

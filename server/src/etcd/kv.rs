@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::{convert, errors, raft_status, store_status, EtcdContext, MAX_REQUEST_BYTES};
 use crate::compaction::{self, CompactError};
+use crate::limits::RequestClass;
 
 #[derive(Debug, Clone)]
 pub struct KvService(pub(super) EtcdContext);
@@ -70,6 +71,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::ReadOnly)?;
         let req = request.into_inner();
         let read = convert::range_request(&req)?;
         if !req.serializable {
@@ -91,6 +93,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
         too_large(req.encoded_len())?;
         let put = convert::put_request(req)?;
@@ -115,6 +118,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::Mutating)?;
         let del = convert::delete_request(request.into_inner())?;
         let (resp, revision) = self
             .write(Txn {
@@ -141,6 +145,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::TxnRequest>,
     ) -> Result<Response<pb::TxnResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
         too_large(req.encoded_len())?;
         let txn = convert::txn(req.clone())?;
@@ -155,6 +160,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
         let revision = req.revision.max(0) as u64;
         // Compaction is applied inside the log entry, so it is always

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::kv::apply_status;
 use super::{errors, raft_status, store_status, EtcdContext};
+use crate::limits::RequestClass;
 
 /// etcd's maximum lease TTL (9,000,000,000 s).
 const MAX_LEASE_TTL: i64 = 9_000_000_000;
@@ -176,6 +177,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
         if req.ttl > MAX_LEASE_TTL {
             return Err(errors::lease_ttl_too_large());
@@ -212,6 +214,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let id = request.into_inner().id;
         let resp = self
             .ctx
@@ -262,6 +265,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let _admitted = self.ctx.admit(RequestClass::ReadOnly)?;
         let req = request.into_inner();
         self.ctx
             .node

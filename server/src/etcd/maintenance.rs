@@ -9,6 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::{errors, raft_status, store_status, EtcdContext, Fnv64, ETCD_VERSION};
+use crate::limits::RequestClass;
 
 /// Bytes per Snapshot response.
 const SNAPSHOT_CHUNK: usize = 64 * 1024;
@@ -128,6 +129,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _request: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::ReadOnly)?;
         let (hash, revision) = self.hash_at(0)?;
         Ok(Response::new(pb::HashResponse {
             header: self.0.header(revision),
@@ -140,6 +142,7 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
+        let _admitted = self.0.admit(RequestClass::ReadOnly)?;
         let (hash, revision) = self.hash_at(request.into_inner().revision)?;
         Ok(Response::new(pb::HashKvResponse {
             header: self.0.header(self.0.node.store().applied().revision.0),

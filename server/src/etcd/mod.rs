@@ -48,6 +48,8 @@ pub struct EtcdOptions {
     /// Refuse writes once the database is larger than this (etcd's
     /// `--quota-backend-bytes`); the NOSPACE alarm is raised.
     pub quota_bytes: u64,
+    /// Requests in flight, shared with the REST front end.
+    pub limits: crate::limits::InflightLimits,
 }
 
 /// What every etcd service of a node shares.
@@ -77,6 +79,15 @@ impl EtcdContext {
             stop,
             cluster_id: std::sync::Arc::default(),
         }
+    }
+
+    /// Takes an in-flight slot for a unary request, or refuses it with
+    /// etcd's `ResourceExhausted` "too many requests".
+    fn admit(&self, class: crate::limits::RequestClass) -> Result<crate::limits::Admitted, Status> {
+        self.options
+            .limits
+            .admit(class)
+            .map_err(|_| errors::too_many_requests())
     }
 
     /// Resolves once the node is shutting down.
@@ -211,6 +222,9 @@ pub mod errors {
     }
     pub fn no_leader() -> Status {
         Status::new(Code::Unavailable, "etcdserver: no leader")
+    }
+    pub fn too_many_requests() -> Status {
+        Status::resource_exhausted("etcdserver: too many requests")
     }
     pub fn timeout() -> Status {
         Status::new(Code::Unavailable, "etcdserver: request timed out")

@@ -16,6 +16,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::http::AppState;
+use crate::limits::RequestClass;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -155,6 +156,36 @@ pub async fn serve(State(state): State<AppState>) -> Response {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    let name = "kubestore_requests_rejected_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} API requests (REST and etcd) refused over the in-flight limit.\n# TYPE {name} counter"
+    );
+    for (class, label) in [
+        (RequestClass::ReadOnly, "read-only"),
+        (RequestClass::Mutating, "mutating"),
+    ] {
+        let _ = writeln!(
+            out,
+            "{name}{{class=\"{label}\"}} {}",
+            state.limits.rejected(class)
+        );
+    }
+    let name = "kubestore_requests_inflight";
+    let _ = writeln!(
+        out,
+        "# HELP {name} API requests (REST and etcd, watches exempt) being served now.\n# TYPE {name} gauge"
+    );
+    for (class, label) in [
+        (RequestClass::ReadOnly, "read-only"),
+        (RequestClass::Mutating, "mutating"),
+    ] {
+        let _ = writeln!(
+            out,
+            "{name}{{class=\"{label}\"}} {}",
+            state.limits.in_flight(class)
         );
     }
     let mut resp = (StatusCode::OK, out).into_response();

@@ -2,6 +2,7 @@
 //! verbs, and the one mapping of errors to `Status` objects.
 
 pub mod discovery;
+pub mod faults;
 pub mod handlers;
 pub mod health;
 pub mod metrics;
@@ -23,6 +24,7 @@ use axum::Router;
 use kubestore_raft::RaftNode;
 
 use crate::kube::store::KubeStore;
+use crate::limits::RequestClass;
 
 /// Everything a request handler may touch.
 #[derive(Debug, Clone)]
@@ -38,6 +40,10 @@ pub struct AppState {
     /// Turns true when the node shuts down: open watches end, so the
     /// server's graceful shutdown can finish.
     pub stop: tokio::sync::watch::Receiver<bool>,
+    /// `/debug/faults` is served (`--fault-injection`).
+    pub fault_injection: bool,
+    /// Requests in flight, shared with the etcd front end.
+    pub limits: crate::limits::InflightLimits,
 }
 
 /// The whole REST surface of a node.
@@ -45,11 +51,14 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/version", get(discovery::version))
         .route("/livez", get(health::livez))
+        .route("/livez/{check}", get(health::livez_check))
         .route("/readyz", get(health::readyz))
+        .route("/readyz/{check}", get(health::readyz_check))
         .route("/healthz", get(health::healthz))
         .route("/debug/cluster", get(debug_cluster))
         .route("/metrics", get(metrics::serve))
         .route("/debug/compact", axum::routing::post(debug_compact))
+        .route("/debug/faults", get(faults::current).post(faults::inject))
         .route("/openapi/v3", get(discovery::openapi_index))
         .route("/openapi/v3/api/{version}", get(openapi_core))
         .route("/openapi/v3/apis/{group}/{version}", get(openapi_group))
@@ -58,11 +67,52 @@ pub fn router(state: AppState) -> Router {
         .route("/apis", any(handlers::api))
         .route("/apis/{*rest}", any(handlers::api))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,
         ))
         .with_state(state)
+}
+
+/// Which in-flight budget an API request draws from; `None` for watches
+/// (long-running) and everything outside `/api` and `/apis`.
+fn request_class(req: &axum::extract::Request) -> Option<RequestClass> {
+    let path = req.uri().path();
+    if !(path == "/api"
+        || path.starts_with("/api/")
+        || path == "/apis"
+        || path.starts_with("/apis/"))
+    {
+        return None;
+    }
+    let is_watch = path.split('/').any(|segment| segment == "watch")
+        || req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|pair| matches!(pair, "watch=1" | "watch=true" | "watch"))
+        });
+    match *req.method() {
+        _ if is_watch => None,
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS => {
+            Some(RequestClass::ReadOnly)
+        }
+        _ => Some(RequestClass::Mutating),
+    }
+}
+
+/// Refuses an API request over its in-flight limit with `429`.
+async fn admit(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(class) = request_class(&req) else {
+        return next.run(req).await;
+    };
+    match state.limits.admit(class) {
+        Ok(_admitted) => next.run(req).await,
+        Err(_) => status::ApiError::TooManyRequests.into_response(),
+    }
 }
 
 async fn openapi_core(Path(version): Path<String>) -> Response {

@@ -110,6 +110,9 @@ pub enum ApiError {
     TooLargeResourceVersion { requested: u64, current: u64 },
     #[error("{0}")]
     ServiceUnavailable(String),
+    /// Over the node's limit of requests in flight (429).
+    #[error("Too many requests, please try again later.")]
+    TooManyRequests,
     #[error("Timeout: {0}")]
     Timeout(String),
     #[error("Internal error occurred: {0}")]
@@ -185,6 +188,7 @@ impl ApiError {
             ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => StatusCode::GONE,
             ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => {
                 StatusCode::GATEWAY_TIMEOUT
             }
@@ -206,6 +210,7 @@ impl ApiError {
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => "Expired",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::TooManyRequests => "TooManyRequests",
             ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => "Timeout",
             ApiError::Internal(_) => "InternalError",
         }
@@ -215,6 +220,7 @@ impl ApiError {
     fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::ServiceUnavailable(_)
+            | ApiError::TooManyRequests
             | ApiError::Timeout(_)
             | ApiError::TooLargeResourceVersion { .. } => Some(1),
             _ => None,

@@ -1,0 +1,44 @@
+//! Disk fault injection, for the fault-schedule checker and tests: a slow
+//! disk (every log fsync takes longer) and a slow state machine (every
+//! apply waits before it writes). Both are off unless set; the server only
+//! exposes them when started with fault injection enabled.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Delays shared by a node's log flusher and state machine. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct DiskFaults {
+    inner: Arc<Delays>,
+}
+
+#[derive(Debug, Default)]
+struct Delays {
+    fsync_ms: AtomicU64,
+    apply_ms: AtomicU64,
+}
+
+impl DiskFaults {
+    /// Every log fsync from now on takes at least `delay` longer.
+    pub fn set_fsync_delay(&self, delay: Duration) {
+        self.inner.fsync_ms.store(millis(delay), Ordering::SeqCst);
+    }
+
+    /// Every apply of committed entries from now on waits `delay` first.
+    pub fn set_apply_delay(&self, delay: Duration) {
+        self.inner.apply_ms.store(millis(delay), Ordering::SeqCst);
+    }
+
+    pub fn fsync_delay(&self) -> Duration {
+        Duration::from_millis(self.inner.fsync_ms.load(Ordering::SeqCst))
+    }
+
+    pub fn apply_delay(&self) -> Duration {
+        Duration::from_millis(self.inner.apply_ms.load(Ordering::SeqCst))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
