@@ -9,7 +9,7 @@
 //! applied state); across processes it polls `/debug/cluster`, the only
 //! signal a separate process gives.
 
-
+pub mod chaos;
 pub mod kube;
 
 use std::net::SocketAddr;

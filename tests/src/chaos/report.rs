@@ -1,0 +1,420 @@
+//! What a run found, as `report.json`, `history.json` and `timeline.svg`.
+//!
+//! Besides the violations (each with the operations it names), the report
+//! counts operations by API, kind and outcome, and measures availability:
+//! after each fault, how long every node took to complete both a write and
+//! a linearizable read invoked after the fault began (for the faulted node
+//! of a kill or pause: after it was healed). The timeline plots successes
+//! and failures per second per node with the faults shaded.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use plotters::prelude::*;
+use serde::Serialize;
+
+use super::history::{Api, History, Op, OpKind, Outcome, Violation};
+use super::nemesis::{FaultKind, FaultRecord};
+use super::ChaosConfig;
+
+/// Counts of operations by outcome.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    pub ok: u64,
+    pub failed: u64,
+    pub unknown: u64,
+}
+
+impl Counts {
+    fn add(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => self.ok += 1,
+            Outcome::Failed => self.failed += 1,
+            Outcome::Unknown => self.unknown += 1,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.ok + self.failed + self.unknown
+    }
+}
+
+/// A violation with the operations it names, in full.
+#[derive(Debug, Clone, Serialize)]
+pub struct ViolationReport {
+    #[serde(flatten)]
+    pub violation: Violation,
+    pub operations: Vec<Op>,
+}
+
+/// One fault and how long each node took to serve again.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultReport {
+    #[serde(flatten)]
+    pub fault: FaultRecord,
+    /// Node → milliseconds until it completed a write and a linearizable
+    /// read invoked after the fault began (the faulted node of a kill or
+    /// pause: after it was healed); `null`: not before the next fault.
+    pub recovery_ms: BTreeMap<u64, Option<u64>>,
+}
+
+/// Recovery of the nodes a fault did not hit, over one kind of fault.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecoverySummary {
+    pub faults: usize,
+    pub p99_ms: Option<u64>,
+    pub max_ms: Option<u64>,
+    /// Surviving nodes that did not serve again before the next fault.
+    pub not_recovered: usize,
+}
+
+/// One watcher over the whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct WatchSummary {
+    pub watcher: u32,
+    pub prefix: String,
+    /// Logs: a new one starts after a `410`.
+    pub logs: usize,
+    pub events: usize,
+    pub reconnects: u32,
+}
+
+/// The whole result of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChaosReport {
+    pub seed: u64,
+    pub duration_seconds: f64,
+    pub clients_per_api: usize,
+    pub keys_per_api: usize,
+    pub fault_kinds: Vec<FaultKind>,
+    pub operations: Counts,
+    /// `<api> <kind>` → counts.
+    pub operations_by_kind: BTreeMap<String, Counts>,
+    /// Share of all operations that succeeded.
+    pub ok_fraction: f64,
+    pub violations: Vec<ViolationReport>,
+    pub faults: Vec<FaultReport>,
+    /// Fault kind (`leader-kill`, `leader-pause`, ... for faults of the
+    /// leader) → recovery of the other nodes.
+    pub recovery: BTreeMap<String, RecoverySummary>,
+    pub watches: Vec<WatchSummary>,
+    #[serde(skip)]
+    pub history: History,
+}
+
+impl ChaosReport {
+    pub fn new(
+        config: &ChaosConfig,
+        history: History,
+        faults: Vec<FaultRecord>,
+        violations: Vec<Violation>,
+        elapsed: Duration,
+    ) -> Self {
+        let mut operations = Counts::default();
+        let mut operations_by_kind: BTreeMap<String, Counts> = BTreeMap::new();
+        for op in &history.ops {
+            operations.add(op.outcome);
+            operations_by_kind
+                .entry(kind_name(op))
+                .or_default()
+                .add(op.outcome);
+        }
+        let by_id: HashMap<u64, &Op> = history.ops.iter().map(|o| (o.id, o)).collect();
+        let violations = violations
+            .into_iter()
+            .map(|v| ViolationReport {
+                operations: v
+                    .ops
+                    .iter()
+                    .filter_map(|id| by_id.get(id).map(|o| (*o).clone()))
+                    .collect(),
+                violation: v,
+            })
+            .collect();
+        let faults = fault_reports(&history.ops, faults, elapsed);
+        let recovery = recovery_summaries(&faults);
+        let watches = history
+            .watches
+            .iter()
+            .fold(BTreeMap::<u32, WatchSummary>::new(), |mut acc, log| {
+                let s = acc.entry(log.watcher).or_insert_with(|| WatchSummary {
+                    watcher: log.watcher,
+                    prefix: log.prefix.clone(),
+                    logs: 0,
+                    events: 0,
+                    reconnects: 0,
+                });
+                s.logs += 1;
+                s.events += log.events.len();
+                s.reconnects += log.reconnects;
+                acc
+            })
+            .into_values()
+            .collect();
+        let ok_fraction = if operations.total() == 0 {
+            0.0
+        } else {
+            operations.ok as f64 / operations.total() as f64
+        };
+        Self {
+            seed: config.seed,
+            duration_seconds: elapsed.as_secs_f64(),
+            clients_per_api: config.clients_per_api,
+            keys_per_api: config.keys,
+            fault_kinds: config.faults.clone(),
+            operations,
+            operations_by_kind,
+            ok_fraction,
+            violations,
+            faults,
+            recovery,
+            watches,
+            history,
+        }
+    }
+
+    /// No violation of any check.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// `report.json`, `history.json` and `timeline.svg` in `dir`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(self)?)
+            .context("writing report.json")?;
+        std::fs::write(dir.join("history.json"), serde_json::to_vec(&self.history)?)
+            .context("writing history.json")?;
+        plot_timeline(self, &dir.join("timeline.svg")).context("plotting timeline.svg")?;
+        Ok(())
+    }
+
+    /// A few lines for a terminal.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "seed {} · {:.0} s · {} operations: {} ok, {} failed, {} unknown ({:.1}% ok) · {} faults · {} violations\n",
+            self.seed,
+            self.duration_seconds,
+            self.operations.total(),
+            self.operations.ok,
+            self.operations.failed,
+            self.operations.unknown,
+            100.0 * self.ok_fraction,
+            self.faults.len(),
+            self.violations.len()
+        );
+        for (kind, r) in &self.recovery {
+            out.push_str(&format!(
+                "  recovery of the other nodes after {kind} ({} faults): p99 {} ms, max {} ms, {} not recovered\n",
+                r.faults,
+                r.p99_ms.map_or("-".into(), |v| v.to_string()),
+                r.max_ms.map_or("-".into(), |v| v.to_string()),
+                r.not_recovered
+            ));
+        }
+        for v in self.violations.iter().take(20) {
+            out.push_str(&format!(
+                "  VIOLATION {} {}: {}\n",
+                v.violation.check,
+                v.violation.key.as_deref().unwrap_or("-"),
+                v.violation.message
+            ));
+        }
+        out
+    }
+}
+
+fn kind_name(op: &Op) -> String {
+    let api = match op.api {
+        Api::Rest => "rest",
+        Api::Etcd => "etcd",
+    };
+    let kind = match &op.kind {
+        OpKind::Read { linearizable: true } => "read",
+        OpKind::Read {
+            linearizable: false,
+        } => "serializable-read",
+        OpKind::Put { .. } => "put",
+        OpKind::Cas { expect: None, .. } => "create",
+        OpKind::Cas { value: None, .. } => "delete",
+        OpKind::Cas { .. } => "cas",
+    };
+    format!("{api} {kind}")
+}
+
+fn is_ok_write(op: &Op) -> bool {
+    op.outcome == Outcome::Ok && !matches!(op.kind, OpKind::Read { .. })
+}
+
+fn is_ok_linearizable_read(op: &Op) -> bool {
+    op.outcome == Outcome::Ok && matches!(op.kind, OpKind::Read { linearizable: true })
+}
+
+/// Per fault, per node: the time until the node served again.
+fn fault_reports(ops: &[Op], faults: Vec<FaultRecord>, end: Duration) -> Vec<FaultReport> {
+    let nodes: Vec<u64> = {
+        let mut n: Vec<u64> = ops.iter().map(|o| o.node).collect();
+        n.sort_unstable();
+        n.dedup();
+        n
+    };
+    let starts: Vec<Duration> = faults.iter().map(|f| f.started).collect();
+    faults
+        .into_iter()
+        .enumerate()
+        .map(|(i, fault)| {
+            let horizon = starts.get(i + 1).copied().unwrap_or(end);
+            let recovery_ms = nodes
+                .iter()
+                .map(|&node| {
+                    let hit = node == fault.node
+                        && matches!(fault.kind, FaultKind::Kill | FaultKind::Pause);
+                    let from = if hit { fault.healed } else { fault.started };
+                    (node, recovery(ops, node, from, horizon))
+                })
+                .collect();
+            FaultReport { fault, recovery_ms }
+        })
+        .collect()
+}
+
+/// Milliseconds from `from` until `node` completed both a write and a
+/// linearizable read invoked at or after `from` (and before `horizon`).
+fn recovery(ops: &[Op], node: u64, from: Duration, horizon: Duration) -> Option<u64> {
+    let first = |pred: fn(&Op) -> bool| {
+        ops.iter()
+            .filter(|o| o.node == node && o.invoked >= from && o.invoked < horizon && pred(o))
+            .map(|o| o.completed)
+            .min()
+    };
+    let served = first(is_ok_write)?.max(first(is_ok_linearizable_read)?);
+    Some(u64::try_from(served.saturating_sub(from).as_millis()).unwrap_or(u64::MAX))
+}
+
+fn recovery_summaries(faults: &[FaultReport]) -> BTreeMap<String, RecoverySummary> {
+    let mut samples: BTreeMap<String, (usize, Vec<u64>, usize)> = BTreeMap::new();
+    for f in faults {
+        let name = if f.fault.was_leader {
+            format!("leader-{}", f.fault.kind.name())
+        } else {
+            f.fault.kind.name().to_string()
+        };
+        let entry = samples.entry(name).or_default();
+        entry.0 += 1;
+        for (node, ms) in &f.recovery_ms {
+            if *node == f.fault.node {
+                continue;
+            }
+            match ms {
+                Some(ms) => entry.1.push(*ms),
+                None => entry.2 += 1,
+            }
+        }
+    }
+    samples
+        .into_iter()
+        .map(|(name, (faults, mut ms, not_recovered))| {
+            ms.sort_unstable();
+            let p99 = (!ms.is_empty()).then(|| {
+                let rank = (ms.len() as f64 * 0.99).ceil() as usize;
+                ms[rank.clamp(1, ms.len()) - 1]
+            });
+            (
+                name,
+                RecoverySummary {
+                    faults,
+                    p99_ms: p99,
+                    max_ms: ms.last().copied(),
+                    not_recovered,
+                },
+            )
+        })
+        .collect()
+}
+
+const NODE_COLORS: [RGBColor; 3] = [
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+];
+
+fn fault_color(kind: FaultKind) -> RGBAColor {
+    match kind {
+        FaultKind::Kill => RGBColor(220, 50, 50).mix(0.18),
+        FaultKind::Pause => RGBColor(230, 160, 20).mix(0.18),
+        FaultKind::Isolate => RGBColor(120, 60, 200).mix(0.18),
+        FaultKind::SlowDisk => RGBColor(90, 90, 90).mix(0.18),
+    }
+}
+
+/// Successes (top) and failures (bottom) per second per node, faults shaded.
+fn plot_timeline(report: &ChaosReport, path: &Path) -> anyhow::Result<()> {
+    let seconds = report.duration_seconds.ceil().max(1.0) as usize;
+    let mut per_node: BTreeMap<u64, (Vec<u32>, Vec<u32>)> = BTreeMap::new();
+    for op in &report.history.ops {
+        let s = (op.completed.as_secs() as usize).min(seconds - 1);
+        let (ok, bad) = per_node
+            .entry(op.node)
+            .or_insert_with(|| (vec![0; seconds], vec![0; seconds]));
+        if op.outcome == Outcome::Ok {
+            ok[s] += 1;
+        } else {
+            bad[s] += 1;
+        }
+    }
+    let root = SVGBackend::new(path, (1200, 700)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(400);
+    let panels = [
+        (top, "successful operations per second", true),
+        (bottom, "failed or unknown per second", false),
+    ];
+    for (area, title, ok) in panels {
+        let max = per_node
+            .values()
+            .flat_map(|(o, b)| if ok { o.iter() } else { b.iter() })
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let mut chart = ChartBuilder::on(&area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..seconds as f64, 0f64..f64::from(max) * 1.1)?;
+        chart.configure_mesh().x_desc("seconds").draw()?;
+        for f in &report.faults {
+            let color = fault_color(f.fault.kind);
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [
+                    (f.fault.started.as_secs_f64(), 0.0),
+                    (f.fault.healed.as_secs_f64(), f64::from(max) * 1.1),
+                ],
+                color.filled(),
+            )))?;
+        }
+        for (i, (node, (okv, badv))) in per_node.iter().enumerate() {
+            let series = if ok { okv } else { badv };
+            let color = NODE_COLORS[i % NODE_COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    series
+                        .iter()
+                        .enumerate()
+                        .map(|(s, n)| (s as f64 + 0.5, f64::from(*n))),
+                    color.stroke_width(2),
+                ))?
+                .label(format!("node {node}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
