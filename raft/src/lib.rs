@@ -17,6 +17,11 @@
 //!   callers guard their writes with preconditions (as every Kubernetes
 //!   verb does), so the second attempt fails its guard instead of applying
 //!   twice.
+//! - Exactly-once writes: [`session::ClientSession`] names each write with a
+//!   `ProposalId` kept across its retries, and the state machine applies a
+//!   `Command::Tagged` proposal at most once (see `kubestore_storage::session`).
+//!   (`RaftNode::write` does not tag its writes yet; until it does, the
+//!   preconditions above are what guard a retried write.)
 //! - Writes are group-committed: whatever is queued when a batch goes out
 //!   rides in one [`kubestore_storage::Command::Batch`] entry (or one
 //!   forwarded RPC), with one answer per write. Compactions go alone.
@@ -33,6 +38,7 @@
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
 //! - `lease`: the leader's read lease, which skips rounds while it holds.
+//! - [`session`]: this process's proposal ids, for exactly-once writes.
 //! - [`error`]: the layer's one error type, [`RaftNodeError`].
 
 pub mod error;
@@ -41,7 +47,9 @@ pub mod network;
 pub mod node;
 mod propose;
 mod read;
+pub mod session;
 
 pub use error::RaftNodeError;
 pub use network::Faults;
 pub use node::{ClusterStatus, Member, RaftNode, RaftNodeConfig};
+pub use session::ClientSession;
