@@ -10,18 +10,25 @@
 //! - A write is acknowledged only once its entry is committed on a quorum
 //!   (openraft) and applied on the node that answers.
 //! - Writes arriving at a follower are forwarded to the leader internally.
-//!   A forward is retried at the next leader when the target answered "not
-//!   the leader" or was unreachable; any other failure is reported as
-//!   [`RaftNodeError::Indeterminate`]. An unreachable leader may still have
-//!   committed the write, so a retry can reach the state machine twice:
-//!   callers guard their writes with preconditions (as every Kubernetes
-//!   verb does), so the second attempt fails its guard instead of applying
-//!   twice.
+//!   An attempt is retried at the next leader when the target answered
+//!   "not the leader", was unreachable, did not answer within
+//!   [`node::PEER_ATTEMPT_TIMEOUT`], or another leader became known
+//!   meanwhile. Every attempt of one write carries the same
+//!   `ProposalId` ([`session::ClientSession`]), and the state machine
+//!   applies a `Command::Tagged` proposal at most once (see
+//!   `kubestore_storage::session`), so a retry never applies a write twice,
+//!   whatever the command and whatever the timing.
+//! - Once an attempt may have reached a leader, a write that does not end
+//!   in an answer is reported as unknown ([`RaftNodeError::Timeout`] or
+//!   [`RaftNodeError::Indeterminate`]), never as a definite failure.
 //! - Writes are group-committed: whatever is queued when a batch goes out
 //!   rides in one [`kubestore_storage::Command::Batch`] entry (or one
 //!   forwarded RPC), with one answer per write. Compactions go alone.
 //! - [`RaftNode::linearizable_barrier`] returns only after this node has
-//!   applied everything committed before the call began (ReadIndex).
+//!   applied everything committed before the call began (ReadIndex): a
+//!   read index is always at or above the leader's commit index at a
+//!   moment it still led (never its applied index, which may trail a
+//!   follower's).
 //!   A leader that confirmed its leadership with a quorum less than its
 //!   read lease ago answers read indexes without another round; the lease
 //!   is a quarter of the followers' refusal to vote (see `lease`).
@@ -33,6 +40,7 @@
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
 //! - `lease`: the leader's read lease, which skips rounds while it holds.
+//! - [`session`]: this process's proposal ids, for exactly-once writes.
 //! - [`error`]: the layer's one error type, [`RaftNodeError`].
 
 pub mod error;
@@ -41,7 +49,9 @@ pub mod network;
 pub mod node;
 mod propose;
 mod read;
+pub mod session;
 
 pub use error::RaftNodeError;
 pub use network::Faults;
 pub use node::{ClusterStatus, Member, RaftNode, RaftNodeConfig};
+pub use session::ClientSession;

@@ -26,6 +26,7 @@ use crate::lease::{Leased, ReadLease};
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::propose::{Proposer, Redirect, Submit};
 use crate::read::ReadBarrier;
+use crate::session::{settle, ClientSession};
 
 /// How long one attempt at the leader (a forwarded write, a read-index
 /// request) may go unanswered before the caller looks for the leader again
@@ -119,6 +120,8 @@ struct Inner {
     read_index_rounds: AtomicU64,
     leased_read_indexes: AtomicU64,
     proposer: Proposer,
+    /// This process's proposal ids (exactly-once writes).
+    session: ClientSession,
 }
 
 /// A running Raft node. Cheap to clone.
@@ -174,6 +177,7 @@ impl RaftNode {
                 .map_err(|e| RaftNodeError::Config(e.to_string()))?,
         );
         let (log_store, state_machine, store) = kubestore_storage::open(&config.data_dir)?;
+        let session = ClientSession::new(config.id, store.boot_epoch());
         let faults = Faults::default();
         let network = NetworkFactory::new(faults.clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
@@ -205,6 +209,7 @@ impl RaftNode {
                 read_index_rounds: AtomicU64::new(0),
                 leased_read_indexes: AtomicU64::new(0),
                 proposer,
+                session,
             }
         });
         let node = RaftNode { inner: node };
@@ -301,13 +306,18 @@ impl RaftNode {
     /// Commits `cmd` through the leader and returns the state machine's
     /// response. Called on a follower, the command is forwarded to the
     /// leader; the client never sees a redirect.
-    #[instrument(skip_all, fields(node = self.inner.id, cmd = %cmd))]
+    #[instrument(skip_all, fields(node = self.inner.id, cmd = %cmd, proposal))]
     pub async fn write(&self, cmd: Command) -> Result<Response, RaftNodeError> {
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
         let mut leader_hint = self.current_leader();
         // Once an attempt may have reached a leader, a failure no longer
         // proves the write did not commit: it is answered as unknown.
         let mut attempted = false;
+        // One proposal id for every attempt: the state machine applies it
+        // at most once however many copies reach the log. Held until this
+        // returns, whatever the outcome.
+        let proposal = self.inner.session.begin();
+        tracing::Span::current().record("proposal", tracing::field::display(proposal.id()));
         let unknown_if_attempted = |attempted: bool, e: RaftNodeError| {
             if attempted {
                 e.outcome_unknown()
@@ -326,11 +336,14 @@ impl RaftNode {
                 }
             };
             attempted = true;
+            // Tagged afresh for each attempt: the current floor lets the
+            // state machine forget this node's finished proposals.
+            let tagged = proposal.tag(cmd.clone());
             let attempt = async {
-                if cmd.is_batchable() {
-                    self.inner.proposer.propose(leader, cmd.clone()).await
+                if tagged.is_batchable() {
+                    self.inner.proposer.propose(leader, tagged).await
                 } else {
-                    self.submit_to(leader, cmd.clone()).await
+                    self.submit_to(leader, tagged).await
                 }
             };
             // A write waiting on a remote leader is re-routed as soon as
@@ -352,7 +365,7 @@ impl RaftNode {
             // from its quorum never commits).
             .map_err(|_| RaftNodeError::Timeout("the write to commit"))?;
             match attempt {
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => return settle(resp),
                 Err(Redirect::To(next)) => {
                     tracing::debug!(?next, "leader changed, retrying");
                     leader_hint = match next {
@@ -505,8 +518,8 @@ impl RaftNode {
                     )))
                 })
             }
-            // Unreachable: retry at whoever leads next (see the crate docs on
-            // why a possible duplicate is safe).
+            // Unreachable: retry at whoever leads next. The proposal id makes
+            // a second copy harmless (the state machine applies it once).
             Err(status) if status.code() == tonic::Code::Unavailable => Err(Redirect::To(None)),
             Err(status) => Err(Redirect::Fail(RaftNodeError::Indeterminate(
                 status.to_string(),

@@ -3,16 +3,19 @@
 //! state machine turns an [`Applied`] into one atomic write batch.
 //!
 //! Every check that decides a client's fate (compare guards, duplicate keys,
-//! compaction bounds) lives here, so every node reaches the same verdict.
+//! compaction bounds, and whether a tagged proposal is applied at all, see
+//! [`crate::session`]) lives here, so every node reaches the same verdict.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::command::{
     ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget, DeleteRequest,
-    DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op, OpResponse, PutRequest,
-    RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
+    DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op, OpResponse, ProposalId,
+    PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
 };
 use crate::error::StoreError;
+use crate::session::{Recorded, SessionState, SessionUpdate};
+use crate::NodeId;
 
 /// What apply needs to read: the current state of the store.
 pub trait MvccRead {
@@ -27,6 +30,12 @@ pub trait MvccRead {
     fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError>;
     /// The keys attached to lease `id`, in key order.
     fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError>;
+    /// The proposal session of origin node `origin`, if it has one.
+    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError>;
+    /// What `origin`'s session recorded of its proposal `seq`.
+    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError>;
+    /// The seqs `origin`'s session holds a record of below `below`, ascending.
+    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError>;
 }
 
 /// The outcome of applying one command.
@@ -43,12 +52,15 @@ pub struct Applied {
     pub leases: BTreeMap<i64, Option<LeaseRecord>>,
     /// Lease attachments: `(lease, key)` → attached (`true`) or detached.
     pub attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    /// The change a tagged command made to its origin's session.
+    pub session: Option<SessionUpdate>,
 }
 
 /// Applies one log entry's command on top of `view`: the entry's response
 /// and the [`Applied`] of each command in it, in order, for one write batch.
 /// A [`Command::Batch`] runs its commands one after the other, each seeing
-/// the ones before it, exactly as if each were its own entry.
+/// the ones before it (session changes included, so two copies of one
+/// proposal in one entry apply once), exactly as if each were its own entry.
 pub fn apply_entry(
     view: &impl MvccRead,
     cmd: &Command,
@@ -99,6 +111,37 @@ struct BatchView<'v, V> {
     history: Vec<(Revision, KeyStates)>,
     leases: BTreeMap<i64, Option<LeaseRecord>>,
     attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    sessions: BTreeMap<NodeId, SessionOverlay>,
+}
+
+/// One origin's session as the batch changed it, over the base's.
+#[derive(Debug)]
+struct SessionOverlay {
+    state: SessionState,
+    /// Replaced in this batch: none of the base's records count.
+    replaced: bool,
+    /// The base's records evicted in this batch.
+    evicted: BTreeSet<u64>,
+    /// Records made in this batch (and not evicted since).
+    recorded: BTreeMap<u64, Recorded>,
+}
+
+impl SessionOverlay {
+    fn absorb(&mut self, update: &SessionUpdate) {
+        if update.replaced {
+            self.replaced = true;
+            self.evicted.clear();
+            self.recorded.clear();
+        }
+        for seq in &update.evicted {
+            self.recorded.remove(seq);
+            self.evicted.insert(*seq);
+        }
+        if let Some((seq, recorded)) = &update.recorded {
+            self.recorded.insert(*seq, recorded.clone());
+        }
+        self.state = update.state;
+    }
 }
 
 impl<'v, V: MvccRead> BatchView<'v, V> {
@@ -110,6 +153,7 @@ impl<'v, V: MvccRead> BatchView<'v, V> {
             history: Vec::new(),
             leases: BTreeMap::new(),
             attachments: BTreeMap::new(),
+            sessions: BTreeMap::new(),
         }
     }
 
@@ -131,6 +175,17 @@ impl<'v, V: MvccRead> BatchView<'v, V> {
             .extend(applied.leases.iter().map(|(k, v)| (*k, *v)));
         self.attachments
             .extend(applied.attachments.iter().map(|(k, v)| (k.clone(), *v)));
+        if let Some(update) = &applied.session {
+            self.sessions
+                .entry(update.origin)
+                .or_insert_with(|| SessionOverlay {
+                    state: update.state,
+                    replaced: false,
+                    evicted: BTreeSet::new(),
+                    recorded: BTreeMap::new(),
+                })
+                .absorb(update);
+        }
     }
 }
 
@@ -209,6 +264,43 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         }
         Ok(keys.into_iter().collect())
     }
+
+    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
+        match self.sessions.get(&origin) {
+            Some(overlay) => Ok(Some(overlay.state)),
+            None => self.base.session(origin),
+        }
+    }
+
+    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
+        let Some(overlay) = self.sessions.get(&origin) else {
+            return self.base.session_record(origin, seq);
+        };
+        if let Some(recorded) = overlay.recorded.get(&seq) {
+            return Ok(Some(recorded.clone()));
+        }
+        if overlay.replaced || overlay.evicted.contains(&seq) {
+            return Ok(None);
+        }
+        self.base.session_record(origin, seq)
+    }
+
+    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
+        let Some(overlay) = self.sessions.get(&origin) else {
+            return self.base.session_seqs_below(origin, below);
+        };
+        let mut seqs: BTreeSet<u64> = if overlay.replaced {
+            BTreeSet::new()
+        } else {
+            self.base
+                .session_seqs_below(origin, below)?
+                .into_iter()
+                .filter(|seq| !overlay.evicted.contains(seq))
+                .collect()
+        };
+        seqs.extend(overlay.recorded.range(..below).map(|(seq, _)| *seq));
+        Ok(seqs.into_iter().collect())
+    }
 }
 
 /// Applies `cmd` on top of `view`. A deterministic refusal is an `Ok` with an
@@ -217,13 +309,8 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
     let current = view.current_revision();
     match cmd {
         // Only a log entry may be a batch (see `apply_entry`).
-        Command::Batch(_) => Ok(Applied {
-            response: Response {
-                revision: current,
-                result: Err(ApplyError::NotBatchable),
-            },
-            ..Applied::default()
-        }),
+        Command::Batch(_) => Ok(refused(current, ApplyError::NotBatchable)),
+        Command::Tagged { id, floor, cmd } => apply_tagged(view, *id, *floor, cmd),
         Command::Compact { revision } => {
             let mut applied = Applied {
                 response: Response {
@@ -265,13 +352,7 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
         }
         Command::LeaseRevoke { id } => {
             if view.lease(*id)?.is_none() {
-                return Ok(Applied {
-                    response: Response {
-                        revision: current,
-                        result: Err(ApplyError::LeaseNotFound),
-                    },
-                    ..Applied::default()
-                });
+                return Ok(refused(current, ApplyError::LeaseNotFound));
             }
             let mut run = TxnRun::new(view, current);
             let mut deleted = 0;
@@ -306,6 +387,7 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
                 compact_to: None,
                 leases,
                 attachments: run.attachments,
+                session: None,
             })
         }
         Command::Txn(txn) => {
@@ -327,19 +409,103 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
                         compact_to: None,
                         leases: BTreeMap::new(),
                         attachments: run.attachments,
+                        session: None,
                     })
                 }
-                Err(TxnError::Refused(e)) => Ok(Applied {
-                    response: Response {
-                        revision: current,
-                        result: Err(e),
-                    },
-                    ..Applied::default()
-                }),
+                Err(TxnError::Refused(e)) => Ok(refused(current, e)),
                 Err(TxnError::Store(e)) => Err(e),
             }
         }
     }
+}
+
+/// A deterministic refusal: no change, no new revision.
+fn refused(current: Revision, error: ApplyError) -> Applied {
+    Applied {
+        response: Response {
+            revision: current,
+            result: Err(error),
+        },
+        ..Applied::default()
+    }
+}
+
+/// Applies the tagged proposal `id` at most once: the session rules of
+/// [`crate::session`], in their order. The [`Applied`] of a copy that is
+/// not applied carries no data change, only its session change, if any.
+fn apply_tagged(
+    view: &impl MvccRead,
+    id: ProposalId,
+    floor: u64,
+    cmd: &Command,
+) -> Result<Applied, StoreError> {
+    let current = view.current_revision();
+    if matches!(cmd, Command::Batch(_) | Command::Tagged { .. }) {
+        return Ok(refused(current, ApplyError::MalformedProposal));
+    }
+    let known = view.session(id.origin)?;
+    let mut update = SessionUpdate {
+        origin: id.origin,
+        state: SessionState {
+            epoch: id.epoch,
+            floor: 0,
+        },
+        replaced: false,
+        evicted: Vec::new(),
+        recorded: None,
+    };
+    match known {
+        // Rule 1: from a process of the origin that no longer runs.
+        Some(session) if id.epoch < session.epoch => {
+            tracing::debug!(proposal = %id, session_epoch = session.epoch, "stale proposal: epoch");
+            return Ok(refused(current, ApplyError::StaleProposal));
+        }
+        // Rule 2: a new process of the origin replaces the session.
+        Some(session) if id.epoch > session.epoch => update.replaced = true,
+        Some(session) => update.state = session,
+        None => {}
+    }
+    // Rule 3: the origin has finished with everything below its floor.
+    if floor > update.state.floor {
+        update.state.floor = floor;
+        if !update.replaced {
+            update.evicted = view.session_seqs_below(id.origin, floor)?;
+        }
+    }
+    let changed = update.replaced || known != Some(update.state);
+    // Rule 4: a late copy of a proposal its origin gave up on.
+    if id.seq < update.state.floor {
+        tracing::debug!(proposal = %id, floor = update.state.floor, "stale proposal: below the floor");
+        let mut applied = refused(current, ApplyError::StaleProposal);
+        applied.session = changed.then_some(update);
+        return Ok(applied);
+    }
+    // Rule 5: a copy of a proposal applied already.
+    let recorded = if update.replaced {
+        None
+    } else {
+        view.session_record(id.origin, id.seq)?
+    };
+    if let Some(recorded) = recorded {
+        tracing::debug!(proposal = %id, "duplicate proposal: answered with the recorded response");
+        let response = match recorded {
+            Recorded::Response(response) => response,
+            Recorded::Dropped => Response {
+                revision: current,
+                result: Err(ApplyError::DuplicateResponseDropped),
+            },
+        };
+        return Ok(Applied {
+            response,
+            session: changed.then_some(update),
+            ..Applied::default()
+        });
+    }
+    // Rule 6: the first copy: apply it and record its answer.
+    let mut applied = apply(view, cmd)?;
+    update.recorded = Some((id.seq, Recorded::of(&applied.response)?));
+    applied.session = Some(update);
+    Ok(applied)
 }
 
 /// A grant or keep-alive: the lease's new record, no new revision.
@@ -652,6 +818,8 @@ mod tests {
     struct MemView {
         kvs: BTreeMap<Vec<u8>, KeyValue>,
         revision: Revision,
+        sessions: BTreeMap<NodeId, SessionState>,
+        records: BTreeMap<(NodeId, u64), Recorded>,
     }
 
     impl MemView {
@@ -662,13 +830,46 @@ mod tests {
                     None => self.kvs.remove(k),
                 };
             }
-            self.revision = applied.response.revision;
+            if !applied.writes.is_empty() {
+                self.revision = applied.response.revision;
+            }
+            if let Some(update) = &applied.session {
+                let origin = update.origin;
+                if update.replaced {
+                    self.records.retain(|(o, _), _| *o != origin);
+                }
+                for seq in &update.evicted {
+                    self.records.remove(&(origin, *seq));
+                }
+                if let Some((seq, recorded)) = &update.recorded {
+                    self.records.insert((origin, *seq), recorded.clone());
+                }
+                self.sessions.insert(origin, update.state);
+            }
         }
 
         fn run(&mut self, cmd: Command) -> Applied {
             let applied = apply(self, &cmd).expect("memory view never fails");
             self.commit(&applied);
             applied
+        }
+
+        /// Applies `cmd` as one log entry (a batch command by command).
+        fn run_entry(&mut self, cmd: Command) -> Response {
+            let (response, applied) = apply_entry(self, &cmd).expect("memory view never fails");
+            for one in &applied {
+                self.commit(one);
+            }
+            response
+        }
+
+        /// The seqs `origin`'s session holds a record of.
+        fn recorded_seqs(&self, origin: NodeId) -> Vec<u64> {
+            self.records
+                .keys()
+                .filter(|(o, _)| *o == origin)
+                .map(|(_, seq)| *seq)
+                .collect()
         }
     }
 
@@ -696,6 +897,19 @@ mod tests {
         }
         fn lease_keys(&self, _id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
             Ok(Vec::new())
+        }
+        fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
+            Ok(self.sessions.get(&origin).copied())
+        }
+        fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
+            Ok(self.records.get(&(origin, seq)).cloned())
+        }
+        fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
+            Ok(self
+                .recorded_seqs(origin)
+                .into_iter()
+                .filter(|seq| *seq < below)
+                .collect())
         }
     }
 
@@ -849,5 +1063,250 @@ mod tests {
             ..Txn::default()
         }));
         assert_eq!(applied.response.revision, Revision(1));
+    }
+
+    /// `cmd` as proposal `(origin, epoch, seq)` with `floor`.
+    fn tagged(origin: NodeId, epoch: u64, seq: u64, floor: u64, cmd: Command) -> Command {
+        Command::Tagged {
+            id: ProposalId { origin, epoch, seq },
+            floor,
+            cmd: Box::new(cmd),
+        }
+    }
+
+    fn batch_responses(response: &Response) -> &[Response] {
+        match &response.result {
+            Ok(CommandResult::Batch(responses)) => responses,
+            other => panic!("expected a batch response, got {other:?}"),
+        }
+    }
+
+    fn value_of(view: &MemView, key: &str) -> Option<(String, i64)> {
+        view.kvs
+            .get(key.as_bytes())
+            .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.version))
+    }
+
+    #[test]
+    fn two_copies_of_a_proposal_in_one_batch_apply_once() {
+        let mut view = MemView::default();
+        let once = tagged(1, 1, 1, 1, put("a", "1"));
+        let response = view.run_entry(Command::Batch(vec![
+            once.clone(),
+            put("b", "1"),
+            once.clone(),
+        ]));
+        let answers = batch_responses(&response);
+        assert_eq!(answers[0].revision, Revision(1));
+        assert_eq!(answers[1].revision, Revision(2));
+        assert_eq!(
+            answers[2], answers[0],
+            "the copy gets the first one's answer, revision included"
+        );
+        assert_eq!(value_of(&view, "a"), Some(("1".into(), 1)));
+        assert_eq!(view.revision, Revision(2), "the copy took no revision");
+    }
+
+    #[test]
+    fn a_copy_in_a_later_entry_gets_the_first_answer_and_takes_no_revision() {
+        let mut view = MemView::default();
+        let inc = tagged(1, 1, 1, 1, put("a", "1"));
+        let first = view.run(inc.clone());
+        assert_eq!(first.response.revision, Revision(1));
+        view.run(put("b", "x")); // 2
+        let copy = view.run(inc);
+        assert_eq!(copy.response, first.response);
+        assert!(copy.writes.is_empty() && copy.events.is_empty());
+        assert_eq!(copy.session, None, "nothing to change in the session");
+        assert_eq!(view.revision, Revision(2));
+        assert_eq!(value_of(&view, "a"), Some(("1".into(), 1)));
+        // Without the tag the same write would have applied twice.
+        view.run(put("a", "1"));
+        assert_eq!(value_of(&view, "a"), Some(("1".into(), 2)));
+    }
+
+    #[test]
+    fn a_proposal_of_an_earlier_process_is_refused_and_changes_nothing() {
+        let mut view = MemView::default();
+        view.run(tagged(1, 5, 1, 1, put("a", "1")));
+        let stale = view.run(tagged(1, 4, 9, 1, put("a", "2")));
+        assert_eq!(stale.response.result, Err(ApplyError::StaleProposal));
+        assert_eq!(stale.response.revision, Revision(1));
+        assert!(stale.writes.is_empty());
+        assert_eq!(stale.session, None);
+        assert_eq!(view.sessions[&1], SessionState { epoch: 5, floor: 1 });
+        assert_eq!(value_of(&view, "a"), Some(("1".into(), 1)));
+    }
+
+    #[test]
+    fn a_copy_below_the_floor_is_refused() {
+        let mut view = MemView::default();
+        view.run(tagged(1, 1, 1, 1, put("a", "1"))); // 1
+        view.run(tagged(1, 1, 2, 1, put("b", "1"))); // 2
+        assert_eq!(view.recorded_seqs(1), vec![1, 2]);
+        // Seqs 1 and 2 finished at the origin: seq 3 carries floor 3.
+        let third = view.run(tagged(1, 1, 3, 3, put("c", "1")));
+        assert_eq!(third.response.revision, Revision(3));
+        assert_eq!(view.recorded_seqs(1), vec![3], "1 and 2 evicted");
+        for (seq, floor) in [(2, 1), (1, 1), (2, 2)] {
+            let late = view.run(tagged(1, 1, seq, floor, put("b", "again")));
+            assert_eq!(late.response.result, Err(ApplyError::StaleProposal));
+            assert!(late.writes.is_empty());
+        }
+        assert_eq!(value_of(&view, "b"), Some(("1".into(), 1)));
+        assert_eq!(view.revision, Revision(3));
+        // A copy sent with a floor above its own seq (its origin finished
+        // it) is refused too, and moves the floor.
+        let gave_up = view.run(tagged(1, 1, 4, 5, put("d", "1")));
+        assert_eq!(gave_up.response.result, Err(ApplyError::StaleProposal));
+        assert_eq!(view.sessions[&1].floor, 5);
+        assert!(view.recorded_seqs(1).is_empty());
+    }
+
+    #[test]
+    fn a_new_epoch_replaces_the_session() {
+        let mut view = MemView::default();
+        view.run(tagged(1, 1, 7, 7, put("a", "1")));
+        view.run(tagged(2, 1, 1, 1, put("other", "1")));
+        let restarted = view.run(tagged(1, 2, 1, 1, put("a", "2")));
+        assert_eq!(restarted.response.revision, Revision(3));
+        let update = restarted.session.expect("a session change");
+        assert!(update.replaced);
+        assert_eq!(view.sessions[&1], SessionState { epoch: 2, floor: 1 });
+        assert_eq!(
+            view.recorded_seqs(1),
+            vec![1],
+            "the old process's records are gone"
+        );
+        assert_eq!(view.recorded_seqs(2), vec![1], "other origins keep theirs");
+        // The old process's copies are refused, the new one's deduplicated.
+        let old = view.run(tagged(1, 1, 7, 7, put("a", "1")));
+        assert_eq!(old.response.result, Err(ApplyError::StaleProposal));
+        let copy = view.run(tagged(1, 2, 1, 1, put("a", "2")));
+        assert_eq!(copy.response, restarted.response);
+        assert_eq!(value_of(&view, "a"), Some(("2".into(), 2)));
+    }
+
+    #[test]
+    fn the_table_holds_only_what_is_in_flight() {
+        let mut view = MemView::default();
+        // One write at a time: each is the only one in flight.
+        for seq in 1..=100 {
+            view.run(tagged(1, 1, seq, seq, put("k", &seq.to_string())));
+            assert_eq!(view.recorded_seqs(1), vec![seq]);
+        }
+        // Ten at a time, each batch with the floor of its first.
+        for first in (101..=200).step_by(10) {
+            let cmds = (first..first + 10)
+                .map(|seq| tagged(1, 1, seq, first, put("k", &seq.to_string())))
+                .collect();
+            view.run_entry(Command::Batch(cmds));
+            assert_eq!(
+                view.recorded_seqs(1),
+                (first..first + 10).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(view.revision, Revision(200));
+    }
+
+    #[test]
+    fn a_record_made_and_evicted_in_one_batch_is_gone_and_its_copy_refused() {
+        let mut view = MemView::default();
+        let response = view.run_entry(Command::Batch(vec![
+            tagged(1, 1, 1, 1, put("a", "1")),
+            tagged(1, 1, 2, 2, put("b", "1")),
+            tagged(1, 1, 1, 1, put("a", "1")),
+        ]));
+        let answers = batch_responses(&response);
+        assert_eq!(answers[2].result, Err(ApplyError::StaleProposal));
+        assert_eq!(view.recorded_seqs(1), vec![2]);
+        assert_eq!(value_of(&view, "a"), Some(("1".into(), 1)));
+        // A replacement in a batch hides the old process's records.
+        let response = view.run_entry(Command::Batch(vec![
+            tagged(1, 2, 1, 1, put("c", "1")),
+            tagged(1, 1, 2, 2, put("b", "1")),
+            tagged(1, 2, 1, 1, put("c", "1")),
+        ]));
+        let answers = batch_responses(&response);
+        assert_eq!(answers[1].result, Err(ApplyError::StaleProposal));
+        assert_eq!(answers[2], answers[0]);
+        assert_eq!(view.recorded_seqs(1), vec![1]);
+        assert_eq!(view.revision, Revision(3));
+    }
+
+    #[test]
+    fn a_response_too_large_to_keep_answers_its_copies_with_an_error() {
+        let mut view = MemView::default();
+        let big = "x".repeat(MAX_RECORDED_BYTES_PLUS_ONE);
+        view.run(put("big", &big));
+        let read = Command::Txn(Txn {
+            success: vec![
+                Op::Put(PutRequest::new("small", "1")),
+                Op::Range(RangeRequest {
+                    range: KeyRange::single("big"),
+                    ..RangeRequest::default()
+                }),
+            ],
+            ..Txn::default()
+        });
+        let first = view.run(tagged(1, 1, 1, 1, read.clone()));
+        assert!(first.response.result.is_ok());
+        let update = first.session.expect("recorded");
+        assert_eq!(update.recorded, Some((1, Recorded::Dropped)));
+        let copy = view.run(tagged(1, 1, 1, 1, read));
+        assert_eq!(
+            copy.response.result,
+            Err(ApplyError::DuplicateResponseDropped)
+        );
+        assert!(copy.writes.is_empty());
+        assert_eq!(value_of(&view, "small"), Some(("1".into(), 1)));
+    }
+
+    const MAX_RECORDED_BYTES_PLUS_ONE: usize =
+        crate::session::MAX_RECORDED_RESPONSE_BYTES as usize + 1;
+
+    #[test]
+    fn a_tagged_batch_or_tagged_tag_is_refused_untouched() {
+        let mut view = MemView::default();
+        for inner in [
+            Command::Batch(vec![put("a", "1")]),
+            tagged(1, 1, 1, 1, put("a", "1")),
+        ] {
+            let applied = view.run(tagged(1, 1, 1, 1, inner));
+            assert_eq!(applied.response.result, Err(ApplyError::MalformedProposal));
+            assert!(applied.writes.is_empty());
+            assert_eq!(applied.session, None);
+        }
+        assert!(view.sessions.is_empty());
+    }
+
+    #[test]
+    fn a_tagged_compaction_goes_alone_and_applies_once() {
+        let mut view = MemView::default();
+        view.run(put("a", "1"));
+        view.run(put("a", "2"));
+        let compact = tagged(
+            1,
+            1,
+            1,
+            1,
+            Command::Compact {
+                revision: Revision(2),
+            },
+        );
+        let response = view.run_entry(Command::Batch(vec![compact.clone()]));
+        assert_eq!(
+            batch_responses(&response)[0].result,
+            Err(ApplyError::NotBatchable)
+        );
+        assert!(
+            view.sessions.is_empty(),
+            "a refused member changes no session"
+        );
+        let first = view.run(compact.clone());
+        assert_eq!(first.compact_to, Some(Revision(2)));
+        let copy = view.run(compact);
+        assert_eq!(copy.compact_to, None);
+        assert_eq!(copy.response, first.response);
     }
 }

@@ -4,6 +4,11 @@
 //! etcd v3 transaction because both front ends reduce to it: a Kubernetes
 //! create is `Txn[MOD(key) == 0 → Put]`, an update `Txn[MOD(key) == rev →
 //! Put]`, exactly as a kube-apiserver talks to etcd.
+//!
+//! A command may be [`Command::Tagged`] with a [`ProposalId`]: however many
+//! copies of it reach the log (a write retried at another leader), apply
+//! runs it at most once and answers every copy with the first one's
+//! response (see [`crate::session`]).
 
 use std::fmt;
 
@@ -279,6 +284,25 @@ pub struct LeaseRecord {
     pub renewals: u64,
 }
 
+/// Names one proposal of one process, unique in the cluster for ever: every
+/// copy of a retried write carries the same id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProposalId {
+    /// The node whose process made the proposal.
+    pub origin: crate::NodeId,
+    /// That process's boot epoch: strictly greater for every later process
+    /// of the node (`Store::boot_epoch`).
+    pub epoch: u64,
+    /// Increasing per process, from 1.
+    pub seq: u64,
+}
+
+impl fmt::Display for ProposalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.origin, self.epoch, self.seq)
+    }
+}
+
 /// What one Raft log entry asks the state machine to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -307,13 +331,29 @@ pub enum Command {
     /// or another batch ([`Command::is_batchable`]); such a member is
     /// refused with [`ApplyError::NotBatchable`].
     Batch(Vec<Command>),
+    /// `cmd`, applied at most once whatever number of copies of it are
+    /// committed (the session rules of [`crate::session`]), and answered
+    /// with `cmd`'s own [`Response`]. `floor` is the smallest seq its origin
+    /// still had in flight when this copy was sent: every proposal of the
+    /// origin below it is finished and will never be retried. `cmd` is one
+    /// plain command: a batch or another tagged command inside is refused
+    /// with [`ApplyError::MalformedProposal`].
+    Tagged {
+        id: ProposalId,
+        floor: u64,
+        cmd: Box<Command>,
+    },
 }
 
 impl Command {
     /// Whether the command may ride in a [`Command::Batch`]. A compaction
     /// reads and rewrites history on disk and so goes alone.
     pub fn is_batchable(&self) -> bool {
-        !matches!(self, Command::Compact { .. } | Command::Batch(_))
+        match self {
+            Command::Compact { .. } | Command::Batch(_) => false,
+            Command::Tagged { cmd, .. } => cmd.is_batchable(),
+            _ => true,
+        }
     }
 }
 
@@ -332,6 +372,9 @@ impl fmt::Display for Command {
             Command::LeaseRevoke { id } => write!(f, "lease_revoke({id})"),
             Command::LeaseKeepAlive { id } => write!(f, "lease_keep_alive({id})"),
             Command::Batch(cmds) => write!(f, "batch({})", cmds.len()),
+            Command::Tagged { id, floor, cmd } => {
+                write!(f, "{cmd} [proposal {id}, floor {floor}]")
+            }
         }
     }
 }
@@ -374,6 +417,18 @@ pub enum ApplyError {
     LeaseExists,
     #[error("command cannot be batched")]
     NotBatchable,
+    /// A tagged proposal from a process that no longer runs (its node has
+    /// restarted since), or one its origin had already given up on: it was
+    /// not applied now, and may or may not have been applied earlier.
+    #[error("stale proposal: its origin has given up on it; it may or may not have been applied")]
+    StaleProposal,
+    /// A copy of a proposal that was applied already, whose response was
+    /// too large to keep: the write happened, its answer is lost.
+    #[error("duplicate proposal: it was applied already, but its response was too large to keep")]
+    DuplicateResponseDropped,
+    /// A tagged proposal wrapping a batch or another tagged command.
+    #[error("a tagged proposal must wrap one plain command")]
+    MalformedProposal,
 }
 
 /// The state machine's answer to one log entry.
@@ -412,6 +467,29 @@ impl Default for Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tagged_command_is_batchable_as_its_inner_one_and_shows_its_id() {
+        let tag = |cmd: Command| Command::Tagged {
+            id: ProposalId {
+                origin: 2,
+                epoch: 5,
+                seq: 17,
+            },
+            floor: 15,
+            cmd: Box::new(cmd),
+        };
+        let keep_alive = tag(Command::LeaseKeepAlive { id: 9 });
+        assert!(keep_alive.is_batchable());
+        assert!(!tag(Command::Compact {
+            revision: Revision(3)
+        })
+        .is_batchable());
+        assert_eq!(
+            keep_alive.to_string(),
+            "lease_keep_alive(9) [proposal 2.5.17, floor 15]"
+        );
+    }
 
     /// `serde_bytes` changes how byte strings are visited, not how they are
     /// encoded: data written before it reads the same.

@@ -23,6 +23,10 @@
 //!   last applied id that reached the disk.
 //! - **Leases** are state-machine data too: grants, renewals and revokes
 //!   are log entries, and a revoke deletes its keys in one revision.
+//! - **Exactly once.** A [`Command::Tagged`] proposal is applied at most
+//!   once however many copies of it are committed: the replicated session
+//!   table ([`session`]) decides inside apply, and is written in the same
+//!   batch as the entry's data.
 //! - **Compaction** runs through the log, so every node drops the same
 //!   history; a read below the compaction point is [`StoreError::Compacted`].
 //!   Events point into `history` for their values, so compaction keeps
@@ -36,6 +40,7 @@
 //! - [`command`]: the replicated command, its response and watch events.
 //! - [`apply`]: pure apply of a command against a read view.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
+//! - [`session`]: the proposal session table behind exactly-once apply.
 //! - [`log_store`] / [`state_machine`]: the openraft storage traits.
 
 pub mod apply;
@@ -46,6 +51,7 @@ pub mod faults;
 pub mod log_store;
 pub mod mvcc;
 pub mod schema;
+pub mod session;
 pub mod state_machine;
 
 use std::path::Path;
@@ -55,7 +61,8 @@ use tokio::sync::watch;
 pub use command::{
     prefix_end, ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget,
     DeleteRequest, DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op,
-    OpResponse, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
+    OpResponse, ProposalId, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn,
+    TxnResponse,
 };
 pub use error::StoreError;
 pub use faults::DiskFaults;
@@ -92,12 +99,14 @@ pub struct Store {
     applied: watch::Receiver<AppliedState>,
     installs: state_machine::InstallGeneration,
     faults: DiskFaults,
+    boot_epoch: u64,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("applied", &*self.applied.borrow())
+            .field("boot_epoch", &self.boot_epoch)
             .finish()
     }
 }
@@ -185,6 +194,13 @@ impl Store {
         &self.faults
     }
 
+    /// This process's boot epoch: greater than that of every earlier
+    /// process on this data directory (raised, and synced, by [`open`]).
+    /// The `epoch` of the [`ProposalId`]s this node hands out.
+    pub fn boot_epoch(&self) -> u64 {
+        self.boot_epoch
+    }
+
     /// Approximate bytes the database takes on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.engine.approximate_size()
@@ -192,13 +208,15 @@ impl Store {
 }
 
 /// Opens the node's storage under `dir`: the log store and state machine for
-/// openraft, and a [`Store`] read handle for everything else.
+/// openraft, and a [`Store`] read handle for everything else. Each open
+/// starts a new boot epoch ([`Store::boot_epoch`]).
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
     let engine = engine::Engine::open(&dir.join("db"))?;
     let installs = state_machine::InstallGeneration::default();
     let faults = DiskFaults::default();
     let (sm, applied) =
         StateMachine::open(engine.clone(), dir.join("snapshots"), installs.clone())?;
+    let boot_epoch = session::raise_boot_epoch(&engine)?;
     Ok((
         LogStore::new(engine.clone(), faults.clone()),
         sm.with_faults(faults.clone()),
@@ -207,6 +225,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
             applied,
             installs,
             faults,
+            boot_epoch,
         },
     ))
 }

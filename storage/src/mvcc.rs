@@ -29,6 +29,8 @@ use crate::command::{
 use crate::engine::{Batch, Engine, Scan, SnapshotView};
 use crate::error::StoreError;
 use crate::schema::{self, Cf};
+use crate::session::{self, Recorded, SessionState};
+use crate::NodeId;
 
 /// Something rows can be read from: the live engine or a point-in-time view.
 pub(crate) trait Source {
@@ -215,6 +217,18 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
         }
         Ok(keys)
     }
+
+    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
+        session::read_state(self.src, origin)
+    }
+
+    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
+        session::read_record(self.src, origin, seq)
+    }
+
+    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
+        session::read_seqs_below(self.src, origin, below)
+    }
 }
 
 impl<S: Source + ?Sized> MvccReader<'_, S> {
@@ -385,8 +399,9 @@ fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
         .collect()
 }
 
-/// Stages the writes, history rows, events and revision of `applied` into
-/// `batch`. Compaction, if asked for, is staged too (it reads the engine).
+/// Stages the writes, history rows, events, revision and session change of
+/// `applied` into `batch`. Compaction, if asked for, is staged too (it
+/// reads the engine).
 pub(crate) fn stage_applied(
     engine: &Engine,
     batch: &mut Batch<'_>,
@@ -434,6 +449,9 @@ pub(crate) fn stage_applied(
         } else {
             batch.delete(Cf::Leases, &row)?;
         }
+    }
+    if let Some(update) = &applied.session {
+        session::stage_update(batch, update)?;
     }
     if let Some(to) = applied.compact_to {
         stage_compaction(engine, batch, compacted, to)?;

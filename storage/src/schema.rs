@@ -10,16 +10,22 @@
 //! | `raft_log` | log index (u64) | `Entry<TypeConfig>` |
 //! | `raft_meta` | [`RAFT_VOTE`], [`RAFT_COMMITTED`], [`RAFT_LAST_PURGED`] | `Vote`, `LogId` |
 //! | `raft_meta` | [`RAFT_LIVENESS_PROBE`] | anything: overwritten by every liveness probe |
+//! | `raft_meta` | [`RAFT_BOOT_EPOCH`] | this node's boot epoch (u64): local, never replicated |
 //! | `kv` | user key | current [`KeyValue`](crate::KeyValue) |
 //! | `history` | [`history_key`]: escaped user key ++ revision (u64) | `Option<KeyValue>` (`None` = deleted) |
 //! | `events` | revision (u64) | `Vec<StoredEvent>`: everything that revision changed, its states pointing into `history` (see [`crate::mvcc`]) |
 //! | `sm_meta` | [`SM_LAST_APPLIED`], [`SM_MEMBERSHIP`], [`SM_REVISION`], ... | state-machine bookkeeping |
 //! | `leases` | [`lease_key`]: `L` ++ id (i64) | [`LeaseRecord`](crate::LeaseRecord) |
 //! | `leases` | [`lease_attachment_key`]: `K` ++ id (i64) ++ user key | empty: the key is attached to the lease |
+//! | `sessions` | [`session_key`]: origin node (u64) | [`SessionState`](crate::session::SessionState): the origin's epoch and floor |
+//! | `sessions` | [`session_record_key`]: origin node (u64) ++ seq (u64) | [`Recorded`](crate::session::Recorded): the answer of that proposal |
 
 /// Bumped whenever an encoding below changes incompatibly. A data directory
 /// written with another version is refused at open.
-pub const FORMAT_VERSION: u32 = 2;
+/// Format 3 added the `sessions` column family (exactly-once proposals):
+/// a build of format 2 could neither open such a directory nor install
+/// such a snapshot.
+pub const FORMAT_VERSION: u32 = 3;
 
 pub const CF_RAFT_LOG: &str = "raft_log";
 pub const CF_RAFT_META: &str = "raft_meta";
@@ -28,6 +34,7 @@ pub const CF_HISTORY: &str = "history";
 pub const CF_EVENTS: &str = "events";
 pub const CF_SM_META: &str = "sm_meta";
 pub const CF_LEASES: &str = "leases";
+pub const CF_SESSIONS: &str = "sessions";
 
 /// A column family. The engine maps each to its RocksDB handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,11 +46,12 @@ pub enum Cf {
     Events,
     SmMeta,
     Leases,
+    Sessions,
 }
 
 impl Cf {
     /// Every column family, in the order they are created.
-    pub const ALL: [Cf; 7] = [
+    pub const ALL: [Cf; 8] = [
         Cf::RaftLog,
         Cf::RaftMeta,
         Cf::Kv,
@@ -51,11 +59,13 @@ impl Cf {
         Cf::Events,
         Cf::SmMeta,
         Cf::Leases,
+        Cf::Sessions,
     ];
 
-    /// The column families that hold state-machine data (what a snapshot
-    /// carries besides the bookkeeping rows of `sm_meta`).
-    pub const MVCC: [Cf; 4] = [Cf::Kv, Cf::History, Cf::Events, Cf::Leases];
+    /// The column families that hold replicated state-machine data (what a
+    /// snapshot carries whole, besides the bookkeeping rows of `sm_meta`):
+    /// the MVCC store, the leases and the proposal sessions.
+    pub const STATE_MACHINE: [Cf; 5] = [Cf::Kv, Cf::History, Cf::Events, Cf::Leases, Cf::Sessions];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -66,6 +76,7 @@ impl Cf {
             Cf::Events => CF_EVENTS,
             Cf::SmMeta => CF_SM_META,
             Cf::Leases => CF_LEASES,
+            Cf::Sessions => CF_SESSIONS,
         }
     }
 
@@ -79,6 +90,7 @@ impl Cf {
             Cf::Events => 4,
             Cf::SmMeta => 5,
             Cf::Leases => 6,
+            Cf::Sessions => 7,
         }
     }
 
@@ -92,6 +104,10 @@ pub const RAFT_COMMITTED: &[u8] = b"committed";
 pub const RAFT_LAST_PURGED: &[u8] = b"last_purged";
 /// Written (synced) by [`crate::Store::check_writable`], the liveness probe.
 pub const RAFT_LIVENESS_PROBE: &[u8] = b"liveness_probe";
+/// The epoch of this node's current process (u64 big-endian), raised at
+/// every open: the `epoch` of the proposal ids it hands out. Local to the
+/// node (not in snapshots): it names this node's processes, not state.
+pub const RAFT_BOOT_EPOCH: &[u8] = b"boot_epoch";
 
 pub const SM_FORMAT_VERSION: &[u8] = b"format_version";
 pub const SM_LAST_APPLIED: &[u8] = b"last_applied";
@@ -131,6 +147,30 @@ pub fn lease_attachment_prefix(id: i64) -> Vec<u8> {
     k.push(b'K');
     k.extend_from_slice(&id.to_be_bytes());
     k
+}
+
+/// The `sessions` row of origin node `origin`'s session state.
+pub fn session_key(origin: u64) -> [u8; 8] {
+    origin.to_be_bytes()
+}
+
+/// The `sessions` row of the answer to proposal `seq` of `origin`. It
+/// sorts after the origin's state row and before the next origin's.
+pub fn session_record_key(origin: u64, seq: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&origin.to_be_bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Splits a `sessions` row key: the origin, and the seq for a record row
+/// (`None` for the origin's state row).
+pub fn split_session_key(row: &[u8]) -> Option<(u64, Option<u64>)> {
+    match row.len() {
+        8 => Some((decode_u64(row)?, None)),
+        16 => Some((decode_u64(&row[..8])?, Some(decode_u64(&row[8..])?))),
+        _ => None,
+    }
 }
 
 pub fn u64_key(n: u64) -> [u8; 8] {
@@ -214,6 +254,26 @@ mod tests {
             let row = history_key(k, 42);
             assert_eq!(split_history_key(&row), Some((k.to_vec(), 42)));
         }
+    }
+
+    #[test]
+    fn session_rows_sort_by_origin_state_first_then_seq() {
+        let mut rows: Vec<Vec<u8>> = Vec::new();
+        for origin in [1u64, 2, 256, u64::MAX] {
+            rows.push(session_key(origin).to_vec());
+            for seq in [0u64, 1, 300, u64::MAX] {
+                rows.push(session_record_key(origin, seq).to_vec());
+            }
+        }
+        let mut sorted = rows.clone();
+        sorted.sort();
+        assert_eq!(rows, sorted);
+        assert_eq!(split_session_key(&session_key(7)), Some((7, None)));
+        assert_eq!(
+            split_session_key(&session_record_key(7, 9)),
+            Some((7, Some(9)))
+        );
+        assert_eq!(split_session_key(b"odd"), None);
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! openraft's state machine: applies committed entries to the MVCC store,
-//! one atomic write batch per entry (data, history, events and the last
-//! applied log id together), and builds and installs snapshots.
+//! one atomic write batch per entry (data, history, events, proposal
+//! sessions and the last applied log id together), and builds and installs
+//! snapshots. It keeps the in-memory mirror of the session table
+//! ([`crate::session`]), loaded at open and after every install.
 //!
 //! Snapshot file format (`<data>/snapshots/current.snap`): the magic
 //! `KSSNAPSH`, the storage format version (u32, big-endian; see
 //! [`schema::FORMAT_VERSION`]), a length-prefixed bincode `SnapshotMeta`,
 //! then records
-//! `(cf tag u8, key len u32, key, value len u32, value)` of the MVCC column
-//! families and the revision rows, ended by the tag `0xFF`.
+//! `(cf tag u8, key len u32, key, value len u32, value)` of the state
+//! machine's column families ([`Cf::STATE_MACHINE`]: MVCC, leases,
+//! sessions) and the revision rows, ended by the tag `0xFF`.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +32,7 @@ use crate::error::StoreError;
 use crate::faults::DiskFaults;
 use crate::mvcc::{self, MvccReader};
 use crate::schema::{self, Cf};
+use crate::session::{SessionTable, WithSessions};
 use crate::{Entry, Node, NodeId, TypeConfig};
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
@@ -69,6 +73,8 @@ pub struct StateMachine {
     installs: InstallGeneration,
     files: SnapshotFiles,
     faults: DiskFaults,
+    /// The mirror of the `sessions` column family.
+    sessions: SessionTable,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -129,6 +135,7 @@ impl StateMachine {
         let last_applied = get_bincode(&engine, schema::SM_LAST_APPLIED)?.flatten();
         let membership = get_bincode(&engine, schema::SM_MEMBERSHIP)?.unwrap_or_default();
         let state = read_applied_state(&engine, last_applied, 0)?;
+        let sessions = SessionTable::load(&engine)?;
         let (applied_tx, applied_rx) = watch::channel(state);
         Ok((
             Self {
@@ -140,6 +147,7 @@ impl StateMachine {
                 installs,
                 files,
                 faults: DiskFaults::default(),
+                sessions,
             },
             applied_rx,
         ))
@@ -160,15 +168,18 @@ impl StateMachine {
 
     fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
         let mut batch = self.engine.batch();
+        let mut session_updates = Vec::new();
         let response = match &entry.payload {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
                 let reader = MvccReader::new(&self.engine)?;
                 let compacted = crate::apply::MvccRead::compacted_revision(&reader);
-                let (response, applied) = apply_entry(&reader, cmd)?;
+                let view = WithSessions::new(&reader, &self.sessions);
+                let (response, applied) = apply_entry(&view, cmd)?;
                 for one in &applied {
                     mvcc::stage_applied(&self.engine, &mut batch, one, compacted)?;
                 }
+                session_updates.extend(applied.into_iter().filter_map(|one| one.session));
                 tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
                 response
             }
@@ -191,6 +202,10 @@ impl StateMachine {
         // from the last applied id that did reach the disk.
         self.engine.write(batch, false)?;
         self.last_applied = Some(entry.log_id);
+        // In the order they were staged, now that they are written.
+        for update in &session_updates {
+            self.sessions.absorb(update);
+        }
         Ok(response)
     }
 }
@@ -328,6 +343,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .map_err(|e| snap_err(e, ErrorVerb::Write))?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        self.sessions = SessionTable::load(&self.engine).map_err(|e| sm_err(e, ErrorVerb::Read))?;
         self.publish(true).map_err(|e| sm_err(e, ErrorVerb::Read))?;
         tracing::info!("snapshot installed");
         Ok(())
@@ -434,7 +450,7 @@ fn build_snapshot_file(
             out.write_all(&(v.len() as u32).to_be_bytes())?;
             out.write_all(v)
         };
-        for cf in Cf::MVCC {
+        for cf in Cf::STATE_MACHINE {
             for row in view.scan(cf, &[], None)? {
                 let (k, v) = row?;
                 write_row(cf, &k, &v).map_err(io_err(&tmp))?;
@@ -531,7 +547,7 @@ fn install_from_file(
     meta: &SnapshotMeta<NodeId, Node>,
 ) -> Result<(), StoreError> {
     let (mut input, _) = open_snapshot(path)?;
-    for cf in Cf::MVCC {
+    for cf in Cf::STATE_MACHINE {
         engine.clear(cf)?;
     }
     let mut batch = engine.batch();
@@ -544,7 +560,7 @@ fn install_from_file(
             break;
         }
         let cf = Cf::from_tag(tag[0])
-            .filter(|cf| Cf::MVCC.contains(cf) || *cf == Cf::SmMeta)
+            .filter(|cf| Cf::STATE_MACHINE.contains(cf) || *cf == Cf::SmMeta)
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("snapshot row has unknown tag {}", tag[0]))
             })?;
@@ -614,4 +630,64 @@ fn promote_staged(dir: &Path) -> Result<(), StoreError> {
     let staged = dir.join(STAGED_SNAPSHOT);
     let current = dir.join(CURRENT_SNAPSHOT);
     std::fs::rename(&staged, &current).map_err(io_err(&current))
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+    use crate::command::{Command, Op, PutRequest, Txn};
+    use crate::ProposalId;
+
+    fn tagged(epoch: u64, seq: u64, floor: u64, key: &str) -> Command {
+        Command::Tagged {
+            id: ProposalId {
+                origin: 1,
+                epoch,
+                seq,
+            },
+            floor,
+            cmd: Box::new(Command::Txn(Txn {
+                success: vec![Op::Put(PutRequest::new(key, "v"))],
+                ..Txn::default()
+            })),
+        }
+    }
+
+    /// Every session change reaches the mirror exactly as it reaches the
+    /// disk: records made, made and evicted in one entry, evicted later,
+    /// and dropped when a new epoch replaces the session.
+    #[tokio::test]
+    async fn the_session_mirror_always_equals_the_stored_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_log, mut sm, _store) = crate::open(dir.path()).expect("open");
+        let entries = [
+            tagged(1, 1, 1, "a"),
+            Command::Batch(vec![
+                tagged(1, 2, 1, "b"),
+                tagged(1, 3, 3, "c"),
+                tagged(1, 2, 1, "b"),
+            ]),
+            tagged(1, 2, 1, "b"),
+            Command::Batch(vec![tagged(1, 4, 4, "d"), tagged(1, 5, 4, "e")]),
+            tagged(2, 1, 1, "f"),
+            Command::Batch(vec![tagged(2, 2, 1, "g"), tagged(1, 6, 6, "stale")]),
+        ];
+        for (i, cmd) in entries.into_iter().enumerate() {
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), i as u64 + 1),
+                payload: EntryPayload::Normal(cmd),
+            };
+            sm.apply(vec![entry]).await.expect("apply");
+            assert_eq!(
+                sm.sessions,
+                SessionTable::load(&sm.engine).expect("load"),
+                "after entry {}",
+                i + 1
+            );
+        }
+        let stored = crate::session::read_seqs_below(&sm.engine, 1, u64::MAX).expect("seqs");
+        assert_eq!(stored, vec![1, 2], "epoch 2's two writes");
+    }
 }

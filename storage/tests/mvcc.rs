@@ -1,12 +1,13 @@
 //! The MVCC store through the state machine: revisions, reads at old
-//! revisions, compaction, snapshots, and recovery after a crash.
+//! revisions, compaction, snapshots, recovery after a crash, and
+//! exactly-once tagged proposals across entries, restarts and snapshots.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command as Process, Stdio};
 
 use kubestore_storage::{
-    ApplyError, Command, CommandResult, DeleteRequest, KeyRange, Op, PutRequest, RangeRequest,
-    Revision, StateMachine, Store, StoreError, Txn,
+    ApplyError, Command, CommandResult, DeleteRequest, KeyRange, Op, ProposalId, PutRequest,
+    RangeRequest, Revision, StateMachine, Store, StoreError, Txn,
 };
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
@@ -20,6 +21,15 @@ fn put(key: &str, value: &str) -> Command {
         success: vec![Op::Put(PutRequest::new(key, value))],
         ..Txn::default()
     })
+}
+
+/// `cmd` as proposal `(origin, epoch, seq)`, sent with `floor`.
+fn tagged(origin: u64, epoch: u64, seq: u64, floor: u64, cmd: Command) -> Command {
+    Command::Tagged {
+        id: ProposalId { origin, epoch, seq },
+        floor,
+        cmd: Box::new(cmd),
+    }
 }
 
 fn compact(revision: u64) -> Command {
@@ -199,12 +209,29 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
         .collect();
     apply_all(&mut sm, &mut next, cmds).await;
     apply_all(&mut sm, &mut next, vec![delete("k/007"), compact(120)]).await;
+    // Proposals of node 7: seqs 1 and 2 finished, 3 and 4 still recorded.
+    let proposals = vec![
+        tagged(7, 1, 1, 1, put("p/1", "1")),
+        tagged(7, 1, 2, 1, put("p/2", "1")),
+        tagged(7, 1, 3, 3, put("p/3", "1")),
+        tagged(7, 1, 4, 3, put("p/4", "1")),
+    ];
+    let answers = apply_all(&mut sm, &mut next, proposals.clone()).await;
 
     let mut builder = sm.get_snapshot_builder().await;
     let snapshot = builder.build_snapshot().await.expect("build");
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(next - 1)));
 
     let (_log2, mut sm2, store2) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    // Node b's own table before the install: replaced by the snapshot's.
+    let mut next_b = 1;
+    let before = apply_all(
+        &mut sm2,
+        &mut next_b,
+        vec![tagged(9, 1, 1, 1, put("b/only", "1"))],
+    )
+    .await;
+    assert_eq!(before[0].revision, Revision(1));
     let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
     let mut source = snapshot.snapshot;
     tokio::io::copy(&mut source, &mut *incoming)
@@ -230,9 +257,93 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
         store2.events_after(Revision(150), 1000).expect("b events"),
         store.events_after(Revision(150), 1000).expect("a events")
     );
+    // The session table came with it: copies of the recorded proposals get
+    // their first answers, copies of the finished ones are refused, and
+    // nothing is written.
+    let revision = store2.applied().revision;
+    let copies = apply_all(&mut sm2, &mut next, proposals).await;
+    assert_eq!(copies[2..], answers[2..]);
+    for refused in &copies[..2] {
+        assert_eq!(refused.result, Err(ApplyError::StaleProposal));
+    }
+    assert_eq!(store2.applied().revision, revision);
+    // Node b's own session went with the state it replaced.
+    let again = apply_all(
+        &mut sm2,
+        &mut next,
+        vec![tagged(9, 1, 1, 1, put("b/only", "1"))],
+    )
+    .await;
+    assert_eq!(again[0].revision, revision.next(), "applied anew");
+
     // The installed node keeps applying from where the snapshot ends.
     let r = apply_all(&mut sm2, &mut next, vec![put("after", "snapshot")]).await;
-    assert_eq!(r[0].revision, store.applied().revision.next());
+    assert_eq!(r[0].revision, revision.next().next());
+}
+
+#[tokio::test]
+async fn a_second_entry_of_one_proposal_changes_nothing_and_answers_the_original_revision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+    let mut next = 1;
+    // A blind put, retried at another leader after the first one committed
+    // it: both copies reach the log.
+    let write = tagged(2, 1, 1, 1, put("counter", "1"));
+    let responses = apply_all(
+        &mut sm,
+        &mut next,
+        vec![write.clone(), put("other", "x"), write.clone()],
+    )
+    .await;
+    assert_eq!(responses[0].revision, Revision(1));
+    assert!(responses[0].result.is_ok());
+    assert_eq!(responses[2], responses[0], "the copy gets the first answer");
+    assert_eq!(store.applied().revision, Revision(2));
+    assert_eq!(store.applied().log_index, 3);
+    let events = store.events_after(Revision(0), 10).expect("events");
+    assert_eq!(
+        events
+            .iter()
+            .map(|(r, e)| (r.0, e.len()))
+            .collect::<Vec<_>>(),
+        vec![(1, 1), (2, 1)],
+        "one event for the proposal"
+    );
+    let current = store
+        .range(&RangeRequest {
+            range: KeyRange::single("counter"),
+            ..RangeRequest::default()
+        })
+        .expect("range");
+    assert_eq!(current.kvs[0].version, 1);
+    assert_eq!(current.kvs[0].mod_revision, Revision(1));
+}
+
+#[tokio::test]
+async fn the_session_table_and_boot_epochs_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut next = 1;
+    let write = tagged(3, 1, 5, 5, put("k", "v"));
+    let (first, epoch) = {
+        let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+        let answers = apply_all(&mut sm, &mut next, vec![write.clone()]).await;
+        (answers[0].clone(), store.boot_epoch())
+    };
+    let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("reopen");
+    assert!(
+        store.boot_epoch() > epoch,
+        "every open starts a later epoch: {} after {epoch}",
+        store.boot_epoch()
+    );
+    let copies = apply_all(
+        &mut sm,
+        &mut next,
+        vec![write, tagged(3, 1, 4, 5, put("k", "older"))],
+    )
+    .await;
+    assert_eq!(copies[0], first);
+    assert_eq!(copies[1].result, Err(ApplyError::StaleProposal));
+    assert_eq!(store.applied().revision, Revision(1));
 }
 
 #[tokio::test]
@@ -363,8 +474,12 @@ async fn crash_child_applies_until_killed() {
     let (_log, mut sm, store) = kubestore_storage::open(std::path::Path::new(&dir)).expect("open");
     let mut next = store.applied().log_index + 1;
     loop {
+        // Each entry is proposal `seq = its index` of node 1, alone in flight.
         let cmds = (0..3)
-            .map(|i| put(&format!("key/{}", (next + i) % 97), &next.to_string()))
+            .map(|i| {
+                let write = put(&format!("key/{}", (next + i) % 97), &next.to_string());
+                tagged(1, 1, next + i, next + i, write)
+            })
             .collect();
         apply_all(&mut sm, &mut next, cmds).await;
         println!("applied {}", next - 1);
@@ -429,6 +544,20 @@ async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreeme
             max_value <= index,
             "a value from an unapplied entry survived"
         );
+        if round == 2 {
+            // The session rows were written with the data: the last applied
+            // proposal is known, so a copy of it is answered, not applied.
+            let mut next = index + 1;
+            let copy = apply_all(
+                &mut sm,
+                &mut next,
+                vec![tagged(1, 1, index, index, put("key/copy", "copy"))],
+            )
+            .await;
+            assert_eq!(copy[0].revision, Revision(index));
+            assert!(copy[0].result.is_ok(), "{:?}", copy[0]);
+            assert_eq!(store.applied().revision, Revision(index));
+        }
     }
 }
 

@@ -364,6 +364,60 @@ async fn a_leased_read_on_the_leader_never_goes_behind_a_follower_read() {
     c.shutdown().await;
 }
 
+/// A forwarded write whose attempt times out is sent again, and both
+/// copies commit: the leader's slow apply holds the first answer past the
+/// follower's attempt timeout. The write must still be applied once (one
+/// revision, version 1), and answered with the first copy's revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_write_retried_after_a_timeout_is_applied_once() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c.follower().await.expect("follower");
+    let leader_raft = c.node(leader).expect("in-process leader").raft.clone();
+    let mut etcd = c.etcd(follower).await.expect("etcd client");
+    let before = leader_raft.status().await.expect("status").last_log_index;
+
+    // Longer than PEER_ATTEMPT_TIMEOUT: the follower gives up on its first
+    // attempt and sends the write again while the first copy commits.
+    leader_raft
+        .store()
+        .faults()
+        .set_apply_delay(Duration::from_millis(2_500));
+    let put = tokio::spawn(async move { etcd.put("/once/key", "v", None).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let last = leader_raft.status().await.expect("status").last_log_index;
+        if last >= before + 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the retried copy never reached the leader's log (last log index {last}, was {before})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    leader_raft.store().faults().set_apply_delay(Duration::ZERO);
+    let answer = put.await.expect("join").expect("put");
+    let answered = answer.header().expect("header").revision();
+
+    let mut etcd = c.etcd(leader).await.expect("etcd client");
+    let got = etcd.get("/once/key", None).await.expect("get");
+    let kv = got.kvs().first().expect("the key exists");
+    assert_eq!(
+        kv.version(),
+        1,
+        "the write was applied {} times",
+        kv.version()
+    );
+    assert_eq!(kv.create_revision(), kv.mod_revision());
+    assert_eq!(
+        answered,
+        kv.mod_revision(),
+        "the answer is not the revision the write created"
+    );
+    c.shutdown().await;
+}
+
 /// Real processes, real kill -9: 8 writers create configmaps through every
 /// node while the leader is killed; every acknowledged object survives on
 /// every node, and the nodes end identical.

@@ -23,6 +23,11 @@ pub(super) fn apply_status(e: ApplyError) -> Status {
         ApplyError::LeaseExists => errors::lease_exists(),
         // Never reaches a client: the proposer batches only batchable commands.
         ApplyError::NotBatchable => Status::internal(e.to_string()),
+        // The write may or may not have been applied: etcd's answer for an
+        // unknown outcome.
+        ApplyError::StaleProposal | ApplyError::DuplicateResponseDropped => errors::timeout(),
+        // Never reaches a client: only `RaftNode::write` tags commands.
+        ApplyError::MalformedProposal => Status::internal(e.to_string()),
     }
 }
 

@@ -1,0 +1,331 @@
+//! Exactly-once proposals: the replicated session table.
+//!
+//! A write retried at another leader (the first one was unreachable, or
+//! stepped down after appending it) may be committed twice. Every
+//! [`Command::Tagged`](crate::Command::Tagged) copy carries the same
+//! [`ProposalId`](crate::ProposalId) `(origin, epoch, seq)` and the origin's
+//! `floor` (the smallest seq it still has in flight), and apply keeps one
+//! session per origin node: `{ epoch, floor, seq → recorded answer }`.
+//! The rules, in order, for a tagged command (see `apply::apply_tagged`):
+//!
+//! 1. `epoch < session.epoch`: the copy comes from a process of that node
+//!    that no longer runs, and nobody waits for it: refused with
+//!    [`ApplyError::StaleProposal`](crate::ApplyError::StaleProposal).
+//! 2. `epoch > session.epoch`: a new process; the session is replaced
+//!    (that epoch, floor 0, no records).
+//! 3. `session.floor = max(session.floor, floor)`; records below it go.
+//! 4. `seq < session.floor`: the origin has finished with it (answered,
+//!    failed or timed out), so this is a late copy: refused as stale. It
+//!    may or may not have been applied before; its caller was told so.
+//! 5. `seq` recorded: a duplicate, answered with the recorded response (the
+//!    original revision and result); nothing is applied.
+//! 6. Otherwise the inner command is applied and its response recorded
+//!    (only a marker if it encodes to more than
+//!    [`MAX_RECORDED_RESPONSE_BYTES`]: a later copy then gets
+//!    [`ApplyError::DuplicateResponseDropped`](crate::ApplyError::DuplicateResponseDropped)).
+//!
+//! Why this is at most once: a record leaves the table only when its origin
+//! has finished with it (rule 3 evicts below the floor the origin itself
+//! sent), and from then on every copy of it is refused by rule 4; a copy
+//! from a process that died is refused by rule 1. The decision is made
+//! inside apply, from replicated state only, so every node makes the same
+//! one, and it does not depend on what the command does: it holds for a
+//! blind put or a lease keep-alive as for a guarded Kubernetes update.
+//! The table is bounded by what its origins have in flight (plus what they
+//! finished since their last proposal).
+//!
+//! On disk the table is the `sessions` column family (see
+//! [`crate::schema`]), written in the same batch as the entry's data and
+//! last-applied id, and carried by snapshots. The state machine keeps a
+//! mirror of every session's epoch, floor and recorded seqs in memory
+//! ([`SessionTable`]), so the common case (a proposal seen for the first
+//! time) reads nothing from disk; a duplicate reads its recorded response.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::apply::MvccRead;
+use crate::command::{KeyValue, LeaseRecord, RangeRequest, RangeResponse, Response, Revision};
+use crate::engine::{Batch, Engine};
+use crate::error::StoreError;
+use crate::mvcc::Source;
+use crate::schema::{self, Cf};
+use crate::NodeId;
+
+/// The largest response (bincode-encoded) the table keeps for a duplicate
+/// to be answered with; a larger one is recorded as [`Recorded::Dropped`].
+pub const MAX_RECORDED_RESPONSE_BYTES: u64 = 64 * 1024;
+
+/// One origin's session: which process of the node it follows, and below
+/// which seq that process has finished with every proposal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SessionState {
+    pub epoch: u64,
+    pub floor: u64,
+}
+
+/// What the table keeps of one applied proposal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Recorded {
+    /// The response it was answered with.
+    Response(Response),
+    /// Its response was larger than [`MAX_RECORDED_RESPONSE_BYTES`].
+    Dropped,
+}
+
+impl Recorded {
+    /// What to keep of `response`.
+    pub fn of(response: &Response) -> Result<Self, StoreError> {
+        Ok(
+            if bincode::serialized_size(response)? <= MAX_RECORDED_RESPONSE_BYTES {
+                Recorded::Response(response.clone())
+            } else {
+                Recorded::Dropped
+            },
+        )
+    }
+}
+
+/// The change one tagged command makes to its origin's session, staged in
+/// the entry's write batch in order with the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionUpdate {
+    pub origin: NodeId,
+    /// The session after the command.
+    pub state: SessionState,
+    /// The session was replaced (a newer epoch): every earlier record of
+    /// the origin goes first.
+    pub replaced: bool,
+    /// Records the floor passed, dropped.
+    pub evicted: Vec<u64>,
+    /// The proposal applied by this command and what is kept of its answer.
+    pub recorded: Option<(u64, Recorded)>,
+}
+
+/// Stages `update` into `batch`: the state row, the evictions and the new
+/// record.
+pub(crate) fn stage_update(
+    batch: &mut Batch<'_>,
+    update: &SessionUpdate,
+) -> Result<(), StoreError> {
+    let origin = update.origin;
+    if update.replaced {
+        // Rare (once per restart of a node): a range delete is fine here.
+        batch.delete_range(
+            Cf::Sessions,
+            &schema::session_record_key(origin, 0),
+            &schema::session_record_key(origin, u64::MAX),
+        )?;
+        batch.delete(Cf::Sessions, &schema::session_record_key(origin, u64::MAX))?;
+    }
+    // Point deletes, not a range: the floor moves with nearly every write,
+    // and a range tombstone per write would pile up.
+    for seq in &update.evicted {
+        batch.delete(Cf::Sessions, &schema::session_record_key(origin, *seq))?;
+    }
+    if let Some((seq, recorded)) = &update.recorded {
+        batch.put(
+            Cf::Sessions,
+            &schema::session_record_key(origin, *seq),
+            &bincode::serialize(recorded)?,
+        )?;
+    }
+    batch.put(
+        Cf::Sessions,
+        &schema::session_key(origin),
+        &bincode::serialize(&update.state)?,
+    )
+}
+
+/// Reads `origin`'s session state row.
+pub(crate) fn read_state<S: Source + ?Sized>(
+    src: &S,
+    origin: NodeId,
+) -> Result<Option<SessionState>, StoreError> {
+    match src.get(Cf::Sessions, &schema::session_key(origin))? {
+        Some(v) => Ok(Some(bincode::deserialize(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Reads the record of `origin`'s proposal `seq`.
+pub(crate) fn read_record<S: Source + ?Sized>(
+    src: &S,
+    origin: NodeId,
+    seq: u64,
+) -> Result<Option<Recorded>, StoreError> {
+    match src.get(Cf::Sessions, &schema::session_record_key(origin, seq))? {
+        Some(v) => Ok(Some(bincode::deserialize(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// The seqs of `origin` with a record below `below`, ascending.
+pub(crate) fn read_seqs_below<S: Source + ?Sized>(
+    src: &S,
+    origin: NodeId,
+    below: u64,
+) -> Result<Vec<u64>, StoreError> {
+    let start = schema::session_record_key(origin, 0);
+    let end = schema::session_record_key(origin, below);
+    let mut seqs = Vec::new();
+    for row in src.scan(Cf::Sessions, &start, Some(&end))? {
+        let (k, _) = row?;
+        match schema::split_session_key(&k) {
+            Some((o, Some(seq))) if o == origin => seqs.push(seq),
+            _ => return Err(StoreError::Corrupt("malformed sessions row".into())),
+        }
+    }
+    Ok(seqs)
+}
+
+/// One session as the state machine mirrors it: no responses, only which
+/// seqs have one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct MirroredSession {
+    state: SessionState,
+    seqs: BTreeSet<u64>,
+}
+
+/// The state machine's in-memory mirror of the `sessions` column family:
+/// every session's state and recorded seqs. Loaded at open, rebuilt after a
+/// snapshot install, and changed only after the batch holding the same
+/// changes was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SessionTable {
+    sessions: BTreeMap<NodeId, MirroredSession>,
+}
+
+impl SessionTable {
+    /// The table as stored in `src`.
+    pub(crate) fn load<S: Source + ?Sized>(src: &S) -> Result<Self, StoreError> {
+        let mut sessions: BTreeMap<NodeId, MirroredSession> = BTreeMap::new();
+        for row in src.scan(Cf::Sessions, &[], None)? {
+            let (k, v) = row?;
+            match schema::split_session_key(&k) {
+                Some((origin, None)) => {
+                    sessions.entry(origin).or_default().state = bincode::deserialize(&v)?;
+                }
+                Some((origin, Some(seq))) => {
+                    sessions.entry(origin).or_default().seqs.insert(seq);
+                }
+                None => return Err(StoreError::Corrupt("malformed sessions row".into())),
+            }
+        }
+        Ok(Self { sessions })
+    }
+
+    /// Applies a written update.
+    pub(crate) fn absorb(&mut self, update: &SessionUpdate) {
+        let session = self.sessions.entry(update.origin).or_default();
+        if update.replaced {
+            session.seqs.clear();
+        }
+        for seq in &update.evicted {
+            session.seqs.remove(seq);
+        }
+        if let Some((seq, _)) = &update.recorded {
+            session.seqs.insert(*seq);
+        }
+        session.state = update.state;
+    }
+}
+
+/// The store as apply sees it in the state machine: `base` for everything,
+/// with session lookups answered from the mirror (only a duplicate's
+/// recorded response is read from `base`).
+pub(crate) struct WithSessions<'a, V> {
+    base: &'a V,
+    table: &'a SessionTable,
+}
+
+impl<'a, V: MvccRead> WithSessions<'a, V> {
+    pub(crate) fn new(base: &'a V, table: &'a SessionTable) -> Self {
+        Self { base, table }
+    }
+}
+
+impl<V: MvccRead> MvccRead for WithSessions<'_, V> {
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        self.base.get(key)
+    }
+
+    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+        self.base.range(req)
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.base.current_revision()
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.base.compacted_revision()
+    }
+
+    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+        self.base.lease(id)
+    }
+
+    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.base.lease_keys(id)
+    }
+
+    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
+        Ok(self.table.sessions.get(&origin).map(|s| s.state))
+    }
+
+    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
+        let known = self
+            .table
+            .sessions
+            .get(&origin)
+            .is_some_and(|s| s.seqs.contains(&seq));
+        if !known {
+            return Ok(None);
+        }
+        self.base
+            .session_record(origin, seq)?
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "the session mirror has proposal {origin}/{seq}, the store does not"
+                ))
+            })
+            .map(Some)
+    }
+
+    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
+        Ok(self
+            .table
+            .sessions
+            .get(&origin)
+            .map(|s| s.seqs.range(..below).copied().collect())
+            .unwrap_or_default())
+    }
+}
+
+/// Raises this node's boot epoch (a synced write, so no later process can
+/// reuse it) and returns it: the previous one plus one, or the wall clock in
+/// microseconds if that is larger. The clock keeps epochs increasing even
+/// across a lost data directory: a node that rejoins with an empty disk
+/// under the same id must not start below the epoch the replicated session
+/// table remembers for it, or rule 1 would refuse all its proposals.
+pub(crate) fn raise_boot_epoch(engine: &Engine) -> Result<u64, StoreError> {
+    let previous = match engine.get(Cf::RaftMeta, schema::RAFT_BOOT_EPOCH)? {
+        Some(v) => schema::decode_u64(&v)
+            .ok_or_else(|| StoreError::Corrupt("boot epoch row is not 8 bytes".into()))?,
+        None => 0,
+    };
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let epoch = previous.saturating_add(1).max(clock);
+    let mut batch = engine.batch();
+    batch.put(
+        Cf::RaftMeta,
+        schema::RAFT_BOOT_EPOCH,
+        &schema::u64_key(epoch),
+    )?;
+    engine.write(batch, true)?;
+    Ok(epoch)
+}
