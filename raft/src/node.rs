@@ -543,7 +543,20 @@ impl RaftNode {
                 }
             };
             let attempt_deadline = deadline.min(tokio::time::Instant::now() + PEER_ATTEMPT_TIMEOUT);
-            let round = tokio::time::timeout_at(attempt_deadline, self.read_index_from(leader))
+            // As for writes: once another leader is known, ask it instead.
+            let rerouted = async {
+                if leader == self.inner.id {
+                    std::future::pending::<()>().await;
+                }
+                self.leader_moved_from(leader).await;
+            };
+            let attempt = async {
+                tokio::select! {
+                    round = self.read_index_from(leader) => round,
+                    () = rerouted => Err(RaftNodeError::NoLeader),
+                }
+            };
+            let round = tokio::time::timeout_at(attempt_deadline, attempt)
                 .await
                 .unwrap_or(Err(RaftNodeError::Timeout("a read index")));
             match round {

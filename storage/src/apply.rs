@@ -354,42 +354,15 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
             if view.lease(*id)?.is_none() {
                 return Ok(refused(current, ApplyError::LeaseNotFound));
             }
-            let mut run = TxnRun::new(view, current);
-            let mut deleted = 0;
-            for key in view.lease_keys(*id)? {
-                match run.delete(&DeleteRequest {
-                    range: KeyRange::single(key),
-                    prev_kv: false,
-                }) {
-                    Ok(d) => deleted += d.deleted,
-                    Err(TxnError::Store(e)) => return Err(e),
-                    Err(TxnError::Refused(e)) => {
-                        return Err(StoreError::Corrupt(format!(
-                            "deleting a leased key was refused: {e}"
-                        )))
-                    }
-                }
-            }
-            let revision = if run.writes.is_empty() {
-                current
-            } else {
-                run.revision
-            };
-            let mut leases = BTreeMap::new();
-            leases.insert(*id, None);
-            Ok(Applied {
-                response: Response {
-                    revision,
-                    result: Ok(CommandResult::LeaseRevoked { deleted }),
-                },
-                writes: run.writes,
-                events: run.events,
-                compact_to: None,
-                leases,
-                attachments: run.attachments,
-                session: None,
-            })
+            revoke(view, current, *id)
         }
+        Command::LeaseExpire { id, renewals } => match view.lease(*id)? {
+            None => Ok(refused(current, ApplyError::LeaseNotFound)),
+            Some(lease) if lease.renewals != *renewals => {
+                Ok(refused(current, ApplyError::LeaseRenewed))
+            }
+            Some(_) => revoke(view, current, *id),
+        },
         Command::Txn(txn) => {
             let mut run = TxnRun::new(view, current);
             match run.txn(txn) {
@@ -420,6 +393,46 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
 }
 
 /// A deterministic refusal: no change, no new revision.
+/// Deletes lease `id` (known to exist) and every key attached to it, in
+/// one revision (none if it held no key).
+fn revoke(view: &impl MvccRead, current: Revision, id: i64) -> Result<Applied, StoreError> {
+    let mut run = TxnRun::new(view, current);
+    let mut deleted = 0;
+    for key in view.lease_keys(id)? {
+        match run.delete(&DeleteRequest {
+            range: KeyRange::single(key),
+            prev_kv: false,
+        }) {
+            Ok(d) => deleted += d.deleted,
+            Err(TxnError::Store(e)) => return Err(e),
+            Err(TxnError::Refused(e)) => {
+                return Err(StoreError::Corrupt(format!(
+                    "deleting a leased key was refused: {e}"
+                )))
+            }
+        }
+    }
+    let revision = if run.writes.is_empty() {
+        current
+    } else {
+        run.revision
+    };
+    let mut leases = BTreeMap::new();
+    leases.insert(id, None);
+    Ok(Applied {
+        response: Response {
+            revision,
+            result: Ok(CommandResult::LeaseRevoked { deleted }),
+        },
+        writes: run.writes,
+        events: run.events,
+        compact_to: None,
+        leases,
+        attachments: run.attachments,
+        session: None,
+    })
+}
+
 fn refused(current: Revision, error: ApplyError) -> Applied {
     Applied {
         response: Response {
@@ -820,6 +833,7 @@ mod tests {
         revision: Revision,
         sessions: BTreeMap<NodeId, SessionState>,
         records: BTreeMap<(NodeId, u64), Recorded>,
+        leases: BTreeMap<i64, LeaseRecord>,
     }
 
     impl MemView {
@@ -832,6 +846,12 @@ mod tests {
             }
             if !applied.writes.is_empty() {
                 self.revision = applied.response.revision;
+            }
+            for (id, lease) in &applied.leases {
+                match lease {
+                    Some(l) => self.leases.insert(*id, *l),
+                    None => self.leases.remove(id),
+                };
             }
             if let Some(update) = &applied.session {
                 let origin = update.origin;
@@ -892,8 +912,8 @@ mod tests {
         fn compacted_revision(&self) -> Revision {
             Revision::ZERO
         }
-        fn lease(&self, _id: i64) -> Result<Option<LeaseRecord>, StoreError> {
-            Ok(None)
+        fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+            Ok(self.leases.get(&id).copied())
         }
         fn lease_keys(&self, _id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
             Ok(Vec::new())
@@ -1308,5 +1328,28 @@ mod tests {
         let copy = view.run(compact);
         assert_eq!(copy.compact_to, None);
         assert_eq!(copy.response, first.response);
+    }
+
+    #[test]
+    fn an_expiry_decided_before_a_renewal_is_refused() {
+        let mut view = MemView::default();
+        let granted = view.run(Command::LeaseGrant { id: 7, ttl: 10 });
+        assert!(granted.response.result.is_ok());
+        // A leader's clock ran out at renewal count 0; meanwhile the
+        // majority committed a keep-alive.
+        view.run(Command::LeaseKeepAlive { id: 7 });
+        let stale = view.run(Command::LeaseExpire { id: 7, renewals: 0 });
+        assert_eq!(stale.response.result, Err(ApplyError::LeaseRenewed));
+        assert!(stale.leases.is_empty(), "a refused expiry changes no lease");
+        assert_eq!(view.leases.get(&7).map(|l| l.renewals), Some(1));
+        // Decided on the current count, the expiry revokes.
+        let expired = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
+        assert_eq!(
+            expired.response.result,
+            Ok(CommandResult::LeaseRevoked { deleted: 0 })
+        );
+        assert!(view.leases.is_empty());
+        let gone = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
+        assert_eq!(gone.response.result, Err(ApplyError::LeaseNotFound));
     }
 }

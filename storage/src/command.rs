@@ -324,6 +324,17 @@ pub enum Command {
     LeaseKeepAlive {
         id: i64,
     },
+    /// Expire lease `id` as [`Command::LeaseRevoke`] does, but only if it
+    /// was renewed exactly `renewals` times: the count its proposer saw
+    /// when its clock ran out. A renewal committed after that decision
+    /// (for instance while the proposer was a paused or deposed leader)
+    /// refuses the expiry with [`ApplyError::LeaseRenewed`], so an expiry
+    /// decided on a stale view never revokes a lease the majority kept
+    /// alive.
+    LeaseExpire {
+        id: i64,
+        renewals: u64,
+    },
     /// Several commands proposed together as one log entry (group commit):
     /// applied in order, each exactly as if it were its own entry (its own
     /// revision, events and verdict), and answered with one [`Response`]
@@ -371,6 +382,9 @@ impl fmt::Display for Command {
             Command::LeaseGrant { id, ttl } => write!(f, "lease_grant({id}, ttl={ttl})"),
             Command::LeaseRevoke { id } => write!(f, "lease_revoke({id})"),
             Command::LeaseKeepAlive { id } => write!(f, "lease_keep_alive({id})"),
+            Command::LeaseExpire { id, renewals } => {
+                write!(f, "lease_expire({id}, renewals={renewals})")
+            }
             Command::Batch(cmds) => write!(f, "batch({})", cmds.len()),
             Command::Tagged { id, floor, cmd } => {
                 write!(f, "{cmd} [proposal {id}, floor {floor}]")
@@ -415,6 +429,10 @@ pub enum ApplyError {
     LeaseNotFound,
     #[error("lease already exists")]
     LeaseExists,
+    /// A [`Command::LeaseExpire`] whose lease was renewed since the expiry
+    /// was decided: the lease lives on.
+    #[error("lease was renewed since its expiry was decided")]
+    LeaseRenewed,
     #[error("command cannot be batched")]
     NotBatchable,
     /// A tagged proposal from a process that no longer runs (its node has

@@ -12,7 +12,7 @@
 //! machine's column families ([`Cf::STATE_MACHINE`]: MVCC, leases,
 //! sessions) and the revision rows, ended by the tag `0xFF`.
 
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -317,11 +317,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             )
         })?;
         // Refused before anything is cleared: a snapshot of another
-        // storage format (or not a snapshot) leaves this store as it was.
-        read_snapshot_meta(&staged).map_err(|e| snap_err(e, ErrorVerb::Read))?;
+        // storage format (or not a snapshot), or one whose own metadata is
+        // not what the leader announced, leaves this store as it was (and
+        // openraft asks again, so a refused snapshot is an error to report,
+        // not a reason to stop the node).
+        let own = read_snapshot_meta(&staged).map_err(|e| snap_err(e, ErrorVerb::Read))?;
+        if own.last_log_id != meta.last_log_id || own.snapshot_id != meta.snapshot_id {
+            return Err(snap_err(
+                StoreError::Corrupt(format!(
+                    "snapshot {} describes itself as {} up to {:?}, announced as up to {:?}",
+                    meta.snapshot_id, own.snapshot_id, own.last_log_id, meta.last_log_id
+                )),
+                ErrorVerb::Read,
+            ));
+        }
         let engine = self.engine.clone();
         let dir = self.snapshot_dir.clone();
-        let meta_owned = meta.clone();
+        // What the file says it holds is what gets recorded as applied.
+        let meta_owned = own.clone();
         let (installs, files) = (self.installs.clone(), self.files.clone());
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
             let mut marker = engine.batch();
@@ -341,8 +354,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             )
         })?
         .map_err(|e| snap_err(e, ErrorVerb::Write))?;
-        self.last_applied = meta.last_log_id;
-        self.membership = meta.last_membership.clone();
+        self.last_applied = own.last_log_id;
+        self.membership = own.last_membership.clone();
         self.sessions = SessionTable::load(&self.engine).map_err(|e| sm_err(e, ErrorVerb::Read))?;
         self.publish(true).map_err(|e| sm_err(e, ErrorVerb::Read))?;
         tracing::info!("snapshot installed");
@@ -353,19 +366,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let path = self.snapshot_dir.join(CURRENT_SNAPSHOT);
-        if !path.exists() {
-            return Ok(None);
-        }
-        let meta = read_snapshot_meta(&path).map_err(|e| snap_err(e, ErrorVerb::Read))?;
-        let file = tokio::fs::File::open(&path).await.map_err(|e| {
+        // One open file for both the metadata and the data: a build or an
+        // install that renames another snapshot into place meanwhile
+        // replaces the name, not the file this handle reads.
+        let opened = tokio::task::spawn_blocking(move || {
+            let file = match std::fs::File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(StoreError::Io(path.display().to_string(), e)),
+            };
+            let (input, meta) = snapshot_header(file, &path)?;
+            let mut file = input.into_inner();
+            file.seek(std::io::SeekFrom::Start(0))
+                .map_err(io_err(&path))?;
+            Ok(Some((meta, file)))
+        })
+        .await
+        .map_err(|e| {
             snap_err(
-                StoreError::Io(path.display().to_string(), e),
+                StoreError::Corrupt(format!("snapshot task failed: {e}")),
                 ErrorVerb::Read,
             )
-        })?;
-        Ok(Some(Snapshot {
+        })?
+        .map_err(|e| snap_err(e, ErrorVerb::Read))?;
+        Ok(opened.map(|(meta, file)| Snapshot {
             meta,
-            snapshot: Box::new(file),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }
@@ -497,6 +523,16 @@ fn open_snapshot(
     path: &Path,
 ) -> Result<(BufReader<std::fs::File>, SnapshotMeta<NodeId, Node>), StoreError> {
     let file = std::fs::File::open(path).map_err(io_err(path))?;
+    snapshot_header(file, path)
+}
+
+/// Reads the header (format and metadata) of the snapshot open as `file`,
+/// leaving the reader at its first row. The metadata comes from the same
+/// open file as the rows, so the two always describe one snapshot.
+fn snapshot_header(
+    file: std::fs::File,
+    path: &Path,
+) -> Result<(BufReader<std::fs::File>, SnapshotMeta<NodeId, Node>), StoreError> {
     let mut input = BufReader::new(file);
     let mut magic = [0u8; 8];
     input.read_exact(&mut magic).map_err(io_err(path))?;
@@ -531,10 +567,22 @@ fn read_snapshot_meta(path: &Path) -> Result<SnapshotMeta<NodeId, Node>, StoreEr
     open_snapshot(path).map(|(_, meta)| meta)
 }
 
+/// The largest key, value or metadata chunk a snapshot may hold: far above
+/// any row this store writes (a value is at most a request's size), so a
+/// corrupt or forged length cannot make an install allocate gigabytes.
+const MAX_SNAPSHOT_CHUNK: usize = 64 * 1024 * 1024;
+
 fn read_chunk(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     input.read_exact(&mut len)?;
-    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_SNAPSHOT_CHUNK {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a snapshot chunk of {len} bytes (at most {MAX_SNAPSHOT_CHUNK})"),
+        ));
+    }
+    let mut buf = vec![0u8; len];
     input.read_exact(&mut buf)?;
     Ok(buf)
 }

@@ -390,6 +390,53 @@ async fn a_snapshot_of_another_storage_format_is_refused_and_the_store_is_left_a
     }
 }
 
+#[tokio::test]
+async fn a_snapshot_announced_as_another_is_refused_and_the_current_one_reads_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, _store) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let mut next = 1;
+    apply_all(&mut sm, &mut next, vec![put("a", "1"), put("b", "2")]).await;
+    let mut builder = sm.get_snapshot_builder().await;
+    let built = builder.build_snapshot().await.expect("build");
+    // The current snapshot's metadata and bytes come from one file.
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .expect("read current")
+        .expect("a current snapshot");
+    assert_eq!(current.meta, built.meta);
+    let mut bytes = Vec::new();
+    let mut source = current.snapshot;
+    tokio::io::AsyncReadExt::read_to_end(&mut source, &mut bytes)
+        .await
+        .expect("read snapshot");
+    assert_eq!(&bytes[..8], b"KSSNAPSH", "read from the start of the file");
+
+    let (_log2, mut sm2, store2) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    let mut next2 = 1;
+    apply_all(&mut sm2, &mut next2, vec![put("mine", "kept")]).await;
+    let before = read(&store2, "", None).expect("b before");
+    // Announced as covering more of the log than the file holds.
+    let mut announced = built.meta.clone();
+    announced.last_log_id = Some(LogId::new(CommittedLeaderId::new(9, 1), 999));
+    let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
+    tokio::io::AsyncWriteExt::write_all(&mut *incoming, &bytes)
+        .await
+        .expect("write");
+    let err = sm2
+        .install_snapshot(&announced, incoming)
+        .await
+        .expect_err("a snapshot that is not what was announced is refused");
+    assert!(err.to_string().contains("describes itself as"), "{err}");
+    assert_eq!(read(&store2, "", None).expect("b after"), before);
+    // The node goes on applying.
+    apply_all(&mut sm2, &mut next2, vec![put("after", "1")]).await;
+    assert_eq!(
+        read(&store2, "after", None).expect("read"),
+        vec![("after".to_string(), "1".to_string())]
+    );
+}
+
 fn put_leased(key: &str, lease: i64) -> Command {
     let mut p = PutRequest::new(key, "v");
     p.lease = lease;

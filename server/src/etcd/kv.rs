@@ -21,6 +21,8 @@ pub(super) fn apply_status(e: ApplyError) -> Status {
         ApplyError::KeyNotFound => errors::key_not_found(),
         ApplyError::LeaseNotFound => errors::lease_not_found(),
         ApplyError::LeaseExists => errors::lease_exists(),
+        // Never reaches a client: only the lease keeper proposes expiries.
+        ApplyError::LeaseRenewed => errors::lease_not_found(),
         // Never reaches a client: the proposer batches only batchable commands.
         ApplyError::NotBatchable => Status::internal(e.to_string()),
         // The write may or may not have been applied: etcd's answer for an

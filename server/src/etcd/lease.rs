@@ -60,8 +60,9 @@ impl LeaseKeeper {
 
     /// Brings the clocks in line with the store's leases: a new lease or a
     /// renewal restarts a clock, a revoked lease drops it. Returns the
-    /// leases whose clock ran out.
-    fn sync(&self, leases: &[LeaseRecord], now: Instant) -> Vec<i64> {
+    /// leases whose clock ran out, each with the renewal count its clock
+    /// last saw (the condition of its expiry).
+    fn sync(&self, leases: &[LeaseRecord], now: Instant) -> Vec<(i64, u64)> {
         let mut clocks = self.clocks();
         let live: HashMap<i64, &LeaseRecord> = leases.iter().map(|l| (l.id, l)).collect();
         clocks.retain(|id, _| live.contains_key(id));
@@ -81,7 +82,7 @@ impl LeaseKeeper {
         clocks
             .iter()
             .filter(|(_, (_, deadline))| *deadline <= now)
-            .map(|(id, _)| *id)
+            .map(|(id, (renewals, _))| (*id, *renewals))
             .collect()
     }
 
@@ -106,10 +107,13 @@ impl LeaseKeeper {
             if ctx.node.current_leader() != Some(ctx.node.id()) {
                 continue;
             }
-            for id in expired {
-                let span = tracing::info_span!("lease_expire", lease = id);
+            for (id, renewals) in expired {
+                // Conditional on the renewals this clock saw: if this node
+                // led on a stale view (paused, deposed), a renewal the
+                // majority committed meanwhile refuses the expiry in apply.
+                let span = tracing::info_span!("lease_expire", lease = id, renewals);
                 let revoked = tracing::Instrument::instrument(
-                    ctx.node.write(Command::LeaseRevoke { id }),
+                    ctx.node.write(Command::LeaseExpire { id, renewals }),
                     span,
                 )
                 .await;
@@ -124,6 +128,12 @@ impl LeaseKeeper {
                             );
                         }
                         Ok(_) | Err(ApplyError::LeaseNotFound) => {}
+                        Err(ApplyError::LeaseRenewed) => {
+                            tracing::info!(
+                                lease = id,
+                                "lease renewed since its expiry was decided; kept"
+                            );
+                        }
                         Err(e) => tracing::warn!(lease = id, error = %e, "expiring a lease failed"),
                     },
                     Err(e) => {
@@ -344,7 +354,8 @@ mod tests {
             .is_empty());
         assert_eq!(
             keeper.sync(&[lease(1)], t0 + Duration::from_secs(20)),
-            vec![7]
+            vec![(7, 1)],
+            "an expiry carries the renewal count its clock saw"
         );
         // A revoked lease loses its clock.
         assert!(keeper.sync(&[], t0 + Duration::from_secs(30)).is_empty());

@@ -32,6 +32,8 @@ pub async fn apply(
 ) -> Result<Value, ApiError> {
     let patch: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+    let patch = Patch::parse(kind, patch)?;
+    let copy_limit = state.max_body_bytes;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -42,7 +44,7 @@ pub async fn apply(
             .0
             .object
             .clone();
-        let (obj, own_precondition) = patch_object(rt, ns, name, current, kind, &patch)?;
+        let (obj, own_precondition) = patch_object(rt, ns, name, current, &patch, copy_limit)?;
         match state.kube.update_in(rt, ns, name, obj, scope).await {
             Err(ApiError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {
                 continue
@@ -55,13 +57,76 @@ pub async fn apply(
 /// Applies the patch to `current`. Returns the object to store and whether
 /// the patch itself set `metadata.resourceVersion` (its own precondition);
 /// otherwise the version that was patched becomes the precondition.
+/// kube-apiserver's cap on the operations of one JSON Patch.
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// A decoded patch body.
+#[derive(Debug)]
+enum Patch {
+    Json(json_patch::Patch),
+    Merge(Value),
+}
+
+impl Patch {
+    /// Decodes a patch of `kind`; a JSON Patch of more than
+    /// [`MAX_JSON_PATCH_OPERATIONS`] operations is refused (413) before
+    /// any of it runs.
+    fn parse(kind: PatchKind, patch: Value) -> Result<Self, ApiError> {
+        match kind {
+            PatchKind::Merge => Ok(Patch::Merge(patch)),
+            PatchKind::Json => {
+                let ops: json_patch::Patch = serde_json::from_value(patch).map_err(|e| {
+                    ApiError::BadRequest(format!(
+                        "the server rejected our request due to an error in our request: {e}"
+                    ))
+                })?;
+                if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+                    return Err(ApiError::EntityTooLarge(format!(
+                        "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                        ops.len()
+                    )));
+                }
+                Ok(Patch::Json(ops))
+            }
+        }
+    }
+}
+
+/// Applies a JSON Patch one operation at a time, refusing it once the
+/// values its `copy` operations duplicate add up to more than `copy_limit`
+/// bytes (as kube-apiserver bounds them by its request size: a few
+/// operations copying a copy would otherwise double the object each time).
+/// `doc` is a scratch copy: on an error the caller drops it.
+fn apply_json_patch(
+    doc: &mut Value,
+    ops: &json_patch::Patch,
+    copy_limit: usize,
+) -> Result<(), String> {
+    let mut copied = 0usize;
+    for op in ops.iter() {
+        if let json_patch::PatchOperation::Copy(copy) = op {
+            let size = doc
+                .pointer(copy.from.as_str())
+                .map_or(0, |v| serde_json::to_vec(v).map_or(0, |b| b.len()));
+            copied = copied.saturating_add(size);
+            if copied > copy_limit {
+                return Err(format!(
+                    "the values copied by the patch add up to more than {copy_limit} bytes"
+                ));
+            }
+        }
+        json_patch::patch(doc, std::slice::from_ref(op)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 fn patch_object(
     rt: &ResourceType,
     ns: Option<&str>,
     name: &str,
     current: Value,
-    kind: PatchKind,
-    patch: &Value,
+    patch: &Patch,
+    copy_limit: usize,
 ) -> Result<(serde_json::Map<String, Value>, bool), ApiError> {
     let current_rv = current
         .pointer("/metadata/resourceVersion")
@@ -72,14 +137,9 @@ fn patch_object(
     if let Some(meta) = patched.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
     }
-    match kind {
-        PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| {
-                ApiError::BadRequest(format!(
-                    "the server rejected our request due to an error in our request: {e}"
-                ))
-            })?;
-            json_patch::patch(&mut patched, &ops).map_err(|e| {
+    match patch {
+        Patch::Json(ops) => {
+            apply_json_patch(&mut patched, ops, copy_limit).map_err(|e| {
                 ApiError::invalid(
                     rt,
                     name,
@@ -87,7 +147,7 @@ fn patch_object(
                 )
             })?;
         }
-        PatchKind::Merge => json_patch::merge(&mut patched, patch),
+        Patch::Merge(merge) => json_patch::merge(&mut patched, merge),
     }
     let Value::Object(mut obj) = patched else {
         return Err(ApiError::BadRequest(
@@ -128,4 +188,49 @@ fn patch_object(
     obj.insert("kind".into(), Value::String(rt.kind.into()));
     obj.insert("apiVersion".into(), Value::String(rt.api_version()));
     Ok((obj, own_precondition))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_json_patch_of_more_than_ten_thousand_operations_is_too_large() {
+        let op = json!({"op": "test", "path": "/a", "value": 1});
+        let at_limit = Value::Array(vec![op.clone(); MAX_JSON_PATCH_OPERATIONS]);
+        assert!(Patch::parse(PatchKind::Json, at_limit).is_ok());
+        let over = Value::Array(vec![op; MAX_JSON_PATCH_OPERATIONS + 1]);
+        match Patch::parse(PatchKind::Json, over) {
+            Err(e @ ApiError::EntityTooLarge(_)) => {
+                assert_eq!(e.code(), axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+                assert!(e.to_string().contains("got 10001"), "{e}");
+            }
+            other => panic!("expected 413, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn copies_that_double_the_object_stop_at_the_copy_limit() {
+        let mut doc = json!({"a": "x".repeat(1_000)});
+        // Each copy duplicates everything copied so far.
+        let mut ops = Vec::new();
+        for i in 0..20 {
+            ops.push(json!({"op": "copy", "from": "", "path": format!("/c{i}")}));
+        }
+        let Ok(Patch::Json(ops)) = Patch::parse(PatchKind::Json, Value::Array(ops)) else {
+            panic!("a valid patch");
+        };
+        let err = apply_json_patch(&mut doc, &ops, 64 * 1024).expect_err("bounded");
+        assert!(err.contains("more than 65536 bytes"), "{err}");
+
+        let mut small = json!({"a": 1});
+        let ok = json!([{"op": "copy", "from": "/a", "path": "/b"}]);
+        let Ok(Patch::Json(ok)) = Patch::parse(PatchKind::Json, ok) else {
+            panic!("a valid patch");
+        };
+        apply_json_patch(&mut small, &ok, 64 * 1024).expect("within the limit");
+        assert_eq!(small, json!({"a": 1, "b": 1}));
+    }
 }

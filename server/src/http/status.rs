@@ -95,6 +95,9 @@ pub enum ApiError {
     NotAcceptable,
     #[error("Request entity too large: limit is {0}")]
     RequestEntityTooLarge(usize),
+    /// A request too large in another way than its bytes (413).
+    #[error("Request entity too large: {0}")]
+    EntityTooLarge(String),
     /// A resourceVersion older than the retained history (410).
     #[error("{0}")]
     Expired(String),
@@ -185,7 +188,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
-            ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestEntityTooLarge(_) | ApiError::EntityTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => StatusCode::GONE,
             ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
@@ -207,7 +212,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::UnsupportedMediaType => "UnsupportedMediaType",
             ApiError::NotAcceptable => "NotAcceptable",
-            ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
+            ApiError::RequestEntityTooLarge(_) | ApiError::EntityTooLarge(_) => {
+                "RequestEntityTooLarge"
+            }
             ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => "Expired",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::TooManyRequests => "TooManyRequests",

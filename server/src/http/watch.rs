@@ -47,6 +47,10 @@ use crate::kube::selectors::Selectors;
 
 /// Revisions read from the event log per step.
 const EVENT_BATCH: usize = 256;
+/// The longest a watch runs, whatever `timeoutSeconds` asks (a week; the
+/// client re-watches from its last revision, as after any timeout).
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// kube's default `--min-request-timeout`: a watch without `timeoutSeconds`
 /// lasts between one and two of these.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -139,11 +143,13 @@ fn parse(q: &HashMap<String, String>) -> Result<WatchParams, ApiError> {
         (_, Some(n)) => Start::After(n),
     };
     let timeout = match q.get("timeoutSeconds") {
-        Some(s) => Duration::from_secs(s.parse().map_err(|_| {
+        // Capped: a deadline beyond the clock's range would overflow.
+        Some(s) => Duration::from_secs(s.parse::<u64>().map_err(|_| {
             ApiError::BadRequest(format!(
                 "invalid timeoutSeconds {s:?}: must be a whole number of seconds"
             ))
-        })?),
+        })?)
+        .min(MAX_WATCH_TIMEOUT),
         None => MIN_REQUEST_TIMEOUT + MIN_REQUEST_TIMEOUT.mul_f64(rand::random::<f64>()),
     };
     let bookmarks = q

@@ -227,9 +227,20 @@ pub async fn rest_client(
                 }
             }
         };
+        let failed = done.outcome != Outcome::Ok;
         learn(&mut c.known, &key, &kind, &done);
         c.record(node.id, Api::Rest, &key, kind, invoked, done);
+        if failed {
+            back_off().await;
+        }
     }
+}
+
+/// What a client waits after an operation that did not succeed before it
+/// tries again, as real clients do; without it a client of a dead node
+/// spins, flooding the history with refused connections.
+async fn back_off() {
+    tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
 /// Updates what a client knows of `key` from an operation's answer.
@@ -298,30 +309,47 @@ fn configmap_state(obj: &Value) -> (Option<String>, Option<u64>) {
     (value, rv)
 }
 
-/// A write's outcome when the server did not answer with a definite status.
-fn write_failure(status: Option<StatusCode>, error: String) -> Done {
-    match status {
-        Some(s)
-            if s == StatusCode::TOO_MANY_REQUESTS
-                || s == StatusCode::BAD_REQUEST
-                || s == StatusCode::UNPROCESSABLE_ENTITY =>
-        {
-            Done::not_ok(Outcome::Failed, error)
-        }
-        _ => Done::not_ok(Outcome::Unknown, error),
+/// A write's outcome when the server did not answer with a definite
+/// status: refused, or never sent (`Failed`), or else unknown.
+fn write_failure(status: Option<StatusCode>, not_sent: bool, error: String) -> Done {
+    let refused = matches!(
+        status,
+        Some(
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::BAD_REQUEST
+                | StatusCode::UNPROCESSABLE_ENTITY
+        )
+    );
+    if refused || not_sent {
+        Done::not_ok(Outcome::Failed, error)
+    } else {
+        Done::not_ok(Outcome::Unknown, error)
     }
 }
 
-/// Sends a request; `Err` carries the status (if any) and a description.
-async fn send(
-    req: reqwest::RequestBuilder,
-) -> Result<(StatusCode, Value), (Option<StatusCode>, String)> {
-    let resp = req.send().await.map_err(|e| (None, format!("{e}")))?;
+/// How a request failed without an answer.
+#[derive(Debug)]
+struct SendError {
+    /// The status, if the answer's head arrived.
+    status: Option<StatusCode>,
+    /// The connection was never made: the request did not leave.
+    not_sent: bool,
+    message: String,
+}
+
+/// Sends a request and reads its whole answer.
+async fn send(req: reqwest::RequestBuilder) -> Result<(StatusCode, Value), SendError> {
+    let resp = req.send().await.map_err(|e| SendError {
+        status: None,
+        not_sent: e.is_connect(),
+        message: format!("{e}"),
+    })?;
     let status = resp.status();
-    let text = resp
-        .text()
-        .await
-        .map_err(|e| (Some(status), format!("{e}")))?;
+    let text = resp.text().await.map_err(|e| SendError {
+        status: Some(status),
+        not_sent: false,
+        message: format!("{e}"),
+    })?;
     let body = serde_json::from_str(&text).unwrap_or(Value::Null);
     Ok((status, body))
 }
@@ -347,7 +375,7 @@ async fn rest_get(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKin
         }
         Ok((StatusCode::NOT_FOUND, _)) => Done::ok(OpResult::default()),
         Ok((status, body)) => Done::not_ok(Outcome::Failed, status_error(status, &body)),
-        Err((_, e)) => Done::not_ok(Outcome::Failed, e),
+        Err(e) => Done::not_ok(Outcome::Failed, e.message),
     };
     (kind, done)
 }
@@ -376,13 +404,13 @@ async fn rest_list(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKi
             })
         }
         Ok((status, body)) => Done::not_ok(Outcome::Failed, status_error(status, &body)),
-        Err((_, e)) => Done::not_ok(Outcome::Failed, e),
+        Err(e) => Done::not_ok(Outcome::Failed, e.message),
     };
     (kind, done)
 }
 
 /// A write's answer: 2xx took effect, 409/404 is a failed compare.
-fn rest_write_done(answer: Result<(StatusCode, Value), (Option<StatusCode>, String)>) -> Done {
+fn rest_write_done(answer: Result<(StatusCode, Value), SendError>) -> Done {
     match answer {
         Ok((status, body)) if status.is_success() => {
             let (_, revision) = configmap_state(&body);
@@ -393,8 +421,8 @@ fn rest_write_done(answer: Result<(StatusCode, Value), (Option<StatusCode>, Stri
             })
         }
         Ok((StatusCode::CONFLICT | StatusCode::NOT_FOUND, _)) => Done::ok(OpResult::default()),
-        Ok((status, body)) => write_failure(Some(status), status_error(status, &body)),
-        Err((status, e)) => write_failure(status, e),
+        Ok((status, body)) => write_failure(Some(status), false, status_error(status, &body)),
+        Err(e) => write_failure(e.status, e.not_sent, e.message),
     }
 }
 
@@ -502,8 +530,12 @@ pub async fn etcd_client(
                 Done::not_ok(outcome, "no answer within the client's timeout".into())
             }
         };
+        let failed = done.outcome != Outcome::Ok;
         learn(&mut c.known, &key, &kind, &done);
         c.record(node.id, Api::Etcd, &key, kind, invoked, done);
+        if failed {
+            back_off().await;
+        }
     }
 }
 
@@ -573,12 +605,13 @@ impl EtcdPlan {
 }
 
 fn etcd_failure(is_write: bool, e: &etcd_client::Error) -> Done {
+    // Refused by the server, or never sent (no connection could be made).
     let definite = matches!(
         e,
         etcd_client::Error::GRpcStatus(s) if matches!(
             s.code(),
             tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition | tonic::Code::ResourceExhausted
-        )
+        ) || (s.code() == tonic::Code::Unavailable && s.message().contains("tcp connect error"))
     );
     let outcome = if !is_write || definite {
         Outcome::Failed
