@@ -13,8 +13,10 @@ use kubestore_tests::chaos::{self, ChaosConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seeded_fault_schedule_keeps_every_promise() {
-    let out = tempfile::tempdir().expect("tempdir");
-    let config = ChaosConfig::new(20261123, Duration::from_secs(75), out.path().join("chaos"));
+    // Kept after the test, failed or not: the report, history and logs are
+    // the evidence.
+    let out = tempfile::tempdir().expect("tempdir").keep();
+    let config = ChaosConfig::new(20261123, Duration::from_secs(75), out.join("chaos"));
     let report = chaos::run(&config).await.expect("the checker runs");
     let summary = report.summary();
     println!("{summary}");
@@ -47,7 +49,10 @@ async fn a_seeded_fault_schedule_keeps_every_promise() {
         "a watcher received nothing: {:?}",
         report.watches
     );
+    assert!(
+        report.leases.renewals > 20,
+        "the lease client barely ran: {:?}",
+        report.leases
+    );
     assert!(config.out.join("timeline.svg").exists());
-    // Keep the evidence where CI can show it.
-    std::mem::forget(out);
 }

@@ -402,8 +402,9 @@ fn watch_value(log: &WatchLog, writes: &AcknowledgedWrites<'_>) -> Vec<Violation
 /// `acknowledged-present`: the final state of each key read at the end must
 /// not predate its latest acknowledged write, and if it is that write's
 /// revision, it must hold that write's value. A key found absent must have
-/// been deleted after its latest acknowledged write, which only a deletion
-/// without an answer can explain (an acknowledged one would be the latest).
+/// been deleted after its latest acknowledged write (with a revision): by
+/// a deletion without an answer, or an acknowledged one whose revision is
+/// unknown and that may have come after it.
 fn acknowledged_present(history: &History, writes: &AcknowledgedWrites<'_>) -> Vec<Violation> {
     history
         .final_state
@@ -439,20 +440,24 @@ fn final_state_problem(
         Some((value, mod_revision)) if *mod_revision == revision && written != Some(value) => Some(
             format!("is lost: the final state at that revision holds {value:?}"),
         ),
-        None if written.is_some() && !may_have_been_deleted(history, key) => Some(
+        None if written.is_some() && !may_have_been_deleted(history, key, write) => Some(
             "is lost: the key is absent at the end and no deletion could have followed".to_owned(),
         ),
         _ => None,
     }
 }
 
-/// Whether a deletion of `key` without an answer could have taken effect at
-/// any time.
-fn may_have_been_deleted(history: &History, key: &str) -> bool {
+/// Whether a deletion of `key` could have taken effect after `write`: one
+/// without an answer (at any time), or an acknowledged one whose revision
+/// the store did not report (a REST delete answers the object as it was)
+/// and that had not completed before `write` was invoked.
+fn may_have_been_deleted(history: &History, key: &str, write: &Op) -> bool {
     history.ops.iter().any(|op| {
-        op.key == key
-            && op.outcome == Outcome::Unknown
-            && matches!(op.kind, OpKind::Cas { value: None, .. })
+        let deletes = op.key == key && matches!(op.kind, OpKind::Cas { value: None, .. });
+        let unordered_ack = op.is_acknowledged_write()
+            && op.result.revision.is_none()
+            && op.completed >= write.invoked;
+        deletes && (op.outcome == Outcome::Unknown || unordered_ack)
     })
 }
 
@@ -747,5 +752,23 @@ mod tests {
             assert_eq!(checks(&found), ["acknowledged-present"], "{lost:?}");
             assert_eq!(found[0].ops, [3]);
         }
+    }
+
+    #[test]
+    fn an_acknowledged_delete_without_a_revision_explains_an_absent_key() {
+        let mut write = cas(1, "k", (0, 10), (None, Some("a")), true);
+        write.result.revision = Some(5);
+        let delete = cas(2, "k", (20, 30), (Some("a"), None), true);
+        let mut history = history_of(vec![write.clone(), delete]);
+        history.final_state.insert("k".into(), None);
+        assert!(
+            !checks(&check(&history)).contains(&"acknowledged-present"),
+            "{:?}",
+            check(&history)
+        );
+        // Without the delete the write is lost.
+        let mut lost = history_of(vec![write]);
+        lost.final_state.insert("k".into(), None);
+        assert!(checks(&check(&lost)).contains(&"acknowledged-present"));
     }
 }

@@ -11,13 +11,14 @@
 //!    `resourceVersion`, quorum GET and LIST), etcd clients (Put, Get
 //!    linearizable and serializable, Txn compare-and-set) and one watcher
 //!    per API that resumes across nodes, all recording into one history
-//!    ([`workload`]);
+//!    ([`workload`]), and a lease client that keeps leases alive through
+//!    every node ([`leases`]);
 //! 3. meanwhile the [`nemesis`] kills, pauses, isolates and slows nodes;
 //! 4. heals everything, reads every key back from every node, waits until
 //!    the watchers have received everything up to the final revision;
-//! 5. checks the history: per-key linearizability ([`linearizability`])
-//!    and the revision contract ([`contract`]); the nodes' final states
-//!    must agree;
+//! 5. checks the history: per-key linearizability ([`linearizability`]),
+//!    the revision contract ([`contract`]) and that no kept-alive lease
+//!    lost its key early ([`leases`]); the nodes' final states must agree;
 //! 6. writes `report.json`, `history.json`, `timeline.svg` and the nodes'
 //!    logs to the output directory ([`report`]).
 //!
@@ -26,6 +27,7 @@
 
 pub mod contract;
 pub mod history;
+pub mod leases;
 pub mod linearizability;
 pub mod nemesis;
 pub mod report;
@@ -142,7 +144,14 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> anyhow::Resu
         )),
     ];
 
-    let mut clients = Vec::new();
+    let lease_history = Arc::new(leases::LeaseHistory::default());
+    let mut clients = vec![tokio::spawn(leases::lease_client(
+        recorder.clone(),
+        endpoints.clone(),
+        config.op_timeout,
+        lease_history.clone(),
+        clients_stop.clone(),
+    ))];
     for i in 0..config.clients_per_api {
         let rest_id = u32::try_from(2 * i).unwrap_or(u32::MAX);
         clients.push(tokio::spawn(workload::rest_client(
@@ -199,16 +208,14 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> anyhow::Resu
         watches: watch_progress.iter().flat_map(|p| p.take()).collect(),
         final_state,
     };
+    let lease_logs = lease_history.take();
     let mut violations = linearizability::check(&history);
     violations.extend(contract::check(&history));
+    violations.extend(leases::check(&lease_logs));
     violations.extend(divergence);
-    Ok(ChaosReport::new(
-        config,
-        history,
-        faults,
-        violations,
-        recorder.now(),
-    ))
+    let mut report = ChaosReport::new(config, history, faults, violations, recorder.now());
+    report.leases = report::LeaseSummary::of(&lease_logs);
+    Ok(report)
 }
 
 /// Key → (value, mod revision) of every register, read linearizably.

@@ -16,6 +16,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use super::history::{Api, History, Op, OpKind, Outcome, Violation};
+use super::leases::LeaseLog;
 use super::nemesis::{FaultKind, FaultRecord};
 use super::ChaosConfig;
 
@@ -81,6 +82,32 @@ pub struct WatchSummary {
     pub reconnects: u32,
 }
 
+/// What the lease client did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LeaseSummary {
+    pub leases: usize,
+    /// Leases whose attached key was written.
+    pub attached: usize,
+    /// Acknowledged keep-alives.
+    pub renewals: usize,
+    /// Reads that found a leased key present.
+    pub reads_present: u64,
+    /// Leases found expired (key gone) while the client still held them.
+    pub expired: usize,
+}
+
+impl LeaseSummary {
+    pub fn of(logs: &[LeaseLog]) -> Self {
+        Self {
+            leases: logs.len(),
+            attached: logs.iter().filter(|l| l.attached.is_some()).count(),
+            renewals: logs.iter().map(|l| l.renewed.len()).sum(),
+            reads_present: logs.iter().map(|l| u64::from(l.found)).sum(),
+            expired: logs.iter().filter(|l| !l.found_gone.is_empty()).count(),
+        }
+    }
+}
+
 /// The whole result of a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChaosReport {
@@ -100,6 +127,7 @@ pub struct ChaosReport {
     /// leader) → recovery of the other nodes.
     pub recovery: BTreeMap<String, RecoverySummary>,
     pub watches: Vec<WatchSummary>,
+    pub leases: LeaseSummary,
     #[serde(skip)]
     pub history: History,
 }
@@ -171,6 +199,7 @@ impl ChaosReport {
             faults,
             recovery,
             watches,
+            leases: LeaseSummary::default(),
             history,
         }
     }
@@ -213,6 +242,10 @@ impl ChaosReport {
                 r.not_recovered
             ));
         }
+        out.push_str(&format!(
+            "  leases: {} granted, {} renewals acknowledged, {} reads found the leased key, {} expired while held\n",
+            self.leases.leases, self.leases.renewals, self.leases.reads_present, self.leases.expired
+        ));
         for v in self.violations.iter().take(20) {
             out.push_str(&format!(
                 "  VIOLATION {} {}: {}\n",
