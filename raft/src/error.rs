@@ -23,6 +23,10 @@ pub enum RaftNodeError {
     Config(String),
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// The command was refused before it was proposed (it does not meet
+    /// the node's command limits): it was not applied.
+    #[error("invalid command: {0}")]
+    InvalidCommand(#[from] kubestore_storage::InvalidCommand),
 }
 
 impl RaftNodeError {

@@ -33,6 +33,14 @@
 //!   read lease ago answers read indexes without another round; the lease
 //!   is a quarter of the followers' refusal to vote (see `lease`).
 //!
+//! - Commands are validated before they are proposed
+//!   ([`kubestore_storage::Command::validate`] against
+//!   [`RaftNodeConfig::command_limits`]): by [`RaftNode::write`], and by the
+//!   leader again for every command a peer forwards, refused with
+//!   `InvalidArgument`. Decoding a command from a peer bounds its nesting.
+//! - The node-to-node services are served on the peer port only, never
+//!   beside a client API.
+//!
 //! # Layout
 //!
 //! - [`node`]: start/bootstrap, write forwarding, read barrier, status.
@@ -53,5 +61,5 @@ pub mod session;
 
 pub use error::RaftNodeError;
 pub use network::Faults;
-pub use node::{ClusterStatus, Member, RaftNode, RaftNodeConfig};
+pub use node::{command_limits, ClusterStatus, Member, RaftNode, RaftNodeConfig};
 pub use session::ClientSession;

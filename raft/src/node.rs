@@ -12,9 +12,12 @@ use std::time::Duration;
 use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::raft_service_server::RaftServiceServer;
-use kubestore_proto::raft::{ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse};
+use kubestore_proto::raft::{
+    ClientAddrRequest, ClientAddrResponse, ForwardRequest, ForwardResponse, ReadIndexRequest,
+    ReadIndexResponse,
+};
 use kubestore_storage::{
-    AppliedState, Command, CommandResult, Node, NodeId, Response, Store, TypeConfig,
+    AppliedState, Command, CommandResult, Limits, Node, NodeId, Response, Store, TypeConfig,
 };
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Raft, ServerState, SnapshotPolicy};
@@ -24,7 +27,7 @@ use tracing::{instrument, Instrument};
 use crate::error::RaftNodeError;
 use crate::lease::{Leased, ReadLease};
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
-use crate::propose::{Proposer, Redirect, Submit};
+use crate::propose::{Proposer, Redirect, Submit, MAX_BATCH, MAX_BATCH_BYTES};
 use crate::read::ReadBarrier;
 use crate::session::{settle, ClientSession};
 
@@ -41,9 +44,14 @@ pub struct RaftNodeConfig {
     pub id: NodeId,
     /// Where this node keeps its RocksDB database and snapshots.
     pub data_dir: PathBuf,
-    /// Every member of the initial cluster, this node included: id → gRPC
-    /// address. A node whose storage is empty bootstraps with exactly these.
+    /// Every member of the initial cluster, this node included: id → peer
+    /// address (where it serves [`RaftNode::raft_service`] and
+    /// [`RaftNode::cluster_service`]). A node whose storage is empty
+    /// bootstraps with exactly these.
     pub members: BTreeMap<NodeId, String>,
+    /// Where this node's clients reach its gRPC API (the etcd API), as
+    /// peers report it ([`RaftNode::member_client_addrs`]); `None`: nowhere.
+    pub client_addr: Option<String>,
     pub heartbeat_interval: Duration,
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
@@ -60,6 +68,32 @@ pub struct RaftNodeConfig {
     /// before campaigning; [`RaftNode::start`] refuses more than half of
     /// `election_timeout_min`.
     pub read_lease: Duration,
+    /// What every command proposed through this node must meet:
+    /// [`RaftNode::write`] checks its command before proposing or
+    /// forwarding it, and the leader checks every command a peer forwards
+    /// before proposing it (a peer-port client is not trusted to have come
+    /// through a front end). Front ends with tighter rules (the etcd API's
+    /// [`Limits::ETCD`]) check those themselves first.
+    pub command_limits: Limits,
+}
+
+/// Most operations per txn branch [`command_limits`] allows: the
+/// Kubernetes front end's deletecollection is one txn with a compare and a
+/// delete per object, so its txns are not bounded by etcd's 128; this only
+/// bounds the work of one forged command (its bytes bind first in practice).
+pub const MAX_REPLICATED_TXN_OPS: usize = 1 << 20;
+
+/// The limits on commands for a node whose front ends send commands of up
+/// to `max_command_bytes` of keys and values: any number of batches the
+/// proposer makes ([`crate::propose`]: at most its command count, and at
+/// most its byte threshold plus the one command that crossed it).
+pub fn command_limits(max_command_bytes: usize) -> Limits {
+    Limits {
+        max_txn_ops: MAX_REPLICATED_TXN_OPS,
+        max_command_bytes,
+        max_batch_commands: MAX_BATCH,
+        max_batch_bytes: MAX_BATCH_BYTES as usize + max_command_bytes,
+    }
 }
 
 impl RaftNodeConfig {
@@ -69,6 +103,7 @@ impl RaftNodeConfig {
             id,
             data_dir,
             members,
+            client_addr: None,
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(500),
             election_timeout_max: Duration::from_millis(1000),
@@ -76,6 +111,7 @@ impl RaftNodeConfig {
             log_entries_kept_after_snapshot: 1_000,
             request_timeout: Duration::from_secs(10),
             read_lease: Duration::from_millis(250),
+            command_limits: command_limits(Limits::ETCD.max_command_bytes),
         }
     }
 }
@@ -115,6 +151,11 @@ struct Inner {
     request_timeout: Duration,
     election_timeout_max: Duration,
     peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
+    /// This node's client address ([`RaftNodeConfig::client_addr`]).
+    client_addr: Option<String>,
+    /// Peers' client addresses, as they answered `ClientAddr` (fixed for a
+    /// process's life, so kept once learned).
+    peer_client_addrs: Mutex<HashMap<NodeId, String>>,
     barrier: ReadBarrier,
     lease: ReadLease,
     read_index_rounds: AtomicU64,
@@ -122,6 +163,8 @@ struct Inner {
     proposer: Proposer,
     /// This process's proposal ids (exactly-once writes).
     session: ClientSession,
+    /// [`RaftNodeConfig::command_limits`].
+    command_limits: Limits,
 }
 
 /// A running Raft node. Cheap to clone.
@@ -142,7 +185,7 @@ impl RaftNode {
     /// Opens storage, starts openraft, and bootstraps the cluster from
     /// `config.members` if this node has never been initialized. The caller
     /// serves [`RaftNode::raft_service`] and [`RaftNode::cluster_service`]
-    /// on the node's gRPC address.
+    /// on the node's peer address, and nothing else there.
     #[instrument(skip_all, fields(node = config.id))]
     pub async fn start(config: RaftNodeConfig) -> Result<Self, RaftNodeError> {
         if !config.members.contains_key(&config.id) {
@@ -204,12 +247,15 @@ impl RaftNode {
                 request_timeout: config.request_timeout,
                 election_timeout_max: config.election_timeout_max,
                 peers: Mutex::new(HashMap::new()),
+                client_addr: config.client_addr.clone(),
+                peer_client_addrs: Mutex::new(HashMap::new()),
                 barrier,
                 lease: ReadLease::new(config.read_lease),
                 read_index_rounds: AtomicU64::new(0),
                 leased_read_indexes: AtomicU64::new(0),
                 proposer,
                 session,
+                command_limits: config.command_limits,
             }
         });
         let node = RaftNode { inner: node };
@@ -251,7 +297,7 @@ impl RaftNode {
         &self.inner.faults
     }
 
-    /// The Raft replication service, to be served on the node's gRPC port.
+    /// The Raft replication service, to be served on the node's peer port.
     pub fn raft_service(&self) -> RaftServiceServer<RaftRpcServer> {
         RaftServiceServer::new(RaftRpcServer {
             raft: self.inner.raft.clone(),
@@ -261,7 +307,8 @@ impl RaftNode {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// Write forwarding and read index, to be served on the node's gRPC port.
+    /// Write forwarding, read index and client address, to be served on the
+    /// node's peer port.
     pub fn cluster_service(&self) -> ClusterServiceServer<ClusterRpcServer> {
         ClusterServiceServer::new(ClusterRpcServer { node: self.clone() })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -289,6 +336,61 @@ impl RaftNode {
             .collect()
     }
 
+    /// Every member's client address (its etcd API), by id: this node's
+    /// own, and each peer's as it answers `ClientAddr` on its peer port
+    /// (asked once per peer, within `timeout`). A member that has not
+    /// answered yet, or has no client address, is left out.
+    #[instrument(level = "debug", skip_all, fields(node = self.inner.id))]
+    pub async fn member_client_addrs(&self, timeout: Duration) -> BTreeMap<NodeId, String> {
+        let mut known = BTreeMap::new();
+        let mut unknown = Vec::new();
+        {
+            let cached = self
+                .inner
+                .peer_client_addrs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for id in self.members().into_keys() {
+                if id == self.inner.id {
+                    if let Some(own) = &self.inner.client_addr {
+                        known.insert(id, own.clone());
+                    }
+                } else if let Some(addr) = cached.get(&id) {
+                    known.insert(id, addr.clone());
+                } else {
+                    unknown.push(id);
+                }
+            }
+        }
+        let asks = unknown.into_iter().map(|peer| async move {
+            let mut client = self.peer_client(peer).ok()?;
+            let reply = tokio::time::timeout(timeout, client.client_addr(ClientAddrRequest {}))
+                .await
+                .ok()?
+                .map_err(|status| {
+                    tracing::debug!(peer, %status, "peer did not say its client address");
+                })
+                .ok()?;
+            let addr = reply.into_inner().client_addr;
+            (!addr.is_empty()).then_some((peer, addr))
+        });
+        let learned: Vec<(NodeId, String)> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut cached = self
+            .inner
+            .peer_client_addrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (peer, addr) in learned {
+            cached.insert(peer, addr.clone());
+            known.insert(peer, addr);
+        }
+        known
+    }
+
     /// Waits until some leader is known.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, RaftNodeError> {
         let mut metrics = self.inner.raft.metrics();
@@ -306,8 +408,11 @@ impl RaftNode {
     /// Commits `cmd` through the leader and returns the state machine's
     /// response. Called on a follower, the command is forwarded to the
     /// leader; the client never sees a redirect.
+    /// A command that does not meet [`RaftNodeConfig::command_limits`] is
+    /// refused at once ([`RaftNodeError::InvalidCommand`]), unproposed.
     #[instrument(skip_all, fields(node = self.inner.id, cmd = %cmd, proposal))]
     pub async fn write(&self, cmd: Command) -> Result<Response, RaftNodeError> {
+        cmd.validate(&self.inner.command_limits)?;
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
         let mut leader_hint = self.current_leader();
         // Once an attempt may have reached a leader, a failure no longer
@@ -831,8 +936,17 @@ impl ClusterService for ClusterRpcServer {
         if self.node.inner.faults.is_isolated() {
             return Err(tonic::Status::unavailable("isolated by fault injection"));
         }
-        let cmd: Command = network::decode(&req.get_ref().command)?;
         let span = tracing::info_span!("forwarded_write", node = self.node.inner.id);
+        // Decoding bounds the nesting of txns (`kubestore_storage::MAX_TXN_DEPTH`);
+        // validation holds the command to what this node's front ends accept.
+        let cmd: Command = span.in_scope(|| {
+            let cmd: Command = network::decode(&req.get_ref().command)?;
+            cmd.validate(&self.node.inner.command_limits).map_err(|e| {
+                tracing::warn!(error = %e, cmd = %cmd, "refused a forwarded command");
+                tonic::Status::invalid_argument(format!("invalid command: {e}"))
+            })?;
+            Ok::<_, tonic::Status>(cmd)
+        })?;
         let reply = match self.node.write_forwarded(cmd).instrument(span).await {
             Ok(resp) => ForwardResponse {
                 response: bincode::serialize(&resp)
@@ -882,6 +996,18 @@ impl ClusterService for ClusterRpcServer {
             },
         };
         Ok(tonic::Response::new(reply))
+    }
+
+    async fn client_addr(
+        &self,
+        _req: tonic::Request<ClientAddrRequest>,
+    ) -> Result<tonic::Response<ClientAddrResponse>, tonic::Status> {
+        if self.node.inner.faults.is_isolated() {
+            return Err(tonic::Status::unavailable("isolated by fault injection"));
+        }
+        Ok(tonic::Response::new(ClientAddrResponse {
+            client_addr: self.node.inner.client_addr.clone().unwrap_or_default(),
+        }))
     }
 }
 

@@ -28,13 +28,23 @@ pub struct ServeConfig {
     /// Address of the Kubernetes REST API.
     #[arg(long, env = "KUBESTORE_REST_ADDR", default_value = "127.0.0.1:8080")]
     pub rest_addr: SocketAddr,
-    /// Address of the gRPC port (node-to-node Raft traffic).
+    /// Address of the etcd v3 API (gRPC), for clients only: it serves no
+    /// node-to-node RPC.
     #[arg(long, env = "KUBESTORE_GRPC_ADDR", default_value = "127.0.0.1:2379")]
     pub grpc_addr: SocketAddr,
-    /// The gRPC address peers reach this node at, if not `--grpc-addr`.
-    #[arg(long, env = "KUBESTORE_ADVERTISE_GRPC_ADDR")]
-    pub advertise_grpc_addr: Option<String>,
-    /// Every member of the cluster as `id=host:port` (gRPC addresses),
+    /// The etcd API address clients reach this node at, if not
+    /// `--grpc-addr` (what etcd's MemberList reports as its client URL).
+    #[arg(long, env = "KUBESTORE_ADVERTISE_CLIENT_ADDR")]
+    pub advertise_client_addr: Option<String>,
+    /// Address of the peer port: Raft replication, write forwarding and
+    /// read indexes between nodes, and nothing else (etcd's peer port).
+    #[arg(long, env = "KUBESTORE_PEER_ADDR", default_value = "127.0.0.1:2380")]
+    pub peer_addr: SocketAddr,
+    /// The peer address other nodes dial to reach this node, if not
+    /// `--peer-addr` (when it listens on 0.0.0.0, say).
+    #[arg(long, env = "KUBESTORE_ADVERTISE_PEER_ADDR")]
+    pub advertise_peer_addr: Option<String>,
+    /// Every member of the cluster as `id=host:port` (peer addresses),
     /// comma-separated, this node included. Empty: a single-node cluster.
     #[arg(long, env = "KUBESTORE_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
@@ -132,7 +142,9 @@ impl ServeConfig {
             data_dir,
             rest_addr: ([127, 0, 0, 1], 8080).into(),
             grpc_addr: ([127, 0, 0, 1], 2379).into(),
-            advertise_grpc_addr: None,
+            advertise_client_addr: None,
+            peer_addr: ([127, 0, 0, 1], 2380).into(),
+            advertise_peer_addr: None,
             peers: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             watch_bookmark_interval_seconds: 60,
@@ -151,7 +163,8 @@ impl ServeConfig {
         }
     }
 
-    /// The members map, from `--peers` or this node alone.
+    /// The members map (id → peer address), from `--peers` or this node
+    /// alone at `advertised`, its advertised peer address.
     pub fn members(&self, advertised: &str) -> Result<BTreeMap<NodeId, String>, String> {
         if self.peers.is_empty() {
             return Ok(BTreeMap::from([(self.id, advertised.to_string())]));

@@ -1,4 +1,5 @@
-//! `kubestore cluster`: starts N `kubestore serve` processes on 127.0.0.1,
+//! `kubestore cluster`: starts N `kubestore serve` processes on 127.0.0.1
+//! (node i on the REST, etcd API and peer ports of node 1 plus i - 1),
 //! waits for a leader, writes `cluster.json` and a kubeconfig, and stops the
 //! children on Ctrl-C or SIGTERM. Each child's full command line is in
 //! `cluster.json`, so a killed node can be restarted by hand and rejoins.
@@ -22,9 +23,14 @@ pub struct ClusterArgs {
     /// REST port of node 1; node i listens on rest_port + i - 1.
     #[arg(long, default_value_t = 8080)]
     pub rest_port: u16,
-    /// gRPC port of node 1; node i listens on grpc_port + i - 1.
+    /// etcd API (gRPC) port of node 1; node i listens on grpc_port + i - 1.
     #[arg(long, default_value_t = 2379)]
     pub grpc_port: u16,
+    /// Peer port (Raft and cluster RPCs) of node 1; node i listens on
+    /// peer_port + i - 1. The default range starts above the gRPC ports'
+    /// (2379, 2380, 2381 for three nodes), so neither collides.
+    #[arg(long, default_value_t = 2390)]
+    pub peer_port: u16,
     /// How long to wait for the cluster to elect a leader.
     #[arg(long, default_value_t = 60)]
     pub wait_seconds: u64,
@@ -35,6 +41,7 @@ struct Launched {
     child: Child,
     rest_url: String,
     grpc_url: String,
+    peer_url: String,
     data_dir: PathBuf,
     args: Vec<String>,
 }
@@ -42,6 +49,15 @@ struct Launched {
 pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     if args.nodes == 0 {
         bail!("--nodes must be at least 1");
+    }
+    let ports = |base: u16| u64::from(base)..u64::from(base) + args.nodes;
+    let (grpc_ports, peer_ports) = (ports(args.grpc_port), ports(args.peer_port));
+    if grpc_ports.start < peer_ports.end && peer_ports.start < grpc_ports.end {
+        bail!(
+            "the gRPC ports {grpc_ports:?} and peer ports {peer_ports:?} overlap: \
+             choose --peer-port at least {} ports away from --grpc-port",
+            args.nodes
+        );
     }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
@@ -52,13 +68,14 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     };
     let mut peers = Vec::new();
     for i in 1..=args.nodes {
-        peers.push(format!("{i}=127.0.0.1:{}", port(args.grpc_port, i)?));
+        peers.push(format!("{i}=127.0.0.1:{}", port(args.peer_port, i)?));
     }
     let mut nodes = Vec::new();
     for i in 1..=args.nodes {
         let node_dir = data_dir.join(format!("node-{i}"));
         let rest = format!("127.0.0.1:{}", port(args.rest_port, i)?);
         let grpc = format!("127.0.0.1:{}", port(args.grpc_port, i)?);
+        let peer = format!("127.0.0.1:{}", port(args.peer_port, i)?);
         let node_args = vec![
             exe.display().to_string(),
             "serve".into(),
@@ -70,6 +87,8 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             rest.clone(),
             "--grpc-addr".into(),
             grpc.clone(),
+            "--peer-addr".into(),
+            peer.clone(),
             "--peers".into(),
             peers.join(","),
         ];
@@ -79,6 +98,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             child,
             rest_url: format!("http://{rest}"),
             grpc_url: format!("http://{grpc}"),
+            peer_url: format!("http://{peer}"),
             data_dir: node_dir,
             args: node_args,
         });
@@ -99,10 +119,11 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     );
     for n in &nodes {
         println!(
-            "  node {}: rest {}  grpc {}  pid {}",
+            "  node {}: rest {}  grpc (etcd API) {}  peer {}  pid {}",
             n.id,
             n.rest_url,
             n.grpc_url,
+            n.peer_url,
             n.child.id().unwrap_or(0)
         );
     }
@@ -178,6 +199,7 @@ fn write_cluster_files(dir: &Path, nodes: &[Launched]) -> anyhow::Result<()> {
             "pid": n.child.id(),
             "rest_url": n.rest_url,
             "grpc_url": n.grpc_url,
+            "peer_url": n.peer_url,
             "data_dir": n.data_dir,
             "args": n.args,
         })).collect::<Vec<_>>()

@@ -56,10 +56,11 @@ async fn main() -> anyhow::Result<()> {
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let node = RunningNode::bind_and_start(config).await?;
     println!(
-        "kubestore node {} serving the Kubernetes API on http://{} (gRPC {})",
+        "kubestore node {} serving the Kubernetes API on http://{} (etcd API {}, peers {})",
         node.raft.id(),
         node.rest_addr,
-        node.grpc_addr
+        node.grpc_addr,
+        node.peer_addr
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -1,6 +1,8 @@
-//! One running kubestore node: the Raft node, its gRPC server and its REST
-//! server, started together and stopped together. Used by `kubestore serve`
-//! and by the in-process test cluster.
+//! One running kubestore node: the Raft node and its three listeners, started
+//! together and stopped together: the REST API, the etcd API (gRPC, for
+//! clients) and the peer port (gRPC, Raft and cluster RPCs between nodes
+//! only, so a client cannot send a forged Raft message). Used by `kubestore
+//! serve` and by the in-process test cluster.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,6 +11,8 @@ use kubestore_raft::{RaftNode, RaftNodeConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::transport::server::Router;
+use tonic::transport::Server;
 use tower_http::trace::TraceLayer;
 
 use crate::config::ServeConfig;
@@ -31,29 +35,46 @@ pub enum NodeError {
 pub struct RunningNode {
     pub raft: RaftNode,
     pub rest_addr: SocketAddr,
+    /// The etcd API (client) listener.
     pub grpc_addr: SocketAddr,
+    /// The peer listener (Raft and cluster RPCs).
+    pub peer_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningNode {
-    /// Starts a node on already-bound listeners (so tests can use port 0).
+    /// Starts a node on already-bound listeners (so tests can use port 0):
+    /// `rest` for the Kubernetes API, `grpc` for the etcd API, `peer` for
+    /// the other nodes.
     pub async fn start(
         config: ServeConfig,
         rest: TcpListener,
         grpc: TcpListener,
+        peer: TcpListener,
     ) -> Result<Self, NodeError> {
         let rest_addr = rest.local_addr()?;
         let grpc_addr = grpc.local_addr()?;
-        let advertised = config
-            .advertise_grpc_addr
+        let peer_addr = peer.local_addr()?;
+        let advertised_peer = config
+            .advertise_peer_addr
             .clone()
-            .unwrap_or_else(|| grpc_addr.to_string());
-        let members = config.members(&advertised).map_err(NodeError::Config)?;
+            .unwrap_or_else(|| peer_addr.to_string());
+        let members = config
+            .members(&advertised_peer)
+            .map_err(NodeError::Config)?;
         let mut raft_config = RaftNodeConfig::new(config.id, config.data_dir.clone(), members);
+        raft_config.client_addr = Some(
+            config
+                .advertise_client_addr
+                .clone()
+                .unwrap_or_else(|| grpc_addr.to_string()),
+        );
         raft_config.snapshot_after_entries = config.snapshot_after_entries;
         raft_config.log_entries_kept_after_snapshot = (config.snapshot_after_entries / 10).max(10);
         raft_config.read_lease = Duration::from_millis(config.read_lease_ms);
+        raft_config.command_limits =
+            kubestore_raft::command_limits(max_command_bytes(config.max_body_bytes));
         let raft = RaftNode::start(raft_config).await?;
         let limits = crate::limits::InflightLimits::new(
             config.max_requests_inflight,
@@ -62,7 +83,15 @@ impl RunningNode {
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
 
-        // One gRPC port per node: Raft between nodes, the etcd API for clients.
+        // The peer port: Raft and cluster RPCs, nothing a client needs.
+        tasks.push(tokio::spawn(serve_grpc(
+            "peer",
+            peer_grpc_server(&raft),
+            peer,
+            shutdown.subscribe(),
+        )));
+
+        // The client port: the etcd API, nothing a peer needs.
         let etcd = crate::etcd::EtcdContext::new(
             raft.clone(),
             crate::etcd::EtcdOptions {
@@ -76,29 +105,18 @@ impl RunningNode {
         );
         let etcd_api = etcd.services();
         tasks.push(tokio::spawn(etcd.clone().run_lease_keeper()));
-        let grpc_server = tonic::transport::Server::builder()
-            .add_service(raft.raft_service())
-            .add_service(raft.cluster_service())
+        let etcd_server = Server::builder()
             .add_service(etcd_api.kv)
             .add_service(etcd_api.watch)
             .add_service(etcd_api.lease)
             .add_service(etcd_api.maintenance)
             .add_service(etcd_api.cluster);
-        let mut stop = shutdown.subscribe();
-        tasks.push(tokio::spawn(async move {
-            // No Nagle: Raft messages are small and latency-bound.
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = grpc_server
-                .serve_with_incoming_shutdown(incoming, stopped)
-                .await
-            {
-                tracing::error!(error = %e, "gRPC server failed");
-            }
-        }));
+        tasks.push(tokio::spawn(serve_grpc(
+            "etcd",
+            etcd_server,
+            grpc,
+            shutdown.subscribe(),
+        )));
 
         let cache = WatchCache::new(
             raft.store().clone(),
@@ -163,11 +181,12 @@ impl RunningNode {
             }
         }));
 
-        tracing::info!(node = config.id, %rest_addr, %grpc_addr, "kubestore node started");
+        tracing::info!(node = config.id, %rest_addr, %grpc_addr, %peer_addr, "kubestore node started");
         Ok(Self {
             raft,
             rest_addr,
             grpc_addr,
+            peer_addr,
             shutdown,
             tasks,
         })
@@ -177,7 +196,8 @@ impl RunningNode {
     pub async fn bind_and_start(config: ServeConfig) -> Result<Self, NodeError> {
         let rest = TcpListener::bind(config.rest_addr).await?;
         let grpc = TcpListener::bind(config.grpc_addr).await?;
-        Self::start(config, rest, grpc).await
+        let peer = TcpListener::bind(config.peer_addr).await?;
+        Self::start(config, rest, grpc, peer).await
     }
 
     /// Stops the servers and Raft; the storage closes when this returns.
@@ -189,5 +209,47 @@ impl RunningNode {
         for task in self.tasks {
             let _ = task.await;
         }
+    }
+}
+
+/// The most bytes of keys and values a command from this node's front ends
+/// carries: an etcd request's limit, or a Kubernetes object stored from a
+/// body of up to `max_body_bytes`, re-encoded as JSON: a protobuf body's
+/// strings may grow up to six times (a control character becomes
+/// `\u0000`), plus the fields the server sets.
+fn max_command_bytes(max_body_bytes: usize) -> usize {
+    kubestore_storage::Limits::ETCD
+        .max_command_bytes
+        .max(max_body_bytes.saturating_mul(6).saturating_add(64 * 1024))
+}
+
+/// The peer port's server: `RaftService` and `ClusterService` only. This
+/// is the one place the peer listener's server is built: TLS between
+/// peers (a later issue) goes here, as `Server::builder().tls_config(..)`
+/// with the peer certificates, leaving the etcd port alone. Message sizes
+/// are bounded by each service (`kubestore_raft::network::MAX_MESSAGE_BYTES`)
+/// and the nesting of decoded commands by storage's `Deserialize`
+/// (`kubestore_storage::MAX_TXN_DEPTH`).
+fn peer_grpc_server(raft: &RaftNode) -> Router {
+    Server::builder()
+        .add_service(raft.raft_service())
+        .add_service(raft.cluster_service())
+}
+
+/// Serves one gRPC listener until `stop` turns true.
+#[tracing::instrument(level = "debug", skip_all, fields(listener = what))]
+async fn serve_grpc(
+    what: &'static str,
+    router: Router,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) {
+    // No Nagle: Raft messages and etcd requests are small and latency-bound.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = router.serve_with_incoming_shutdown(incoming, stopped).await {
+        tracing::error!(error = %e, listener = what, "gRPC server failed");
     }
 }

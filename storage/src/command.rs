@@ -265,11 +265,88 @@ pub enum Op {
 /// If every compare holds, run `success`, else `failure`. All writes of one
 /// transaction share one new revision; a transaction that writes nothing
 /// does not advance the revision.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Decoding refuses transactions nested more than [`MAX_TXN_DEPTH`] deep
+/// (see `TxnDepthGuard` below).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Txn {
     pub compare: Vec<Compare>,
     pub success: Vec<Op>,
     pub failure: Vec<Op>,
+}
+
+/// The deepest nesting of transactions a command may have: a command's own
+/// txn is level 1, a txn among its ops level 2, and so on. etcd has no
+/// limit of its own beyond gRPC's decoder, whose recursion limit (prost's
+/// 100 messages, two per level: `TxnRequest` then `RequestOp`) stops an
+/// etcd request at about 50 levels; the Kubernetes front end nests 2.
+pub const MAX_TXN_DEPTH: usize = 64;
+
+thread_local! {
+    /// How many [`Txn`]s the decoder on this thread is inside of.
+    static TXN_DECODE_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Bounds the nesting of transactions while they are decoded.
+///
+/// A command comes off the wire (a forwarded write, an `AppendEntries`
+/// from a peer) as bincode, and decoding a `Txn` inside an `Op` inside a
+/// `Txn` recurses: a forged payload of a few bytes per level, millions of
+/// levels deep, would overflow the stack and kill the process before any
+/// validation could look at the result (and so would dropping or applying
+/// it). Bincode is not self-describing, so there is no cheap way to measure
+/// the depth before decoding; instead every `Txn` decode enters this guard,
+/// which counts the levels the decoder is in on this thread (decoding is
+/// synchronous, so the thread's count is this decode's) and refuses the
+/// level past [`MAX_TXN_DEPTH`]. The guard leaves its level on drop, so the
+/// count is right again after an error too. The wire format is unchanged.
+struct TxnDepthGuard;
+
+impl TxnDepthGuard {
+    fn enter() -> Result<Self, usize> {
+        TXN_DECODE_DEPTH.with(|depth| {
+            let level = depth.get() + 1;
+            if level > MAX_TXN_DEPTH {
+                return Err(level);
+            }
+            depth.set(level);
+            Ok(TxnDepthGuard)
+        })
+    }
+}
+
+impl Drop for TxnDepthGuard {
+    fn drop(&mut self) {
+        TXN_DECODE_DEPTH.with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
+}
+
+impl<'de> Deserialize<'de> for Txn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// `Txn`'s fields as the derived code decodes them (same encoding).
+        #[derive(Deserialize)]
+        #[serde(rename = "Txn")]
+        struct TxnFields {
+            compare: Vec<Compare>,
+            success: Vec<Op>,
+            failure: Vec<Op>,
+        }
+        let _level = TxnDepthGuard::enter().map_err(|level| {
+            serde::de::Error::custom(format_args!(
+                "transactions nested {level} deep; at most {MAX_TXN_DEPTH} levels are allowed"
+            ))
+        })?;
+        let TxnFields {
+            compare,
+            success,
+            failure,
+        } = TxnFields::deserialize(deserializer)?;
+        Ok(Txn {
+            compare,
+            success,
+            failure,
+        })
+    }
 }
 
 /// A lease: keys attached to it are deleted when it is revoked or expires.
@@ -506,6 +583,67 @@ mod tests {
         assert_eq!(
             keep_alive.to_string(),
             "lease_keep_alive(9) [proposal 2.5.17, floor 15]"
+        );
+    }
+
+    /// A txn nested `depth` levels deep (the innermost empty), as a value.
+    fn nested(depth: usize) -> Txn {
+        let mut txn = Txn::default();
+        for _ in 1..depth {
+            txn = Txn {
+                success: vec![Op::Txn(txn)],
+                ..Txn::default()
+            };
+        }
+        txn
+    }
+
+    /// The bincode encoding of `Command::Txn(nested(depth))`, written by
+    /// hand, so that a depth far too large to build (or drop) as a value
+    /// can be encoded.
+    fn nested_bytes(depth: usize) -> Vec<u8> {
+        let mut bytes = 0u32.to_le_bytes().to_vec(); // Command::Txn
+        for _ in 1..depth {
+            bytes.extend(0u64.to_le_bytes()); // no compares
+            bytes.extend(1u64.to_le_bytes()); // one success op
+            bytes.extend(3u32.to_le_bytes()); // Op::Txn
+        }
+        bytes.extend([0u64.to_le_bytes(); 3].concat()); // the innermost txn
+        for _ in 1..depth {
+            bytes.extend(0u64.to_le_bytes()); // no failure ops
+        }
+        bytes
+    }
+
+    #[test]
+    fn decoding_refuses_txns_nested_too_deep_without_overflowing_the_stack() {
+        // The hand-made encoding is bincode's.
+        let three = Command::Txn(nested(3));
+        assert_eq!(bincode::serialize(&three).expect("encode"), nested_bytes(3));
+
+        let deepest = Command::Txn(nested(MAX_TXN_DEPTH));
+        let decoded: Command =
+            bincode::deserialize(&nested_bytes(MAX_TXN_DEPTH)).expect("the deepest allowed");
+        assert_eq!(decoded, deepest);
+
+        let error = bincode::deserialize::<Command>(&nested_bytes(MAX_TXN_DEPTH + 1))
+            .expect_err("one level too deep");
+        assert!(error.to_string().contains("nested"), "{error}");
+        // A million levels: refused at level 65, long before the stack ends.
+        let error = bincode::deserialize::<Command>(&nested_bytes(1_000_000))
+            .expect_err("a million levels");
+        assert!(error.to_string().contains("nested"), "{error}");
+
+        // The guard let go of every level, refused or not: the next decode
+        // starts from zero.
+        let again: Command = bincode::deserialize(&nested_bytes(MAX_TXN_DEPTH)).expect("again");
+        assert_eq!(again, deepest);
+        // Siblings are not nesting: a batch of many txns decodes.
+        let wide = Command::Batch(vec![Command::Txn(nested(MAX_TXN_DEPTH)); 100]);
+        let encoded = bincode::serialize(&wide).expect("encode");
+        assert_eq!(
+            bincode::deserialize::<Command>(&encoded).expect("wide"),
+            wide
         );
     }
 

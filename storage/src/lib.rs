@@ -41,6 +41,8 @@
 //! - [`apply`]: pure apply of a command against a read view.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
 //! - [`session`]: the proposal session table behind exactly-once apply.
+//! - [`validate`]: checks of a command on its own (op counts, nesting,
+//!   sizes, lease TTLs), run before it is proposed.
 //! - [`log_store`] / [`state_machine`]: the openraft storage traits.
 
 pub mod apply;
@@ -53,6 +55,7 @@ pub mod mvcc;
 pub mod schema;
 pub mod session;
 pub mod state_machine;
+pub mod validate;
 
 use std::path::Path;
 
@@ -62,19 +65,20 @@ pub use command::{
     prefix_end, ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget,
     DeleteRequest, DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op,
     OpResponse, ProposalId, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn,
-    TxnResponse,
+    TxnResponse, MAX_TXN_DEPTH,
 };
 pub use error::StoreError;
 pub use faults::DiskFaults;
 pub use log_store::LogStore;
 pub use state_machine::{AppliedState, StateMachine};
+pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
 
 /// A lease and the keys attached to it, in key order.
 pub type LeaseWithKeys = (LeaseRecord, Vec<Vec<u8>>);
 
 /// A node's identity in the Raft group.
 pub type NodeId = u64;
-/// What openraft knows of a member: its gRPC address.
+/// What openraft knows of a member: its peer address (`--peer-addr`).
 pub type Node = openraft::BasicNode;
 
 openraft::declare_raft_types!(

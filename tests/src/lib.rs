@@ -44,6 +44,7 @@ struct NodeSlot {
     id: u64,
     rest_addr: SocketAddr,
     grpc_addr: SocketAddr,
+    peer_addr: SocketAddr,
     data_dir: PathBuf,
     slot: Slot,
 }
@@ -51,6 +52,7 @@ struct NodeSlot {
 /// A cluster of kubestore nodes for tests.
 pub struct TestCluster {
     nodes: Vec<NodeSlot>,
+    /// `--peers`: every node's peer address.
     peers: Vec<String>,
     options: ClusterOptions,
     _dir: tempfile::TempDir,
@@ -99,6 +101,31 @@ impl Default for ClusterOptions {
     }
 }
 
+/// A node's three listeners: Kubernetes REST, etcd API, peer port.
+struct NodeListeners {
+    rest: TcpListener,
+    grpc: TcpListener,
+    peer: TcpListener,
+}
+
+impl NodeListeners {
+    fn addrs(&self) -> anyhow::Result<NodeAddrs> {
+        Ok(NodeAddrs {
+            rest: self.rest.local_addr()?,
+            grpc: self.grpc.local_addr()?,
+            peer: self.peer.local_addr()?,
+        })
+    }
+}
+
+/// The addresses of [`NodeListeners`].
+#[derive(Debug, Clone, Copy)]
+struct NodeAddrs {
+    rest: SocketAddr,
+    grpc: SocketAddr,
+    peer: SocketAddr,
+}
+
 async fn free_listener() -> anyhow::Result<TcpListener> {
     Ok(TcpListener::bind("127.0.0.1:0").await?)
 }
@@ -136,20 +163,22 @@ impl TestCluster {
 
     pub async fn with_options(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
         let (mut cluster, listeners) = Self::empty(n, options).await?;
-        for (i, (rest, grpc)) in listeners.into_iter().enumerate() {
+        for (i, listeners) in listeners.into_iter().enumerate() {
             let id = i as u64 + 1;
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
-            let (rest_addr, grpc_addr) = (rest.local_addr()?, grpc.local_addr()?);
+            let addrs = listeners.addrs()?;
             let node = RunningNode::start(
-                cluster.config(id, &data_dir, rest_addr, grpc_addr),
-                rest,
-                grpc,
+                cluster.config(id, &data_dir, addrs),
+                listeners.rest,
+                listeners.grpc,
+                listeners.peer,
             )
             .await?;
             cluster.nodes.push(NodeSlot {
                 id,
-                rest_addr,
-                grpc_addr,
+                rest_addr: addrs.rest,
+                grpc_addr: addrs.grpc,
+                peer_addr: addrs.peer,
                 data_dir,
                 slot: Slot::InProcess(Some(node)),
             });
@@ -158,21 +187,26 @@ impl TestCluster {
         Ok(cluster)
     }
 
-    /// A cluster with no node started yet, and `n` pairs of bound (REST,
-    /// gRPC) listeners on port 0 whose addresses its peers list names.
+    /// A cluster with no node started yet, and `n` triples of bound (REST,
+    /// etcd API, peer) listeners on port 0 whose peer addresses its peers
+    /// list names.
     async fn empty(
         n: usize,
         options: ClusterOptions,
-    ) -> anyhow::Result<(Self, Vec<(TcpListener, TcpListener)>)> {
+    ) -> anyhow::Result<(Self, Vec<NodeListeners>)> {
         init_tracing();
         let mut listeners = Vec::new();
         for _ in 0..n {
-            listeners.push((free_listener().await?, free_listener().await?));
+            listeners.push(NodeListeners {
+                rest: free_listener().await?,
+                grpc: free_listener().await?,
+                peer: free_listener().await?,
+            });
         }
         let peers: Vec<String> = listeners
             .iter()
             .enumerate()
-            .map(|(i, (_, g))| Ok(format!("{}={}", i + 1, g.local_addr()?)))
+            .map(|(i, l)| Ok(format!("{}={}", i + 1, l.peer.local_addr()?)))
             .collect::<anyhow::Result<_>>()?;
         let cluster = Self {
             nodes: Vec::new(),
@@ -190,17 +224,19 @@ impl TestCluster {
     pub async fn spawn(n: usize, options: ClusterOptions) -> anyhow::Result<Self> {
         let (mut cluster, listeners) = Self::empty(n, options).await?;
         // The processes bind the reserved ports themselves once released here.
-        let mut addrs = Vec::new();
-        for (rest, grpc) in listeners {
-            addrs.push((rest.local_addr()?, grpc.local_addr()?));
-        }
-        for (i, (rest_addr, grpc_addr)) in addrs.into_iter().enumerate() {
+        let addrs = listeners
+            .iter()
+            .map(NodeListeners::addrs)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        drop(listeners);
+        for (i, addrs) in addrs.into_iter().enumerate() {
             let id = i as u64 + 1;
             let data_dir = cluster._dir.path().join(format!("node-{id}"));
             cluster.nodes.push(NodeSlot {
                 id,
-                rest_addr,
-                grpc_addr,
+                rest_addr: addrs.rest,
+                grpc_addr: addrs.grpc,
+                peer_addr: addrs.peer,
                 data_dir,
                 slot: Slot::Process(None),
             });
@@ -210,11 +246,12 @@ impl TestCluster {
         Ok(cluster)
     }
 
-    fn config(&self, id: u64, data_dir: &Path, rest: SocketAddr, grpc: SocketAddr) -> ServeConfig {
+    fn config(&self, id: u64, data_dir: &Path, addrs: NodeAddrs) -> ServeConfig {
         let mut c = ServeConfig::single_node(data_dir.to_path_buf());
         c.id = id;
-        c.rest_addr = rest;
-        c.grpc_addr = grpc;
+        c.rest_addr = addrs.rest;
+        c.grpc_addr = addrs.grpc;
+        c.peer_addr = addrs.peer;
         c.peers = self.peers.clone();
         c.snapshot_after_entries = self.options.snapshot_after_entries;
         c.watch_bookmark_interval_seconds = self.options.watch_bookmark_interval_seconds;
@@ -270,6 +307,7 @@ impl TestCluster {
             .arg(&slot.data_dir)
             .args(["--rest-addr", &slot.rest_addr.to_string()])
             .args(["--grpc-addr", &slot.grpc_addr.to_string()])
+            .args(["--peer-addr", &slot.peer_addr.to_string()])
             .args(["--peers", &peers])
             .args(["--snapshot-after-entries", &snapshot])
             .args(["--watch-bookmark-interval-seconds", &bookmarks])
@@ -304,10 +342,17 @@ impl TestCluster {
             .unwrap_or_default()
     }
 
-    /// The etcd API endpoint of a node (its gRPC address).
+    /// The etcd API endpoint of a node (its client gRPC address).
     pub fn etcd_endpoint(&self, id: u64) -> String {
         self.slot(id)
             .map(|s| format!("http://{}", s.grpc_addr))
+            .unwrap_or_default()
+    }
+
+    /// The peer endpoint of a node (Raft and cluster RPCs).
+    pub fn peer_endpoint(&self, id: u64) -> String {
+        self.slot(id)
+            .map(|s| format!("http://{}", s.peer_addr))
             .unwrap_or_default()
     }
 
@@ -445,21 +490,24 @@ impl TestCluster {
 
     /// Starts a stopped node again on the same addresses and data.
     pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
-        let (rest_addr, grpc_addr, data_dir, in_process) = {
+        let (addrs, data_dir, in_process) = {
             let s = self.slot(id)?;
             (
-                s.rest_addr,
-                s.grpc_addr,
+                NodeAddrs {
+                    rest: s.rest_addr,
+                    grpc: s.grpc_addr,
+                    peer: s.peer_addr,
+                },
                 s.data_dir.clone(),
                 matches!(s.slot, Slot::InProcess(_)),
             )
         };
         if in_process {
-            let rest = bind_again(rest_addr).await?;
-            let grpc = bind_again(grpc_addr).await?;
+            let rest = bind_again(addrs.rest).await?;
+            let grpc = bind_again(addrs.grpc).await?;
+            let peer = bind_again(addrs.peer).await?;
             let node =
-                RunningNode::start(self.config(id, &data_dir, rest_addr, grpc_addr), rest, grpc)
-                    .await?;
+                RunningNode::start(self.config(id, &data_dir, addrs), rest, grpc, peer).await?;
             self.slot_mut(id)?.slot = Slot::InProcess(Some(node));
         } else {
             self.start_process(id)?;

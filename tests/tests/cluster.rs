@@ -6,6 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
+use kubestore_proto::etcd::etcdserverpb::RangeRequest;
+use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
+use kubestore_proto::raft::raft_service_client::RaftServiceClient;
+use kubestore_proto::raft::{ForwardRequest, Payload, ReadIndexRequest};
 use kubestore_tests::{ClusterOptions, KubeClient, TestCluster};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -501,5 +506,207 @@ async fn killing_the_leader_during_writes_loses_no_acknowledged_write() {
         let s: Value = c.status(id).await.expect("status");
         assert_eq!(s["revision"], revision);
     }
+    c.shutdown().await;
+}
+
+/// A `ClusterService` client on `endpoint`, as a peer (or an attacker) makes one.
+async fn cluster_client(endpoint: &str) -> ClusterServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_string())
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    ClusterServiceClient::new(channel).max_encoding_message_size(64 * 1024 * 1024)
+}
+
+/// Issue 13: the internal services are on the peer port only. A client of
+/// the etcd port cannot reach Raft (a forged vote or append) or the cluster
+/// RPCs: the service does not exist there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    for id in c.ids() {
+        let client_port = c.etcd_endpoint(id);
+        let peer_port = c.peer_endpoint(id);
+
+        let refused = cluster_client(&client_port)
+            .await
+            .read_index(ReadIndexRequest {})
+            .await
+            .expect_err("ReadIndex on the etcd port");
+        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+        let refused = cluster_client(&client_port)
+            .await
+            .forward(ForwardRequest {
+                command: Vec::new(),
+            })
+            .await
+            .expect_err("Forward on the etcd port");
+        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+        let channel = tonic::transport::Endpoint::from_shared(client_port.clone())
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let refused = RaftServiceClient::new(channel)
+            .vote(Payload { data: Vec::new() })
+            .await
+            .expect_err("Vote on the etcd port");
+        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+
+        // The same RPC on the peer port is served.
+        let served = cluster_client(&peer_port)
+            .await
+            .read_index(ReadIndexRequest {})
+            .await
+            .expect("ReadIndex on the peer port")
+            .into_inner();
+        assert_eq!(served.leader_id, Some(leader), "node {id}: {served:?}");
+        if id == leader {
+            assert!(served.error.is_empty(), "{served:?}");
+        }
+
+        // And the etcd API is not on the peer port.
+        let channel = tonic::transport::Endpoint::from_shared(peer_port)
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let refused = KvClient::new(channel)
+            .range(RangeRequest {
+                key: b"k".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("Range on the peer port");
+        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+    }
+    // MemberList reports every member's etcd port as its client URL, and
+    // its peer port as its peer URL.
+    let mut etcd = c.etcd(1).await.expect("etcd client");
+    let members = etcd.member_list().await.expect("member list");
+    for m in members.members() {
+        let client = c.etcd_endpoint(m.id());
+        let peer = c.peer_endpoint(m.id());
+        assert_eq!(
+            m.client_urls(),
+            [client.trim_start_matches("http://")],
+            "{m:?}"
+        );
+        assert_eq!(m.peer_urls(), [peer], "{m:?}");
+    }
+    c.shutdown().await;
+}
+
+/// The bincode encoding of a `Command::Txn` whose txns nest `depth` deep,
+/// written by hand: a value that deep could not even be dropped.
+fn nested_txn_command(depth: usize) -> Vec<u8> {
+    let mut bytes = 0u32.to_le_bytes().to_vec(); // Command::Txn
+    for _ in 1..depth {
+        bytes.extend(0u64.to_le_bytes()); // no compares
+        bytes.extend(1u64.to_le_bytes()); // one success op
+        bytes.extend(3u32.to_le_bytes()); // Op::Txn
+    }
+    bytes.extend([0u64.to_le_bytes(); 3].concat()); // the innermost txn
+    for _ in 1..depth {
+        bytes.extend(0u64.to_le_bytes()); // no failure ops
+    }
+    bytes
+}
+
+/// Issue 13: a forged Forward on the peer port is decoded with bounded
+/// nesting and validated as a front end would before anything is proposed:
+/// refused with InvalidArgument, and the node lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_forwards_are_refused_before_they_are_proposed() {
+    use kubestore_storage::{Command, Op, PutRequest, Response, Txn, MAX_LEASE_TTL, MAX_TXN_DEPTH};
+
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let mut peer = cluster_client(&c.peer_endpoint(leader)).await;
+    let revision_before = c
+        .wait_converged(Duration::from_secs(10))
+        .await
+        .expect("converged");
+
+    // Sanity: the hand-made encoding is bincode's.
+    let three = Command::Txn(Txn {
+        success: vec![Op::Txn(Txn {
+            success: vec![Op::Txn(Txn::default())],
+            ..Txn::default()
+        })],
+        ..Txn::default()
+    });
+    assert_eq!(
+        bincode::serialize(&three).expect("encode"),
+        nested_txn_command(3)
+    );
+
+    // One level too many, and a million levels (28 MB on the wire,
+    // deep enough to overflow any thread's stack if decoded by plain
+    // recursion): refused at level 65, not a crash.
+    for depth in [MAX_TXN_DEPTH + 1, 1_000_000] {
+        let refused = peer
+            .forward(ForwardRequest {
+                command: nested_txn_command(depth),
+            })
+            .await
+            .expect_err("a txn nested too deep");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+        assert!(refused.message().contains("nested"), "{refused}");
+    }
+
+    // Commands that decode but no front end would send.
+    let forged = [
+        Command::LeaseGrant {
+            id: 7,
+            ttl: MAX_LEASE_TTL + 1,
+        },
+        Command::Txn(Txn {
+            success: vec![Op::Put(PutRequest::new(Vec::new(), b"no key".to_vec()))],
+            ..Txn::default()
+        }),
+        Command::Txn(Txn {
+            success: vec![Op::Put(PutRequest::new(b"big".to_vec(), vec![0; 32 << 20]))],
+            ..Txn::default()
+        }),
+    ];
+    for cmd in forged {
+        let refused = peer
+            .forward(ForwardRequest {
+                command: bincode::serialize(&cmd).expect("encode"),
+            })
+            .await
+            .expect_err("an invalid command");
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+        assert!(refused.message().contains("invalid command"), "{refused}");
+    }
+    // Nothing was proposed: the revision has not moved.
+    assert_eq!(
+        c.wait_converged(Duration::from_secs(10))
+            .await
+            .expect("converged"),
+        revision_before
+    );
+
+    // A valid forward is still served, and the node still serves clients.
+    let put = Command::Txn(Txn {
+        success: vec![Op::Put(PutRequest::new(b"after".to_vec(), b"1".to_vec()))],
+        ..Txn::default()
+    });
+    let reply = peer
+        .forward(ForwardRequest {
+            command: bincode::serialize(&put).expect("encode"),
+        })
+        .await
+        .expect("a valid forward")
+        .into_inner();
+    assert!(reply.error.is_empty(), "{reply:?}");
+    let resp: Response = bincode::deserialize(&reply.response).expect("response");
+    assert!(resp.result.is_ok(), "{resp:?}");
+    let mut etcd = c.etcd(leader).await.expect("etcd client");
+    let got = etcd.get("after", None).await.expect("get");
+    assert_eq!(got.kvs()[0].value(), b"1");
     c.shutdown().await;
 }

@@ -145,6 +145,36 @@ async fn kv_and_txn_through_different_nodes() {
         .await
         .expect_err("duplicate key");
     assert!(dup.to_string().contains("duplicate key"), "{dup}");
+    // The checks `Command::validate` makes keep etcd's messages.
+    let empty = a.put("", "x", None).await.expect_err("empty key");
+    assert!(
+        empty
+            .to_string()
+            .contains("etcdserver: key is not provided"),
+        "{empty}"
+    );
+    let big = a
+        .put("big", vec![b'x'; 1600 * 1024], None)
+        .await
+        .expect_err("too large");
+    assert!(
+        big.to_string().contains("etcdserver: request is too large"),
+        "{big}"
+    );
+    let ttl = a
+        .lease_grant(9_000_000_001, None)
+        .await
+        .expect_err("ttl too large");
+    assert!(
+        ttl.to_string().contains("etcdserver: too large lease TTL"),
+        "{ttl}"
+    );
+    // Nesting as deep as gRPC's decoder lets through is served.
+    let mut nested = Txn::new().and_then([TxnOp::put("nested", "deep", None)]);
+    for _ in 0..40 {
+        nested = Txn::new().and_then([TxnOp::txn(nested)]);
+    }
+    assert!(a.txn(nested).await.expect("40 levels").succeeded());
     c.shutdown().await;
 }
 

@@ -68,6 +68,7 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rest_port = free_port_range(3);
     let grpc_port = free_port_range(3);
+    let peer_port = free_port_range(3);
 
     // Phase 1: the launcher starts 3 processes and reports when they are up.
     let mut launcher = tokio::process::Command::new(kubestore_binary().expect("binary"))
@@ -79,6 +80,8 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
             &rest_port.to_string(),
             "--grpc-port",
             &grpc_port.to_string(),
+            "--peer-port",
+            &peer_port.to_string(),
         ])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -104,7 +107,9 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
     let nodes = cluster["nodes"].as_array().expect("nodes").clone();
     assert_eq!(nodes.len(), 3);
     for n in &nodes {
-        for key in ["id", "pid", "rest_url", "grpc_url", "data_dir", "args"] {
+        for key in [
+            "id", "pid", "rest_url", "grpc_url", "peer_url", "data_dir", "args",
+        ] {
             assert!(!n[key].is_null(), "cluster.json node lacks {key}: {n}");
         }
     }

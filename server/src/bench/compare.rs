@@ -153,7 +153,10 @@ pub(super) struct NodeSpec {
     pub id: u64,
     pub data_dir: PathBuf,
     pub log_dir: PathBuf,
+    /// The etcd API address (what the workloads use).
     pub grpc: String,
+    /// The peer address (Raft and cluster RPCs), as `peers` lists it.
+    pub peer: String,
     pub rest: String,
     pub peers: String,
     pub read_lease_ms: u64,
@@ -171,6 +174,7 @@ impl NodeSpec {
             .arg(&self.data_dir)
             .args(["--rest-addr", &self.rest])
             .args(["--grpc-addr", &self.grpc])
+            .args(["--peer-addr", &self.peer])
             .args(["--peers", &self.peers])
             .args(["--read-lease-ms", &self.read_lease_ms.to_string()])
             .env("KUBESTORE_LOG", "warn")
@@ -184,8 +188,9 @@ impl NodeSpec {
 /// The specs of a 3-node kubestore on free local ports, data under `data`.
 pub(super) fn kubestore_specs(data: &Path, read_lease_ms: u64) -> anyhow::Result<Vec<NodeSpec>> {
     let grpc: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let peer: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let rest: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
-    let peers: Vec<String> = grpc
+    let peers: Vec<String> = peer
         .iter()
         .enumerate()
         .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
@@ -196,6 +201,7 @@ pub(super) fn kubestore_specs(data: &Path, read_lease_ms: u64) -> anyhow::Result
             data_dir: data.join(format!("kubestore-{}", i + 1)),
             log_dir: data.to_path_buf(),
             grpc: format!("127.0.0.1:{}", grpc[i]),
+            peer: format!("127.0.0.1:{}", peer[i]),
             rest: format!("127.0.0.1:{}", rest[i]),
             peers: peers.join(","),
             read_lease_ms,

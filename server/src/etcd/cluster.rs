@@ -4,9 +4,15 @@
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::etcdserverpb::cluster_server::Cluster;
+use std::time::Duration;
+
 use tonic::{Request, Response, Status};
 
 use super::{errors, raft_status, EtcdContext};
+
+/// How long MemberList waits for a peer to say its client address (once
+/// per peer and process; the answer is kept).
+const CLIENT_ADDR_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct ClusterService(pub(super) EtcdContext);
@@ -66,22 +72,30 @@ impl Cluster for ClusterService {
                 .await
                 .map_err(raft_status)?;
         }
-        // One address per node serves Raft and the etcd API alike. Client
-        // URLs go out as plain `host:port`: etcdctl dials member URLs in
-        // gRPC passthrough mode, which sends `http://host:port` as the
-        // HTTP/2 `:authority`; etcd's Go server tolerates that, the h2
-        // server here refuses it (PROTOCOL_ERROR), and every etcd client
-        // accepts a URL without a scheme.
+        // Peer URLs are the Raft membership's (peer port) addresses; client
+        // URLs are where each member serves this API, which each member
+        // tells the others over the peer port (a member that has not
+        // answered yet is listed without one, as etcd lists an unstarted
+        // member). Client URLs go out as plain `host:port`: etcdctl dials
+        // member URLs in gRPC passthrough mode, which sends
+        // `http://host:port` as the HTTP/2 `:authority`; etcd's Go server
+        // tolerates that, the h2 server here refuses it (PROTOCOL_ERROR),
+        // and every etcd client accepts a URL without a scheme.
+        let client_addrs = self.0.node.member_client_addrs(CLIENT_ADDR_TIMEOUT).await;
         let members = self
             .0
             .node
             .members()
             .into_iter()
-            .map(|(id, addr)| pb::Member {
+            .map(|(id, peer_addr)| pb::Member {
                 id,
                 name: format!("node-{id}"),
-                peer_ur_ls: vec![url(&addr)],
-                client_ur_ls: vec![strip_scheme(&addr)],
+                peer_ur_ls: vec![url(&peer_addr)],
+                client_ur_ls: client_addrs
+                    .get(&id)
+                    .map(|a| strip_scheme(a))
+                    .into_iter()
+                    .collect(),
                 is_learner: false,
             })
             .collect();

@@ -1,15 +1,18 @@
-//! Conversions between etcd's protobuf messages and the storage model,
-//! with etcd's validation errors.
+//! Conversions between etcd's protobuf messages and the storage model.
+//! What can only be checked on the protobuf (an unknown enum value, an
+//! empty op, txn nesting while converting) is refused here with etcd's
+//! errors; the checks of the command itself (op counts, empty keys, sizes)
+//! are `Command::validate`'s, run on the converted command.
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::mvccpb;
 use kubestore_storage::{
     Compare, CompareOp, CompareTarget, DeleteRequest, Event, EventKind, KeyRange, KeyValue, Op,
-    OpResponse, PutRequest, RangeRequest, RangeResponse, Revision, Txn, TxnResponse,
+    OpResponse, PutRequest, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, MAX_TXN_DEPTH,
 };
 use tonic::Status;
 
-use super::{errors, MAX_TXN_OPS};
+use super::errors;
 
 pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
@@ -33,28 +36,34 @@ pub fn event(e: Event, with_prev: bool) -> mvccpb::Event {
     }
 }
 
-fn key_range(key: Vec<u8>, range_end: Vec<u8>) -> Result<KeyRange, Status> {
-    if key.is_empty() {
-        return Err(errors::empty_key());
-    }
-    Ok(KeyRange { key, range_end })
+fn key_range(key: Vec<u8>, range_end: Vec<u8>) -> KeyRange {
+    KeyRange { key, range_end }
 }
 
 fn revision(r: i64) -> Option<Revision> {
     (r > 0).then_some(Revision(r as u64))
 }
 
+/// The storage read of a Range request (not a command, so checked here):
+/// see [`range_read`].
+pub fn range_request(r: &pb::RangeRequest) -> Result<RangeRequest, Status> {
+    if r.key.is_empty() {
+        return Err(errors::empty_key());
+    }
+    Ok(range_read(r))
+}
+
 /// The storage read of a Range: without limit when sorting or filtering
 /// needs every key (they are applied afterwards by [`shape_range`]).
-pub fn range_request(r: &pb::RangeRequest) -> Result<RangeRequest, Status> {
+fn range_read(r: &pb::RangeRequest) -> RangeRequest {
     let post = needs_post_processing(r);
-    Ok(RangeRequest {
-        range: key_range(r.key.clone(), r.range_end.clone())?,
+    RangeRequest {
+        range: key_range(r.key.clone(), r.range_end.clone()),
         limit: if post { 0 } else { r.limit.max(0) as u64 },
         revision: revision(r.revision),
         keys_only: r.keys_only,
         count_only: r.count_only && !post,
-    })
+    }
 }
 
 fn needs_post_processing(r: &pb::RangeRequest) -> bool {
@@ -123,25 +132,22 @@ pub fn range_response(resp: RangeResponse) -> pb::RangeResponse {
     }
 }
 
-pub fn put_request(r: pb::PutRequest) -> Result<PutRequest, Status> {
-    if r.key.is_empty() {
-        return Err(errors::empty_key());
-    }
-    Ok(PutRequest {
+pub fn put_request(r: pb::PutRequest) -> PutRequest {
+    PutRequest {
         key: r.key,
         value: r.value,
         lease: r.lease,
         prev_kv: r.prev_kv,
         ignore_value: r.ignore_value,
         ignore_lease: r.ignore_lease,
-    })
+    }
 }
 
-pub fn delete_request(r: pb::DeleteRangeRequest) -> Result<DeleteRequest, Status> {
-    Ok(DeleteRequest {
-        range: key_range(r.key, r.range_end)?,
+pub fn delete_request(r: pb::DeleteRangeRequest) -> DeleteRequest {
+    DeleteRequest {
+        range: key_range(r.key, r.range_end),
         prev_kv: r.prev_kv,
-    })
+    }
 }
 
 fn compare(c: pb::Compare) -> Result<Compare, Status> {
@@ -170,30 +176,34 @@ fn compare(c: pb::Compare) -> Result<Compare, Status> {
         },
     };
     Ok(Compare {
-        range: key_range(c.key, c.range_end)?,
+        range: key_range(c.key, c.range_end),
         op,
         target,
     })
 }
 
-fn op(o: pb::RequestOp) -> Result<Op, Status> {
+/// One op of a txn at nesting level `depth`.
+fn op(o: pb::RequestOp, depth: usize) -> Result<Op, Status> {
     use pb::request_op::Request;
     match o.request {
-        Some(Request::RequestRange(r)) => Ok(Op::Range(range_request(&r)?)),
-        Some(Request::RequestPut(p)) => Ok(Op::Put(put_request(p)?)),
-        Some(Request::RequestDeleteRange(d)) => Ok(Op::Delete(delete_request(d)?)),
-        Some(Request::RequestTxn(t)) => Ok(Op::Txn(txn(t)?)),
+        Some(Request::RequestRange(r)) => Ok(Op::Range(range_read(&r))),
+        Some(Request::RequestPut(p)) => Ok(Op::Put(put_request(p))),
+        Some(Request::RequestDeleteRange(d)) => Ok(Op::Delete(delete_request(d))),
+        Some(Request::RequestTxn(t)) => Ok(Op::Txn(txn_at(t, depth + 1)?)),
         None => Err(Status::invalid_argument("etcdserver: empty request op")),
     }
 }
 
-/// A Txn, with etcd's limit on operations per branch.
+/// A Txn. Its op counts and keys are checked by `Command::validate`; the
+/// nesting is bounded here too, before recursing (gRPC's decoder already
+/// stops at about 50 levels, below [`MAX_TXN_DEPTH`]).
 pub fn txn(t: pb::TxnRequest) -> Result<Txn, Status> {
-    if t.compare.len() > MAX_TXN_OPS
-        || t.success.len() > MAX_TXN_OPS
-        || t.failure.len() > MAX_TXN_OPS
-    {
-        return Err(errors::too_many_ops());
+    txn_at(t, 1)
+}
+
+fn txn_at(t: pb::TxnRequest, depth: usize) -> Result<Txn, Status> {
+    if depth > MAX_TXN_DEPTH {
+        return Err(errors::txn_too_deep(depth));
     }
     Ok(Txn {
         compare: t
@@ -201,8 +211,16 @@ pub fn txn(t: pb::TxnRequest) -> Result<Txn, Status> {
             .into_iter()
             .map(compare)
             .collect::<Result<_, _>>()?,
-        success: t.success.into_iter().map(op).collect::<Result<_, _>>()?,
-        failure: t.failure.into_iter().map(op).collect::<Result<_, _>>()?,
+        success: t
+            .success
+            .into_iter()
+            .map(|o| op(o, depth))
+            .collect::<Result<_, _>>()?,
+        failure: t
+            .failure
+            .into_iter()
+            .map(|o| op(o, depth))
+            .collect::<Result<_, _>>()?,
     })
 }
 

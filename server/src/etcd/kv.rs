@@ -6,7 +6,7 @@ use kubestore_storage::{ApplyError, Command, CommandResult, Op, OpResponse, Revi
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{convert, errors, raft_status, store_status, EtcdContext, MAX_REQUEST_BYTES};
+use super::{convert, errors, raft_status, store_status, validate, EtcdContext, MAX_REQUEST_BYTES};
 use crate::compaction::{self, CompactError};
 use crate::limits::RequestClass;
 
@@ -42,17 +42,17 @@ fn too_large(len: usize) -> Result<(), Status> {
 }
 
 impl KvService {
-    /// Runs one transaction through Raft; its response and revision.
+    /// Runs one transaction through Raft; its response and revision. The
+    /// command is validated first (etcd's limits), then the quota checked.
     async fn write(&self, txn: Txn) -> Result<(kubestore_storage::TxnResponse, u64), Status> {
         let ctx = &self.0;
-        if ctx.over_quota() && txn_writes(&txn) {
+        let writes = txn_writes(&txn);
+        let cmd = Command::Txn(txn);
+        validate(&cmd)?;
+        if writes && ctx.over_quota() {
             return Err(errors::no_space());
         }
-        let resp = ctx
-            .node
-            .write(Command::Txn(txn))
-            .await
-            .map_err(raft_status)?;
+        let resp = ctx.node.write(cmd).await.map_err(raft_status)?;
         match resp.result {
             Ok(CommandResult::Txn(t)) => Ok((t, resp.revision.0)),
             Ok(other) => Err(Status::internal(format!(
@@ -103,7 +103,7 @@ impl Kv for KvService {
         let _admitted = self.0.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
         too_large(req.encoded_len())?;
-        let put = convert::put_request(req)?;
+        let put = convert::put_request(req);
         let (resp, revision) = self
             .write(Txn {
                 success: vec![Op::Put(put)],
@@ -126,7 +126,7 @@ impl Kv for KvService {
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         let _admitted = self.0.admit(RequestClass::Mutating)?;
-        let del = convert::delete_request(request.into_inner())?;
+        let del = convert::delete_request(request.into_inner());
         let (resp, revision) = self
             .write(Txn {
                 success: vec![Op::Delete(del)],

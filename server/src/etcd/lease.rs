@@ -16,20 +16,16 @@ use std::time::Duration;
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::etcdserverpb::lease_server::Lease;
-use kubestore_storage::{ApplyError, Command, CommandResult, LeaseRecord};
+use kubestore_storage::{ApplyError, Command, CommandResult, LeaseRecord, MIN_LEASE_TTL};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::kv::apply_status;
-use super::{errors, raft_status, store_status, EtcdContext};
+use super::{raft_status, store_status, validate, EtcdContext};
 use crate::limits::RequestClass;
 
-/// etcd's maximum lease TTL (9,000,000,000 s).
-const MAX_LEASE_TTL: i64 = 9_000_000_000;
-/// etcd's minimum TTL is about 1.5 election timeouts; TTLs below it are raised.
-const MIN_LEASE_TTL: i64 = 2;
 /// How often the keeper looks for expired leases.
 const TICK: Duration = Duration::from_millis(250);
 
@@ -189,9 +185,7 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
-        if req.ttl > MAX_LEASE_TTL {
-            return Err(errors::lease_ttl_too_large());
-        }
+        // etcd raises a TTL below its minimum (about 1.5 election timeouts).
         let ttl = req.ttl.max(MIN_LEASE_TTL);
         let id = if req.id != 0 {
             req.id
@@ -199,12 +193,10 @@ impl Lease for LeaseService {
             // A random positive id, as etcd picks one.
             (rand::random::<u64>() >> 1).max(1) as i64
         };
-        let resp = self
-            .ctx
-            .node
-            .write(Command::LeaseGrant { id, ttl })
-            .await
-            .map_err(raft_status)?;
+        let grant = Command::LeaseGrant { id, ttl };
+        // A TTL above etcd's maximum: "too large lease TTL".
+        validate(&grant)?;
+        let resp = self.ctx.node.write(grant).await.map_err(raft_status)?;
         match resp.result {
             Ok(CommandResult::Lease(l)) => Ok(Response::new(pb::LeaseGrantResponse {
                 header: self.ctx.header(resp.revision.0),

@@ -25,7 +25,7 @@ use kubestore_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use kubestore_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use kubestore_proto::etcd::etcdserverpb::ResponseHeader;
 use kubestore_raft::{RaftNode, RaftNodeError};
-use kubestore_storage::StoreError;
+use kubestore_storage::{Command, InvalidCommand, Limits, StoreError};
 use std::time::Duration;
 use tonic::Status;
 
@@ -33,10 +33,10 @@ use tonic::Status;
 pub const ETCD_VERSION: &str = "3.5.16";
 /// The cluster version (major.minor) etcd reports beside it.
 pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
-/// etcd's default `--max-txn-ops`.
-pub const MAX_TXN_OPS: usize = 128;
-/// etcd's default `--max-request-bytes` (1.5 MiB).
-pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+/// etcd's default `--max-request-bytes` (1.5 MiB), on a request's encoded
+/// size; the command it becomes is held to [`Limits::ETCD`] (its op count,
+/// `--max-txn-ops`, and its keys and values, at most this many bytes).
+pub const MAX_REQUEST_BYTES: usize = Limits::ETCD.max_command_bytes;
 
 /// Settings of the etcd front end (`--etcd-progress-notify-seconds`,
 /// `--quota-backend-bytes`).
@@ -229,11 +229,47 @@ pub mod errors {
     pub fn timeout() -> Status {
         Status::new(Code::Unavailable, "etcdserver: request timed out")
     }
+    pub fn txn_too_deep(depth: usize) -> Status {
+        Status::new(
+            Code::InvalidArgument,
+            format!(
+                "kubestore: txn nested {depth} levels deep, at most {}",
+                kubestore_storage::MAX_TXN_DEPTH
+            ),
+        )
+    }
     pub fn not_supported(what: &str) -> Status {
         Status::new(
             Code::Unimplemented,
             format!("kubestore: {what} is not supported"),
         )
+    }
+}
+
+/// Checks a command the etcd API is about to propose against etcd's limits
+/// ([`Limits::ETCD`]), with etcd's errors. The leader checks every
+/// forwarded command the same way (with the node's limits, which are at
+/// least these), so this is the front end's answer, not the only check.
+fn validate(cmd: &Command) -> Result<(), Status> {
+    cmd.validate(&Limits::ETCD).map_err(invalid_status)
+}
+
+fn invalid_status(e: InvalidCommand) -> Status {
+    match e {
+        InvalidCommand::TooManyOps { .. } => errors::too_many_ops(),
+        InvalidCommand::TooDeep { depth, .. } => errors::txn_too_deep(depth),
+        InvalidCommand::TooLarge { .. } => errors::request_too_large(),
+        InvalidCommand::EmptyKey => errors::empty_key(),
+        InvalidCommand::LeaseTtlTooLarge { .. } => errors::lease_ttl_too_large(),
+        // Not reachable from a client request (the front end picks the id
+        // and raises small TTLs; clients send no batches or tags).
+        e @ (InvalidCommand::LeaseTtlTooSmall { .. }
+        | InvalidCommand::NoLeaseId
+        | InvalidCommand::BatchTooLarge { .. }
+        | InvalidCommand::NotBatchable(_)
+        | InvalidCommand::MalformedProposal) => {
+            Status::invalid_argument(format!("etcdserver: {e}"))
+        }
     }
 }
 
@@ -243,6 +279,7 @@ fn raft_status(e: RaftNodeError) -> Status {
         RaftNodeError::Timeout(_) | RaftNodeError::Indeterminate(_) => errors::timeout(),
         RaftNodeError::Unreachable { .. } => errors::no_leader(),
         RaftNodeError::ShuttingDown => Status::unavailable("etcdserver: server stopped"),
+        RaftNodeError::InvalidCommand(e) => invalid_status(e),
         other => Status::internal(other.to_string()),
     }
 }

@@ -341,6 +341,10 @@ impl From<kubestore_raft::RaftNodeError> for ApiError {
             E::Timeout(what) => ApiError::Timeout(format!(
                 "request did not complete within the allowed duration (waiting for {what})"
             )),
+            E::InvalidCommand(kubestore_storage::InvalidCommand::TooLarge { max, .. }) => {
+                ApiError::RequestEntityTooLarge(max)
+            }
+            E::InvalidCommand(invalid) => ApiError::BadRequest(invalid.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }
