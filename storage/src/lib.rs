@@ -22,7 +22,9 @@
 //!   machine writes ride on the same WAL, so a restart re-applies from the
 //!   last applied id that reached the disk.
 //! - **Leases** are state-machine data too: grants, renewals and revokes
-//!   are log entries, and a revoke deletes its keys in one revision.
+//!   are log entries, and a revoke deletes its keys in one revision. An
+//!   expiry is conditional on the renewals its proposer saw, decided in
+//!   apply, so a stale view never expires a renewed lease.
 //! - **Exactly once.** A [`Command::Tagged`] proposal is applied at most
 //!   once however many copies of it are committed: the replicated session
 //!   table ([`session`]) decides inside apply, and is written in the same
@@ -44,6 +46,8 @@
 //! - [`validate`]: checks of a command on its own (op counts, nesting,
 //!   sizes, lease TTLs), run before it is proposed.
 //! - [`log_store`] / [`state_machine`]: the openraft storage traits.
+//! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
+//!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
 
 pub mod apply;
 pub mod command;

@@ -5,6 +5,8 @@
 //! serve` processes. Both offer `leader()`, `wait_for(..)`, kill, restart
 //! and (in-process) isolation of a node, and a REST client per node.
 //!
+//! [`chaos`] is the fault-schedule checker built on it (`kubestore-chaos`).
+//!
 //! Waiting is event-driven where the harness can see events (Raft metrics,
 //! applied state); across processes it polls `/debug/cluster`, the only
 //! signal a separate process gives.
