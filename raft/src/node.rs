@@ -453,12 +453,7 @@ impl RaftNode {
             };
             // A write waiting on a remote leader is re-routed as soon as
             // another leader is known, without waiting for the old one.
-            let rerouted = async {
-                if leader == self.inner.id {
-                    std::future::pending::<()>().await;
-                }
-                self.leader_moved_from(leader).await;
-            };
+            let rerouted = self.rerouted_from(leader);
             let attempt = tokio::time::timeout_at(deadline, async {
                 tokio::select! {
                     answer = attempt => answer,
@@ -489,6 +484,16 @@ impl RaftNode {
                 return Err(RaftNodeError::Timeout("the write to commit"));
             }
         }
+    }
+
+    /// Resolves once an attempt at `leader` should be abandoned for another
+    /// leader: never when `leader` is this node (losing leadership fails
+    /// the attempt itself), else once another leader is known.
+    async fn rerouted_from(&self, leader: NodeId) {
+        if leader == self.inner.id {
+            std::future::pending::<()>().await;
+        }
+        self.leader_moved_from(leader).await;
     }
 
     /// Resolves once this node knows of a leader other than `leader`.
@@ -649,12 +654,7 @@ impl RaftNode {
             };
             let attempt_deadline = deadline.min(tokio::time::Instant::now() + PEER_ATTEMPT_TIMEOUT);
             // As for writes: once another leader is known, ask it instead.
-            let rerouted = async {
-                if leader == self.inner.id {
-                    std::future::pending::<()>().await;
-                }
-                self.leader_moved_from(leader).await;
-            };
+            let rerouted = self.rerouted_from(leader);
             let attempt = async {
                 tokio::select! {
                     round = self.read_index_from(leader) => round,

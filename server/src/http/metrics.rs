@@ -158,40 +158,41 @@ pub async fn serve(State(state): State<AppState>) -> Response {
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
         );
     }
-    let name = "kubestore_requests_rejected_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} API requests (REST and etcd) refused over the in-flight limit.\n# TYPE {name} counter"
+    write_per_class(
+        &mut out,
+        "kubestore_requests_rejected_total",
+        "API requests (REST and etcd) refused over the in-flight limit.",
+        "counter",
+        |class| state.limits.rejected(class),
     );
-    for (class, label) in [
-        (RequestClass::ReadOnly, "read-only"),
-        (RequestClass::Mutating, "mutating"),
-    ] {
-        let _ = writeln!(
-            out,
-            "{name}{{class=\"{label}\"}} {}",
-            state.limits.rejected(class)
-        );
-    }
-    let name = "kubestore_requests_inflight";
-    let _ = writeln!(
-        out,
-        "# HELP {name} API requests (REST and etcd, watches exempt) being served now.\n# TYPE {name} gauge"
+    write_per_class(
+        &mut out,
+        "kubestore_requests_inflight",
+        "API requests (REST and etcd, watches exempt) being served now.",
+        "gauge",
+        |class| u64::try_from(state.limits.in_flight(class)).unwrap_or(u64::MAX),
     );
-    for (class, label) in [
-        (RequestClass::ReadOnly, "read-only"),
-        (RequestClass::Mutating, "mutating"),
-    ] {
-        let _ = writeln!(
-            out,
-            "{name}{{class=\"{label}\"}} {}",
-            state.limits.in_flight(class)
-        );
-    }
     let mut resp = (StatusCode::OK, out).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     resp
+}
+
+/// One metric family with a sample per request class.
+fn write_per_class(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    value: impl Fn(RequestClass) -> u64,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (class, label) in [
+        (RequestClass::ReadOnly, "read-only"),
+        (RequestClass::Mutating, "mutating"),
+    ] {
+        let _ = writeln!(out, "{name}{{class=\"{label}\"}} {}", value(class));
+    }
 }

@@ -852,16 +852,23 @@ pub async fn rest_watcher(
                 break true;
             }
         };
-        if expired {
-            if let Some(f) = follow.take() {
-                progress.push(f.log);
-            }
-        } else {
-            f.log.reconnects += 1;
-        }
+        end_of_stream(&mut follow, &progress, expired);
     }
     if let Some(f) = follow {
         progress.push(f.log);
+    }
+}
+
+/// After a watch stream ended: an expired log (`410`, compacted) is
+/// finished and the watcher starts a new one from a fresh read; otherwise
+/// the same log resumes on a reconnect.
+fn end_of_stream(follow: &mut Option<Follow>, progress: &WatchProgress, expired: bool) {
+    if expired {
+        if let Some(f) = follow.take() {
+            progress.push(f.log);
+        }
+    } else if let Some(f) = follow.as_mut() {
+        f.log.reconnects += 1;
     }
 }
 
@@ -984,13 +991,7 @@ pub async fn etcd_watcher(
             }
             progress.set_covered(f.log.covered_until);
         };
-        if expired {
-            if let Some(f) = follow.take() {
-                progress.push(f.log);
-            }
-        } else {
-            f.log.reconnects += 1;
-        }
+        end_of_stream(&mut follow, &progress, expired);
     }
     if let Some(f) = follow {
         progress.push(f.log);
