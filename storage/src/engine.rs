@@ -55,10 +55,6 @@ impl Engine {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     fn handle(&self, cf: Cf) -> Result<&rocksdb::ColumnFamily, StoreError> {
         self.db
             .cf_handle(cf.name())
@@ -95,11 +91,6 @@ impl Engine {
     /// ascending key order.
     pub fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         self.scan_with(cf, start, end, Direction::Forward, ReadOptions::default())
-    }
-
-    /// Rows of `cf` with `key <= from`, in descending key order.
-    pub fn scan_back(&self, cf: Cf, from: &[u8]) -> Result<Scan<'_>, StoreError> {
-        self.scan_with(cf, from, None, Direction::Reverse, ReadOptions::default())
     }
 
     fn scan_with<'a>(
@@ -152,13 +143,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Asks RocksDB to reclaim space of deleted rows in `cf` below `end`.
-    pub fn compact_range(&self, cf: Cf, end: &[u8]) -> Result<(), StoreError> {
-        self.db
-            .compact_range_cf(self.handle(cf)?, None::<&[u8]>, Some(end));
-        Ok(())
-    }
-
     /// Approximate bytes on disk (SST files plus memtables).
     pub fn approximate_size(&self) -> u64 {
         let mut total = 0;
@@ -194,13 +178,6 @@ impl SnapshotView<'_> {
         opts.set_snapshot(&self.snapshot);
         self.engine
             .scan_with(cf, start, end, Direction::Forward, opts)
-    }
-
-    pub fn scan_back(&self, cf: Cf, from: &[u8]) -> Result<Scan<'_>, StoreError> {
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(&self.snapshot);
-        self.engine
-            .scan_with(cf, from, None, Direction::Reverse, opts)
     }
 }
 
@@ -243,10 +220,6 @@ impl Batch<'_> {
 
     pub fn len(&self) -> usize {
         self.inner.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.inner.is_empty()
     }
 }
 

@@ -21,6 +21,9 @@
 //!   every append queued behind the last) before openraft is told; state
 //!   machine writes ride on the same WAL, so a restart re-applies from the
 //!   last applied id that reached the disk.
+//! - **The log is never purged past the snapshot on disk**, whatever order
+//!   openraft asks in, so a crash or a failed install at any point leaves a
+//!   node that restarts and catches up.
 //! - **Leases** are state-machine data too: grants, renewals and revokes
 //!   are log entries, and a revoke deletes its keys in one revision. An
 //!   expiry is conditional on the renewals its proposer saw, decided in
@@ -46,6 +49,8 @@
 //! - [`validate`]: checks of a command on its own (op counts, nesting,
 //!   sizes, lease TTLs), run before it is proposed.
 //! - [`log_store`] / [`state_machine`]: the openraft storage traits.
+//! - `purge`: the purge horizon, which keeps the log from being purged past
+//!   the snapshot on disk (openraft 0.9 purges before an install finishes).
 //! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
 //!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
 
@@ -56,6 +61,7 @@ pub mod error;
 pub mod faults;
 pub mod log_store;
 pub mod mvcc;
+mod purge;
 pub mod schema;
 pub mod session;
 pub mod state_machine;
@@ -226,7 +232,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
         StateMachine::open(engine.clone(), dir.join("snapshots"), installs.clone())?;
     let boot_epoch = session::raise_boot_epoch(&engine)?;
     Ok((
-        LogStore::new(engine.clone(), faults.clone()),
+        LogStore::new(engine.clone(), faults.clone(), sm.purge_horizon()),
         sm.with_faults(faults.clone()),
         Store {
             engine,

@@ -19,6 +19,7 @@ use tracing::instrument;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
+use crate::purge::PurgeHorizon;
 use crate::schema::{self, Cf};
 use crate::{Entry, NodeId, TypeConfig};
 
@@ -28,6 +29,8 @@ use crate::{Entry, NodeId, TypeConfig};
 pub struct LogStore {
     engine: Engine,
     flusher: Arc<Flusher>,
+    /// Purges go through it: never past what the current snapshot covers.
+    horizon: PurgeHorizon,
 }
 
 /// The flusher thread's queue and handle, shared by the clones. Dropping
@@ -75,7 +78,7 @@ fn run_flusher(engine: Engine, faults: DiskFaults, queue: mpsc::Receiver<LogFlus
 }
 
 impl LogStore {
-    pub fn new(engine: Engine, faults: DiskFaults) -> Self {
+    pub(crate) fn new(engine: Engine, faults: DiskFaults, horizon: PurgeHorizon) -> Self {
         let (tx, queue) = mpsc::channel();
         let flushing = engine.clone();
         // A plain thread: fsync blocks, and it must not hold an async worker.
@@ -90,6 +93,7 @@ impl LogStore {
                 queue: Some(tx),
                 thread,
             }),
+            horizon,
         }
     }
 
@@ -141,6 +145,21 @@ impl LogStore {
         Ok(out)
     }
 
+    /// Appends `entries` and syncs, outside openraft (tests build logs
+    /// with it; openraft's own append callback cannot be made outside it).
+    #[cfg(test)]
+    pub(crate) fn append_synced(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
+        let mut batch = self.engine.batch();
+        for entry in entries {
+            batch.put(
+                Cf::RaftLog,
+                &schema::u64_key(entry.get_log_id().index),
+                &bincode::serialize(&entry)?,
+            )?;
+        }
+        self.engine.write(batch, true)
+    }
+
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StoreError> {
         match self.engine.last(Cf::RaftLog)? {
             Some((_, v)) => {
@@ -170,9 +189,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
-        let last_purged: Option<LogId<NodeId>> = self
-            .get_meta(schema::RAFT_LAST_PURGED)
-            .map_err(|e| log_err(e, ErrorVerb::Read))?;
+        let last_purged = self.horizon.purged();
         let last = self
             .last_entry_id()
             .map_err(|e| log_err(e, ErrorVerb::Read))?;
@@ -286,22 +303,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| log_err(e, ErrorVerb::Delete))
     }
 
+    /// Purges through the [`PurgeHorizon`]: at once as far as the current
+    /// snapshot covers, the rest when a newer snapshot is in place (see
+    /// [`crate::purge`] for why openraft's request cannot be done as asked).
     #[instrument(level = "debug", skip(self))]
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        let run = || -> Result<(), StoreError> {
-            let mut batch = self.engine.batch();
-            batch.put(
-                Cf::RaftMeta,
-                schema::RAFT_LAST_PURGED,
-                &bincode::serialize(&log_id)?,
-            )?;
-            batch.delete_range(
-                Cf::RaftLog,
-                &schema::u64_key(0),
-                &schema::u64_key(log_id.index.saturating_add(1)),
-            )?;
-            self.engine.write(batch, false)
-        };
-        run().map_err(|e| log_err(e, ErrorVerb::Delete))
+        self.horizon
+            .request(log_id)
+            .map_err(|e| log_err(e, ErrorVerb::Delete))
     }
 }

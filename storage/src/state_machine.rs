@@ -31,6 +31,7 @@ use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
 use crate::mvcc::{self, MvccReader};
+use crate::purge::PurgeHorizon;
 use crate::schema::{self, Cf};
 use crate::session::{SessionTable, WithSessions};
 use crate::{Entry, Node, NodeId, TypeConfig};
@@ -40,7 +41,10 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
 const SNAPSHOT_MAGIC_FORMAT_1: &[u8; 8] = b"KSSNAP01";
 const END_TAG: u8 = 0xFF;
 const CURRENT_SNAPSHOT: &str = "current.snap";
-const INCOMING_SNAPSHOT: &str = "incoming.snap";
+/// The prefix of a snapshot being received: one file per stream, so a
+/// write still in flight from an abandoned stream can never land in the
+/// next one's file.
+const INCOMING_PREFIX: &str = "incoming";
 /// A snapshot being installed; kept until the install completes so that an
 /// install interrupted by a crash is redone from it at the next open.
 const STAGED_SNAPSHOT: &str = "staged.snap";
@@ -75,6 +79,8 @@ pub struct StateMachine {
     faults: DiskFaults,
     /// The mirror of the `sessions` column family.
     sessions: SessionTable,
+    /// Told whenever a newer snapshot file is in place.
+    horizon: PurgeHorizon,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -132,7 +138,9 @@ impl StateMachine {
             }
             finish_install(&engine, &snapshot_dir, &files)?;
         }
+        remove_incoming(&snapshot_dir)?;
         let last_applied = get_bincode(&engine, schema::SM_LAST_APPLIED)?.flatten();
+        let horizon = open_horizon(&engine, &snapshot_dir, &files, last_applied)?;
         let membership = get_bincode(&engine, schema::SM_MEMBERSHIP)?.unwrap_or_default();
         let state = read_applied_state(&engine, last_applied, 0)?;
         let sessions = SessionTable::load(&engine)?;
@@ -148,9 +156,16 @@ impl StateMachine {
                 files,
                 faults: DiskFaults::default(),
                 sessions,
+                horizon,
             },
             applied_rx,
         ))
+    }
+
+    /// The purge horizon this state machine moves; the log store purges
+    /// through it.
+    pub(crate) fn purge_horizon(&self) -> PurgeHorizon {
+        self.horizon.clone()
     }
 
     /// Obeys `faults` (a slow state machine) from now on.
@@ -270,19 +285,26 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             engine: self.engine.clone(),
             snapshot_dir: self.snapshot_dir.clone(),
             files: self.files.clone(),
+            horizon: self.horizon.clone(),
         }
     }
 
     async fn begin_receiving_snapshot(
         &mut self,
     ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
-        let path = self.snapshot_dir.join(INCOMING_SNAPSHOT);
+        // A new file for every stream. The previous stream's file (openraft
+        // abandons a stream when another snapshot starts) is unlinked, not
+        // truncated: a write of it still in flight lands in its own inode.
+        remove_incoming(&self.snapshot_dir).map_err(|e| snap_err(e, ErrorVerb::Write))?;
+        self.horizon.receiving();
+        let path = self
+            .snapshot_dir
+            .join(format!("{INCOMING_PREFIX}-{}.snap", unique_suffix()));
         // Read and write: openraft writes the chunks, install reads them back.
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(&path)
             .await
             .map_err(|e| {
@@ -318,9 +340,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })?;
         // Refused before anything is cleared: a snapshot of another
         // storage format (or not a snapshot), or one whose own metadata is
-        // not what the leader announced, leaves this store as it was (and
-        // openraft asks again, so a refused snapshot is an error to report,
-        // not a reason to stop the node).
+        // not what the leader announced, leaves this store as it was.
+        // openraft 0.9 treats any install error as fatal: its Raft stops
+        // and the server exits for its supervisor to restart it. The purge
+        // horizon has kept the log this node had, so it restarts cleanly
+        // and the leader sends the snapshot again.
         let own = read_snapshot_meta(&staged).map_err(|e| snap_err(e, ErrorVerb::Read))?;
         if own.last_log_id != meta.last_log_id || own.snapshot_id != meta.snapshot_id {
             return Err(snap_err(
@@ -336,6 +360,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // What the file says it holds is what gets recorded as applied.
         let meta_owned = own.clone();
         let (installs, files) = (self.installs.clone(), self.files.clone());
+        let horizon = self.horizon.clone();
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
             let mut marker = engine.batch();
             marker.put(Cf::SmMeta, schema::SM_INSTALLING, b"1")?;
@@ -344,7 +369,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let installed = install_from_file(&engine, &dir.join(STAGED_SNAPSHOT), &meta_owned)
                 .and_then(|()| finish_install(&engine, &dir, &files));
             installs.bump();
-            installed
+            installed?;
+            remove_incoming(&dir)?;
+            // Only now may the log go: the snapshot that covers it is in place.
+            horizon.advance(meta_owned.last_log_id, true)
         })
         .await
         .map_err(|e| {
@@ -402,6 +430,7 @@ pub struct SnapshotBuilder {
     engine: Engine,
     snapshot_dir: PathBuf,
     files: SnapshotFiles,
+    horizon: PurgeHorizon,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -410,16 +439,18 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let engine = self.engine.clone();
         let dir = self.snapshot_dir.clone();
         let files = self.files.clone();
-        let (meta, file) =
-            tokio::task::spawn_blocking(move || build_snapshot_file(&engine, &dir, &files))
-                .await
-                .map_err(|e| {
-                    snap_err(
-                        StoreError::Corrupt(format!("snapshot task failed: {e}")),
-                        ErrorVerb::Write,
-                    )
-                })?
-                .map_err(|e| snap_err(e, ErrorVerb::Write))?;
+        let horizon = self.horizon.clone();
+        let (meta, file) = tokio::task::spawn_blocking(move || {
+            build_snapshot_file(&engine, &dir, &files, &horizon)
+        })
+        .await
+        .map_err(|e| {
+            snap_err(
+                StoreError::Corrupt(format!("snapshot task failed: {e}")),
+                ErrorVerb::Write,
+            )
+        })?
+        .map_err(|e| snap_err(e, ErrorVerb::Write))?;
         tracing::info!(snapshot_id = %meta.snapshot_id, "snapshot built");
         Ok(Snapshot {
             meta,
@@ -439,6 +470,7 @@ fn build_snapshot_file(
     engine: &Engine,
     dir: &Path,
     files: &SnapshotFiles,
+    horizon: &PurgeHorizon,
 ) -> Result<(SnapshotMeta<NodeId, Node>, std::fs::File), StoreError> {
     engine.with_snapshot(|view| {
         let last_applied: Option<LogId<NodeId>> =
@@ -505,6 +537,8 @@ fn build_snapshot_file(
             }
             _ => {
                 std::fs::rename(&tmp, &current).map_err(io_err(&current))?;
+                sync_dir(dir)?;
+                horizon.advance(meta.last_log_id, false)?;
                 meta
             }
         };
@@ -677,7 +711,73 @@ impl InstallGeneration {
 fn promote_staged(dir: &Path) -> Result<(), StoreError> {
     let staged = dir.join(STAGED_SNAPSHOT);
     let current = dir.join(CURRENT_SNAPSHOT);
-    std::fs::rename(&staged, &current).map_err(io_err(&current))
+    std::fs::rename(&staged, &current).map_err(io_err(&current))?;
+    sync_dir(dir)
+}
+
+/// Makes renames in `dir` durable (the log is purged behind them).
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// Removes the files of snapshot streams that never finished.
+fn remove_incoming(dir: &Path) -> Result<(), StoreError> {
+    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let path = entry.map_err(io_err(dir))?.path();
+        let incoming = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(INCOMING_PREFIX) && n.ends_with(".snap"));
+        if incoming {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::Io(path.display().to_string(), e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The purge horizon of a store just opened: what `current.snap` covers.
+///
+/// A data directory written before the horizon existed may have its log
+/// purged past its snapshot (the crash loop [`crate::purge`] describes).
+/// When the applied state covers the purge, a fresh snapshot of it repairs
+/// the directory; otherwise the entries between are gone from this node
+/// and only a fresh join can bring it back, which the error says.
+fn open_horizon(
+    engine: &Engine,
+    dir: &Path,
+    files: &SnapshotFiles,
+    last_applied: Option<LogId<NodeId>>,
+) -> Result<PurgeHorizon, StoreError> {
+    let current = dir.join(CURRENT_SNAPSHOT);
+    let covered = match current.exists() {
+        true => read_snapshot_meta(&current)?.last_log_id,
+        false => None,
+    };
+    let horizon = PurgeHorizon::open(engine.clone(), covered)?;
+    let purged = horizon.purged();
+    if purged > covered {
+        if last_applied < purged {
+            return Err(StoreError::Corrupt(format!(
+                "the log is purged up to {purged:?}, past both the snapshot ({covered:?}) and \
+                 the applied state ({last_applied:?}): the entries between are lost on this \
+                 node; remove its data directory and let it rejoin the cluster"
+            )));
+        }
+        tracing::warn!(
+            ?purged,
+            ?covered,
+            ?last_applied,
+            "the log is purged past the snapshot; building a snapshot of the applied state"
+        );
+        build_snapshot_file(engine, dir, files, &horizon)?;
+    }
+    Ok(horizon)
 }
 
 #[cfg(test)]
