@@ -10,8 +10,18 @@ use kubestore_storage::NodeId;
 
 /// Default body limit: kube's own limit for a request body is 3 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
-/// The leader's read lease by default (see `--read-lease-ms`).
-pub const DEFAULT_READ_LEASE_MS: u64 = 250;
+/// Milliseconds between the leader's heartbeats by default (etcd's
+/// `--heartbeat-interval`; etcd uses 100).
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 50;
+/// The minimum election timeout in milliseconds by default (etcd's
+/// `--election-timeout`; etcd uses 1000). openraft 0.9 waits a randomised
+/// timeout between this and twice this, after a leader lease of twice this,
+/// so a dead leader is replaced within about 0.9–1.2 s, which keeps failover
+/// within 3 s.
+pub const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 300;
+/// The leader's read lease by default (see `--read-lease-ms`): half the
+/// default minimum election timeout.
+pub const DEFAULT_READ_LEASE_MS: u64 = DEFAULT_ELECTION_TIMEOUT_MS / 2;
 /// kube-apiserver's default `--max-requests-inflight`.
 pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
 /// kube-apiserver's default `--max-mutating-requests-inflight`.
@@ -105,11 +115,21 @@ pub struct ServeConfig {
     /// and the NOSPACE alarm is raised (etcd's `--quota-backend-bytes`).
     #[arg(long, env = "KUBESTORE_QUOTA_BACKEND_BYTES", default_value_t = 2 * 1024 * 1024 * 1024)]
     pub quota_backend_bytes: u64,
+    /// Milliseconds between the leader's heartbeats (as etcd's
+    /// `--heartbeat-interval`). Must be well below the election timeout.
+    #[arg(long, env = "KUBESTORE_HEARTBEAT_INTERVAL", default_value_t = DEFAULT_HEARTBEAT_INTERVAL_MS)]
+    pub heartbeat_interval: u64,
+    /// Minimum election timeout in milliseconds (as etcd's
+    /// `--election-timeout`); each election waits a random timeout between
+    /// this and twice this. Lower fails over faster; too low for the
+    /// machine's load causes needless elections.
+    #[arg(long, env = "KUBESTORE_ELECTION_TIMEOUT", default_value_t = DEFAULT_ELECTION_TIMEOUT_MS)]
+    pub election_timeout: u64,
     /// Milliseconds after a read-index round began during which the leader
     /// answers linearizable reads without another heartbeat round (0: a
     /// round for every read, as etcd does). At most half the minimum
-    /// election timeout (500 ms); safe while the nodes' clocks run at rates
-    /// within 4x of each other.
+    /// election timeout; safe while the nodes' clocks run at rates within
+    /// 4x of each other.
     #[arg(long, env = "KUBESTORE_READ_LEASE_MS", default_value_t = DEFAULT_READ_LEASE_MS)]
     pub read_lease_ms: u64,
 
@@ -156,6 +176,8 @@ impl ServeConfig {
             watch_cache_seconds: 150,
             etcd_progress_notify_seconds: 600,
             quota_backend_bytes: 2 * 1024 * 1024 * 1024,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL_MS,
+            election_timeout: DEFAULT_ELECTION_TIMEOUT_MS,
             read_lease_ms: DEFAULT_READ_LEASE_MS,
             max_requests_inflight: DEFAULT_MAX_REQUESTS_INFLIGHT,
             max_mutating_requests_inflight: DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,

@@ -63,9 +63,17 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         node.peer_addr
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let raft = node.raft.clone();
     tokio::select! {
         r = tokio::signal::ctrl_c() => r?,
         _ = term.recv() => {}
+        reason = raft.core_stopped_wait() => {
+            // Nothing is served any more: exit, so a supervisor restarts
+            // the node and it catches up from its log and the leader.
+            tracing::error!(%reason, "the raft core stopped; exiting");
+            node.shutdown().await;
+            anyhow::bail!("the raft core stopped: {reason}");
+        }
     }
     tracing::info!("shutting down");
     node.shutdown().await;

@@ -72,6 +72,9 @@ impl RunningNode {
         );
         raft_config.snapshot_after_entries = config.snapshot_after_entries;
         raft_config.log_entries_kept_after_snapshot = (config.snapshot_after_entries / 10).max(10);
+        raft_config.heartbeat_interval = Duration::from_millis(config.heartbeat_interval);
+        raft_config.election_timeout_min = Duration::from_millis(config.election_timeout);
+        raft_config.election_timeout_max = Duration::from_millis(config.election_timeout * 2);
         raft_config.read_lease = Duration::from_millis(config.read_lease_ms);
         raft_config.command_limits =
             kubestore_raft::command_limits(max_command_bytes(config.max_body_bytes));

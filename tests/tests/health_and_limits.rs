@@ -67,6 +67,9 @@ async fn readiness_fails_while_a_node_is_cut_off_and_liveness_holds() {
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     let (status, _) = get(&format!("{base}/livez/storage")).await;
     assert_eq!(status, StatusCode::OK);
+    // Cut off is not dead: the Raft core still runs.
+    let (status, body) = get(&format!("{base}/livez/raft")).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     let (status, _) = get(&format!("{base}/readyz/no-such-check")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 

@@ -8,7 +8,9 @@
 //! one check alone.
 //!
 //! - liveness (`/livez`): `ping`; `storage`: the database takes a synced
-//!   write within 5 s. A node that fails it should be restarted.
+//!   write within 5 s; `raft`: the Raft core runs (openraft stops it for
+//!   good on a storage error, and `serve` then exits). A node that fails
+//!   one should be restarted.
 //! - readiness (`/readyz`, and `/healthz`): liveness's checks, plus
 //!   `raft-leader`: a leader is known and in touch (a leader cut off from
 //!   its quorum, or a follower that lost its leader, is not ready);
@@ -64,10 +66,11 @@ impl Endpoint {
 
     fn checks(self) -> &'static [&'static str] {
         match self {
-            Endpoint::Livez => &["ping", "storage"],
+            Endpoint::Livez => &["ping", "storage", "raft"],
             Endpoint::Readyz | Endpoint::Healthz => &[
                 "ping",
                 "storage",
+                "raft",
                 "raft-leader",
                 "raft-applied",
                 "watch-cache",
@@ -80,6 +83,10 @@ async fn run_check(state: &AppState, name: &'static str) -> Outcome {
     let result = match name {
         "ping" => Ok(()),
         "storage" => storage_writable(state).await,
+        "raft" => match state.node.core_stopped() {
+            None => Ok(()),
+            Some(reason) => Err(format!("the raft core stopped: {reason}")),
+        },
         "raft-leader" => state.node.leader_contact().map(|_| ()),
         "raft-applied" => apply_caught_up(state).await,
         "watch-cache" => cache_synced(state),
