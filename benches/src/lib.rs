@@ -1,9 +1,13 @@
-//! kubestore's micro-benchmarks (criterion, in `benches/benches/`) and the
-//! fixtures they share. The load generator — throughput and latency of a
-//! running cluster, and the side-by-side comparison with etcd — is the
-//! `kubestore bench` subcommand of the main binary.
+//! kubestore's benchmarks: the load generator behind `kubestore bench`
+//! ([`load`]: throughput and latency of running endpoints, and the
+//! side-by-side comparison with etcd), and the criterion micro-benchmarks
+//! of the hot paths (in `benches/benches/`) with the fixtures they share.
 //!
-//! Benchmarks are programs: nothing here asserts a timing.
+//! It depends on the server only for shared constants and never the other
+//! way round, so the server does not link the histogram, progress-bar and
+//! plotting crates. Benchmarks are programs: nothing here asserts a timing.
+
+pub mod load;
 
 use serde_json::{json, Value};
 

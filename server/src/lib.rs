@@ -1,6 +1,7 @@
-//! The kubestore server: one binary that serves the Kubernetes REST API
-//! and the etcd v3 API on top of the replicated revision log, launches
-//! local clusters, and load-tests them (`kubestore bench`).
+//! The kubestore server: a node that serves the Kubernetes REST API and
+//! the etcd v3 API on top of the replicated revision log, and the launcher
+//! of local clusters. The `kubestore` binary (the `cli` crate) runs it; the
+//! load generator behind `kubestore bench` lives in `kubestore-benches`.
 //!
 //! Its one job is the front end: turning Kubernetes and etcd requests into
 //! transactions and reads on the [`kubestore_raft::RaftNode`], and their
@@ -36,9 +37,7 @@
 //!   mapping.
 //! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Lease, Maintenance,
 //!   Cluster).
-//! - [`mod@bench`]: the load generator and the side-by-side etcd comparison.
 
-pub mod bench;
 pub mod compaction;
 pub mod config;
 pub mod etcd;

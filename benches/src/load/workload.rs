@@ -2,18 +2,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::{PutRequest, RangeRequest};
 use serde::Serialize;
 use serde_json::json;
 use tonic::transport::Channel;
 
+use super::record::{progress, Recorder, WORKLOAD_BAR};
 use super::LoadArgs;
 
 /// Keys the put workload spreads over (etcd's benchmark default).
@@ -121,56 +120,6 @@ pub struct RunResult {
     pub cdf: Vec<(f64, f64)>,
 }
 
-/// What the closed loop records per request.
-struct Recorder {
-    hist: Mutex<Histogram<u64>>,
-    errors: AtomicU64,
-    served: Mutex<BTreeMap<String, u64>>,
-    first_error: Mutex<Option<String>>,
-}
-
-impl Recorder {
-    fn new() -> anyhow::Result<Self> {
-        Ok(Self {
-            hist: Mutex::new(super::latency_histogram()?),
-            errors: AtomicU64::new(0),
-            served: Mutex::new(BTreeMap::new()),
-            first_error: Mutex::new(None),
-        })
-    }
-
-    fn ok(&self, started: Instant, served: Option<String>) {
-        let micros = started.elapsed().as_micros().max(1) as u64;
-        if let Ok(mut h) = self.hist.lock() {
-            let _ = h.record(micros);
-        }
-        if let (Some(s), Ok(mut m)) = (served, self.served.lock()) {
-            *m.entry(s).or_default() += 1;
-        }
-    }
-
-    fn err(&self, e: String) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut first) = self.first_error.lock() {
-            first.get_or_insert(e);
-        }
-    }
-}
-
-fn progress(total: u64, label: &str, hidden: bool) -> ProgressBar {
-    if hidden {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    if let Ok(style) =
-        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos}/{len} {per_sec} eta {eta}")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_prefix(label.to_string());
-    bar
-}
-
 fn finish(
     workload: &Workload,
     clients: usize,
@@ -178,39 +127,14 @@ fn finish(
     elapsed: Duration,
     rec: Recorder,
 ) -> RunResult {
-    let hist = rec.hist.into_inner().unwrap_or_else(|p| p.into_inner());
-    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    let errors = rec.errors.load(Ordering::Relaxed);
-    if let Some(e) = rec.first_error.into_inner().ok().flatten() {
-        eprintln!("{}: {errors} errors, first: {e}", workload.name());
-    }
-    let seconds = elapsed.as_secs_f64();
-    let cdf = (0..=100)
-        .map(|p| {
-            let q = match p {
-                100 => 1.0,
-                p => f64::from(p) / 100.0,
-            };
-            (f64::from(p), ms(q))
-        })
-        .chain([(99.9, ms(0.999)), (99.99, ms(0.9999))])
-        .collect();
-    RunResult {
-        store: String::new(),
-        workload: workload.name(),
+    let errors = rec.errors();
+    rec.result_with(
+        &workload.name(),
         clients,
         requests,
         errors,
-        seconds,
-        throughput: (requests.saturating_sub(errors)) as f64 / seconds.max(1e-9),
-        p50_ms: ms(0.5),
-        p90_ms: ms(0.9),
-        p99_ms: ms(0.99),
-        p999_ms: ms(0.999),
-        max_ms: hist.max() as f64 / 1000.0,
-        served: rec.served.into_inner().unwrap_or_default(),
-        cdf,
-    }
+        elapsed.as_secs_f64(),
+    )
 }
 
 async fn etcd_channel(endpoint: &str) -> anyhow::Result<Channel> {
@@ -304,6 +228,7 @@ where
     let bar = progress(
         load.requests,
         &format!("{} c{count}", workload.name()),
+        WORKLOAD_BAR,
         load.no_progress,
     );
     let started = Instant::now();
@@ -320,7 +245,7 @@ where
                 let t = Instant::now();
                 match op(client.clone(), i).await {
                     Ok(served) => rec.ok(t, served),
-                    Err(e) => rec.err(e.to_string()),
+                    Err(e) => rec.err(&e),
                 }
                 bar.inc(1);
             }
@@ -348,7 +273,7 @@ pub async fn seed_rest(endpoints: &[String], objects: usize, size: usize) -> any
         bail!("creating namespace {REST_NAMESPACE}: {}", r.status());
     }
     let cms = format!("{base}/api/v1/namespaces/{REST_NAMESPACE}/configmaps");
-    let bar = progress(objects as u64, "seeding configmaps", false);
+    let bar = progress(objects as u64, "seeding configmaps", WORKLOAD_BAR, false);
     for i in 0..objects {
         let r = client
             .post(&cms)

@@ -50,7 +50,7 @@ pub struct CompareArgs {
     pub requests: Option<u64>,
     /// kubestore's read lease (`serve --read-lease-ms`); 0 makes every
     /// linearizable read run a heartbeat round, as etcd's do.
-    #[arg(long, default_value_t = crate::config::DEFAULT_READ_LEASE_MS)]
+    #[arg(long, default_value_t = kubestore_server::config::DEFAULT_READ_LEASE_MS)]
     pub read_lease_ms: u64,
 }
 

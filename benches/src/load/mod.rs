@@ -22,6 +22,7 @@ mod compare;
 mod cpu;
 mod mixed;
 mod plot;
+mod record;
 mod restart;
 mod watch;
 mod workload;
@@ -113,12 +114,6 @@ pub struct RestArgs {
     pub objects: usize,
     #[command(flatten)]
     pub load: LoadArgs,
-}
-
-/// An HDR histogram of latencies in microseconds, 1 µs to 10 minutes at
-/// three significant digits: the one every bench subcommand records into.
-pub(super) fn latency_histogram() -> anyhow::Result<hdrhistogram::Histogram<u64>> {
-    Ok(hdrhistogram::Histogram::new_with_bounds(1, 600_000_000, 3)?)
 }
 
 /// Runs `kubestore bench`.

@@ -37,23 +37,23 @@
 //! `results.json` (`runs`, as for `bench rest`; `mixed` holds the
 //! conflicts, the watch accounting and the parameters), and the two plots.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::RunResult;
+use super::record::{latency_histogram, lock, progress, Recorder};
 
 /// The namespace of the pods.
 const NAMESPACE: &str = "bench-mixed";
@@ -223,12 +223,6 @@ fn time_now() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// Locks a mutex whose holder may have panicked (the data is still sound:
-/// every critical section here is a plain assignment or insert).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Where pod status updates go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StatusPath {
@@ -250,99 +244,6 @@ impl StatusPath {
         match self {
             StatusPath::Subresource => "pods/status",
             StatusPath::WholeObject => "pods (pods/status answered 404)",
-        }
-    }
-}
-
-/// What one operation kind records.
-struct Recorder {
-    hist: Mutex<Histogram<u64>>,
-    /// Finished operations, failed ones included, conflicts not.
-    requests: AtomicU64,
-    errors: AtomicU64,
-    conflicts: AtomicU64,
-    served: Mutex<BTreeMap<String, u64>>,
-    first_error: Mutex<Option<String>>,
-}
-
-impl Recorder {
-    fn new() -> anyhow::Result<Self> {
-        Ok(Self {
-            hist: Mutex::new(super::latency_histogram()?),
-            requests: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            conflicts: AtomicU64::new(0),
-            served: Mutex::new(BTreeMap::new()),
-            first_error: Mutex::new(None),
-        })
-    }
-
-    fn ok(&self, started: Instant, served: Option<String>) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let _ = lock(&self.hist).record(started.elapsed().as_micros().max(1) as u64);
-        if let Some(s) = served {
-            *lock(&self.served).entry(s).or_default() += 1;
-        }
-    }
-
-    fn err(&self, e: &OpError) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        lock(&self.first_error).get_or_insert_with(|| e.to_string());
-    }
-
-    fn conflict(&self) {
-        self.conflicts.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn count(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
-    /// The row, with its own request and error counts.
-    fn result(&self, name: &str, clients: usize, seconds: f64) -> RunResult {
-        self.result_with(
-            name,
-            clients,
-            self.count(),
-            self.errors.load(Ordering::Relaxed),
-            seconds,
-        )
-    }
-
-    /// The row, with request and error counts given.
-    fn result_with(
-        &self,
-        name: &str,
-        clients: usize,
-        requests: u64,
-        errors: u64,
-        seconds: f64,
-    ) -> RunResult {
-        if let Some(e) = lock(&self.first_error).as_ref() {
-            eprintln!("{name}: {errors} errors, first: {e}");
-        }
-        let hist = lock(&self.hist);
-        let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-        let cdf = (0..=100)
-            .map(|p| (f64::from(p), ms(f64::from(p) / 100.0)))
-            .chain([(99.9, ms(0.999)), (99.99, ms(0.9999))])
-            .collect();
-        RunResult {
-            store: String::new(),
-            workload: name.to_string(),
-            clients,
-            requests,
-            errors,
-            seconds,
-            throughput: requests.saturating_sub(errors) as f64 / seconds.max(1e-9),
-            p50_ms: ms(0.5),
-            p90_ms: ms(0.9),
-            p99_ms: ms(0.99),
-            p999_ms: ms(0.999),
-            max_ms: hist.max() as f64 / 1000.0,
-            served: lock(&self.served).clone(),
-            cdf,
         }
     }
 }
@@ -439,18 +340,6 @@ fn pod_status(stamp: String) -> Value {
         }],
         "message": stamp,
     })
-}
-
-fn progress(len: u64, label: &str, template: &str, hidden: bool) -> ProgressBar {
-    if hidden {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_prefix(label.to_string());
-    bar
 }
 
 /// Creates a namespace unless it exists.
@@ -772,7 +661,7 @@ async fn show_progress(shared: Arc<Shared>, bar: ProgressBar) {
             "leases {}  status {} ({} conflicts)  lists {}  events {}",
             shared.leases.count(),
             shared.status.count(),
-            shared.status.conflicts.load(Ordering::Relaxed),
+            shared.status.conflicts(),
             shared.list_quorum.count() + shared.list_any.count(),
             shared.delivery.received.load(Ordering::Relaxed),
         ));
@@ -893,7 +782,7 @@ async fn lister(shared: Arc<Shared>, l: u64) {
             let r = send(WHAT, req).await?;
             let served = r
                 .headers()
-                .get(crate::http::handlers::READ_HEADER)
+                .get(kubestore_server::http::handlers::READ_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
             drain(WHAT, r).await?;
@@ -931,7 +820,7 @@ async fn watcher(
     let node = node_name(n);
     let endpoint = shared.endpoint(n).to_string();
     let mut last = from;
-    let mut hist = super::latency_histogram().ok();
+    let mut hist = latency_histogram().ok();
     let mut resp = Some(first);
     loop {
         let r = match resp.take() {
@@ -960,7 +849,7 @@ async fn watcher(
         }
     }
     if let Some(h) = hist {
-        let _ = lock(&shared.watch_latency.hist).add(&h);
+        shared.watch_latency.add_latencies(&h);
     }
 }
 
@@ -1090,8 +979,8 @@ fn report(args: &MixedArgs, shared: &Shared, seconds: f64) -> anyhow::Result<()>
         "reconnects": d.reconnects.load(Ordering::Relaxed),
     });
     let conflicts = json!({
-        "lease_renew": shared.leases.conflicts.load(Ordering::Relaxed),
-        "pod_status_update": shared.status.conflicts.load(Ordering::Relaxed),
+        "lease_renew": shared.leases.conflicts(),
+        "pod_status_update": shared.status.conflicts(),
     });
     let mut extra = Map::new();
     extra.insert(
@@ -1117,7 +1006,7 @@ fn report(args: &MixedArgs, shared: &Shared, seconds: f64) -> anyhow::Result<()>
     println!(
         "pod status updates via {}: {} conflicts (re-read and retried)",
         shared.status_path.describe(),
-        shared.status.conflicts.load(Ordering::Relaxed)
+        shared.status.conflicts()
     );
     println!(
         "watch: {} of {expected} acknowledged updates delivered, {lost} lost, {} duplicated, \

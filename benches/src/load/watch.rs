@@ -253,7 +253,10 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
     let delivered_seconds = write_start.elapsed().as_secs_f64();
     let cpu = cpu_before.until(&CpuSample::take(&args.pids));
     stop_tx.send_replace(true);
-    let (mut from_ack, mut from_send) = (super::latency_histogram()?, super::latency_histogram()?);
+    let (mut from_ack, mut from_send) = (
+        super::record::latency_histogram()?,
+        super::record::latency_histogram()?,
+    );
     for w in watchers {
         let seen = w.await?;
         for (n, at) in seen.into_iter().enumerate() {

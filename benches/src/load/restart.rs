@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::{
     request_op, PutRequest, RangeRequest, RequestOp, TxnRequest,
@@ -30,6 +29,7 @@ use serde_json::json;
 use tonic::transport::Channel;
 
 use super::compare::{fresh_data_dir, fsync_rate, kubestore_specs, wait_ready, NodeSpec};
+use super::record::progress;
 
 const PREFIX: &str = "bench/restart/";
 
@@ -71,14 +71,12 @@ async fn kv_client(endpoint: &str) -> anyhow::Result<KvClient<Channel>> {
 async fn load(specs: &[NodeSpec], args: &RestartArgs) -> anyhow::Result<f64> {
     let txns = args.keys.div_ceil(args.batch.max(1));
     let next = Arc::new(AtomicU64::new(0));
-    let bar = if args.no_progress {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(args.keys)
-    };
-    bar.set_style(ProgressStyle::with_template(
-        "loading {bar:40} {pos}/{len} keys {per_sec} eta {eta}",
-    )?);
+    let bar = progress(
+        args.keys,
+        "loading",
+        "{prefix} {bar:40} {pos}/{len} keys {per_sec} eta {eta}",
+        args.no_progress,
+    );
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..args.clients.max(1) {
@@ -222,7 +220,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 pub async fn run(args: RestartArgs) -> anyhow::Result<()> {
     let data = fresh_data_dir(&args.out)?;
     let fsyncs = fsync_rate(&data)?;
-    let specs = kubestore_specs(&data, crate::config::DEFAULT_READ_LEASE_MS)?;
+    let specs = kubestore_specs(&data, kubestore_server::config::DEFAULT_READ_LEASE_MS)?;
     let mut children = specs
         .iter()
         .map(NodeSpec::spawn)

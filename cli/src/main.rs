@@ -32,7 +32,7 @@ enum Cmd {
     /// Run a local cluster of N nodes as separate processes.
     Cluster(ClusterArgs),
     /// Load-test running endpoints, or compare with etcd side by side.
-    Bench(kubestore_server::bench::BenchArgs),
+    Bench(kubestore_benches::load::BenchArgs),
 }
 
 #[tokio::main]
@@ -49,7 +49,7 @@ async fn main() -> anyhow::Result<()> {
     ))) {
         Cmd::Serve(config) => serve(config).await,
         Cmd::Cluster(args) => launcher::run(args).await,
-        Cmd::Bench(args) => kubestore_server::bench::run(args).await,
+        Cmd::Bench(args) => kubestore_benches::load::run(args).await,
     }
 }
 
