@@ -30,6 +30,7 @@ pub(super) fn apply_status(e: ApplyError) -> Status {
         ApplyError::StaleProposal | ApplyError::DuplicateResponseDropped => errors::timeout(),
         // Never reaches a client: only `RaftNode::write` tags commands.
         ApplyError::MalformedProposal => Status::internal(e.to_string()),
+        ApplyError::ResponseTooLarge => errors::txn_response_too_large(),
     }
 }
 

@@ -220,6 +220,20 @@ pub mod errors {
     pub fn request_too_large() -> Status {
         Status::new(Code::InvalidArgument, "etcdserver: request is too large")
     }
+    /// etcd has no answer of its own for this (it would try to send the
+    /// response and fail on gRPC's message limit, `ResourceExhausted`):
+    /// the ranges of a Txn return more than apply holds for one command
+    /// (`kubestore_storage::apply::MAX_TXN_RANGE_BYTES`).
+    pub fn txn_response_too_large() -> Status {
+        Status::new(
+            Code::ResourceExhausted,
+            format!(
+                "etcdserver: txn range response is too large (over {} bytes); \
+                 use a limit, or a Range outside the txn",
+                kubestore_storage::apply::MAX_TXN_RANGE_BYTES
+            ),
+        )
+    }
     pub fn no_leader() -> Status {
         Status::new(Code::Unavailable, "etcdserver: no leader")
     }
