@@ -64,6 +64,9 @@ pub struct EtcdContext {
     /// Derived once from the membership (fixed at bootstrap), not per
     /// response.
     cluster_id: std::sync::Arc<std::sync::OnceLock<u64>>,
+    /// Slots of the Maintenance calls that read the whole keyspace (Hash,
+    /// HashKV, Snapshot): [`maintenance::MAX_MAINTENANCE_INFLIGHT`].
+    maintenance_slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl EtcdContext {
@@ -78,6 +81,9 @@ impl EtcdContext {
             keeper: lease::LeaseKeeper::default(),
             stop,
             cluster_id: std::sync::Arc::default(),
+            maintenance_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                maintenance::MAX_MAINTENANCE_INFLIGHT,
+            )),
         }
     }
 
@@ -151,7 +157,7 @@ impl EtcdContext {
                 ctx: self.clone(),
                 keeper: self.keeper.clone(),
             }),
-            maintenance: MaintenanceServer::new(maintenance::MaintenanceService(self.clone()))
+            maintenance: MaintenanceServer::new(maintenance::MaintenanceService::new(self.clone()))
                 .max_encoding_message_size(usize::MAX),
             cluster: ClusterServer::new(cluster::ClusterService(self.clone())),
         }
