@@ -130,7 +130,7 @@ impl RunningNode {
         );
         // Fill the cache before serving, so `resourceVersion=0` reads never
         // see it empty (a snapshot being installed just delays this).
-        if let Err(e) = cache.catch_up() {
+        if let Err(e) = cache.catch_up_blocking().await {
             tracing::warn!(error = %e, "watch cache not filled yet; the feeder retries");
         }
         tasks.push(tokio::spawn(cache.clone().run(shutdown.subscribe())));

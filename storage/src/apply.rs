@@ -7,6 +7,7 @@
 //! [`crate::session`]) lives here, so every node reaches the same verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 
 use crate::command::{
     ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget, DeleteRequest,
@@ -17,13 +18,61 @@ use crate::error::StoreError;
 use crate::session::{Recorded, SessionState, SessionUpdate};
 use crate::NodeId;
 
+/// At most this many bytes of key-values (see [`kv_bytes`]) the ranges of
+/// one command may return from apply. Apply runs on every node and holds
+/// a command's response until the entry is written, so an unlimited range
+/// inside a Txn would make every node allocate the whole keyspace; past
+/// this budget the command is refused with [`ApplyError::ResponseTooLarge`]
+/// instead (no write, no revision). Counting keys (`count`, `count_only`)
+/// and compares over a range cost no budget: they stream.
+///
+/// The budget decides a command's verdict, so it is part of the replicated
+/// protocol: every node of a cluster must apply with the same value.
+pub const MAX_TXN_RANGE_BYTES: usize = 8 << 20;
+/// At most this many bytes of range results for all the commands of one
+/// log entry together (a [`Command::Batch`] holds up to 256): a command
+/// whose ranges would go past what the entry's earlier commands left is
+/// refused as over [`MAX_TXN_RANGE_BYTES`]. Half the peer port's message
+/// bound, so a forwarded batch's responses always fit in one reply.
+pub const MAX_ENTRY_RANGE_BYTES: usize = 64 << 20;
+/// What a key-value costs a range budget besides its key and value: its
+/// revisions, version and lease.
+const KV_OVERHEAD: usize = 32;
+
+/// The bytes a key-value held in a range response costs its budget.
+pub fn kv_bytes(kv: &KeyValue) -> usize {
+    kv.key.len() + kv.value.len() + KV_OVERHEAD
+}
+
+/// A visitor of key-values in key order; `Break` ends the scan early.
+pub type Visit<'f> = &'f mut dyn FnMut(KeyValue) -> Result<ControlFlow<()>, StoreError>;
+
 /// What apply needs to read: the current state of the store.
 pub trait MvccRead {
     /// The current value of `key`.
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError>;
-    /// A range read with the semantics of [`RangeRequest`]; a revision below
-    /// the compaction point or above the current revision is an error.
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError>;
+    /// Visits the key-values of `range` at revision `at` (`None`: the
+    /// current revision), ascending by key, until `visit` breaks, and
+    /// returns the revision read at. A revision below the compaction point
+    /// or above the current revision is an error. The scan holds nothing
+    /// itself: what is kept is the visitor's business.
+    fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        visit: Visit<'_>,
+    ) -> Result<Revision, StoreError>;
+    /// A range read with the semantics of [`RangeRequest`] (a [`scan`]
+    /// shaped by limit, keys_only and count_only, holding at most `limit`
+    /// values); a revision below the compaction point or above the current
+    /// revision is an error.
+    ///
+    /// [`scan`]: MvccRead::scan
+    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+        let mut shaper = RangeShaper::new(req, usize::MAX);
+        let at = self.scan(&req.range, req.revision, &mut |kv| Ok(shaper.push(kv)))?;
+        Ok(shaper.finish(at))
+    }
     fn current_revision(&self) -> Revision;
     fn compacted_revision(&self) -> Revision;
     /// Lease `id`, if it exists.
@@ -36,6 +85,108 @@ pub trait MvccRead {
     fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError>;
     /// The seqs `origin`'s session holds a record of below `below`, ascending.
     fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError>;
+}
+
+/// Shapes a range response while its key-values stream in: counts every
+/// key, keeps at most `limit` of them (none for `count_only`, no values for
+/// `keys_only`), and stops once what it keeps passes `budget` bytes.
+pub struct RangeShaper<'r> {
+    req: &'r RangeRequest,
+    kvs: Vec<KeyValue>,
+    count: u64,
+    bytes: usize,
+    budget: usize,
+    over_budget: bool,
+}
+
+impl<'r> RangeShaper<'r> {
+    /// A shaper for `req` that may keep up to `budget` bytes ([`kv_bytes`]).
+    pub fn new(req: &'r RangeRequest, budget: usize) -> Self {
+        Self {
+            req,
+            kvs: Vec::new(),
+            count: 0,
+            bytes: 0,
+            budget,
+            over_budget: false,
+        }
+    }
+
+    /// Takes the next key-value of the range; `Break` once over budget.
+    pub fn push(&mut self, mut kv: KeyValue) -> ControlFlow<()> {
+        self.count += 1;
+        if self.req.count_only || (self.req.limit > 0 && self.kvs.len() as u64 >= self.req.limit) {
+            return ControlFlow::Continue(());
+        }
+        if self.req.keys_only {
+            kv.value = Vec::new();
+        }
+        self.bytes = self.bytes.saturating_add(kv_bytes(&kv));
+        if self.bytes > self.budget {
+            self.over_budget = true;
+            return ControlFlow::Break(());
+        }
+        self.kvs.push(kv);
+        ControlFlow::Continue(())
+    }
+
+    /// Whether the kept key-values passed the budget (the scan was cut).
+    pub fn over_budget(&self) -> bool {
+        self.over_budget
+    }
+
+    /// The bytes of key-values kept so far.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The response, read at `revision`.
+    pub fn finish(self, revision: Revision) -> RangeResponse {
+        RangeResponse {
+            more: self.req.limit > 0 && self.count > self.req.limit,
+            kvs: self.kvs,
+            count: self.count,
+            revision,
+        }
+    }
+}
+
+/// Runs `base`'s scan with `overlay` (ascending keys of the scanned range
+/// and their states, `None` = deleted) laid over it, into `visit`, in key
+/// order. Holds nothing but the overlay's iterator.
+fn merge_scan<'o>(
+    base: impl FnOnce(Visit<'_>) -> Result<Revision, StoreError>,
+    overlay: impl Iterator<Item = (&'o Vec<u8>, &'o Option<KeyValue>)>,
+    visit: Visit<'_>,
+) -> Result<(), StoreError> {
+    let mut pending = overlay.peekable();
+    let mut stopped = false;
+    base(&mut |kv: KeyValue| {
+        while let Some((_, state)) = pending.next_if(|(k, _)| k.as_slice() < kv.key.as_slice()) {
+            if let Some(state) = state {
+                if visit(state.clone())?.is_break() {
+                    stopped = true;
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+        let kv = match pending.next_if(|(k, _)| k.as_slice() == kv.key.as_slice()) {
+            Some((_, None)) => return Ok(ControlFlow::Continue(())),
+            Some((_, Some(state))) => state.clone(),
+            None => kv,
+        };
+        let flow = visit(kv)?;
+        stopped = flow.is_break();
+        Ok(flow)
+    })?;
+    if !stopped {
+        for state in pending.filter_map(|(_, state)| state.as_ref()) {
+            if visit(state.clone())?.is_break() {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The outcome of applying one command.
@@ -54,19 +205,34 @@ pub struct Applied {
     pub attachments: BTreeMap<(i64, Vec<u8>), bool>,
     /// The change a tagged command made to its origin's session.
     pub session: Option<SessionUpdate>,
+    /// Bytes of key-values its ranges returned ([`kv_bytes`]), counted
+    /// against [`MAX_TXN_RANGE_BYTES`] and the entry's
+    /// [`MAX_ENTRY_RANGE_BYTES`].
+    pub range_bytes: usize,
 }
 
 /// Applies one log entry's command on top of `view`: the entry's response
 /// and the [`Applied`] of each command in it, in order, for one write batch.
 /// A [`Command::Batch`] runs its commands one after the other, each seeing
 /// the ones before it (session changes included, so two copies of one
-/// proposal in one entry apply once), exactly as if each were its own entry.
+/// proposal in one entry apply once), exactly as if each were its own entry,
+/// except that their ranges share the entry's [`MAX_ENTRY_RANGE_BYTES`].
 pub fn apply_entry(
     view: &impl MvccRead,
     cmd: &Command,
 ) -> Result<(Response, Vec<Applied>), StoreError> {
+    apply_entry_within(view, cmd, MAX_ENTRY_RANGE_BYTES)
+}
+
+/// [`apply_entry`] with `entry_budget` bytes of range results for the
+/// entry's commands together (each still at most [`MAX_TXN_RANGE_BYTES`]).
+fn apply_entry_within(
+    view: &impl MvccRead,
+    cmd: &Command,
+    mut entry_budget: usize,
+) -> Result<(Response, Vec<Applied>), StoreError> {
     let Command::Batch(cmds) = cmd else {
-        let applied = apply(view, cmd)?;
+        let applied = apply_within(view, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
         return Ok((applied.response.clone(), vec![applied]));
     };
     let mut overlay = BatchView::new(view);
@@ -74,7 +240,9 @@ pub fn apply_entry(
     let mut all = Vec::with_capacity(cmds.len());
     for cmd in cmds {
         let applied = if cmd.is_batchable() {
-            apply(&overlay, cmd)?
+            let one = apply_within(&overlay, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
+            entry_budget = entry_budget.saturating_sub(one.range_bytes);
+            one
         } else {
             Applied {
                 response: Response {
@@ -197,41 +365,39 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         }
     }
 
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
+    fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        visit: Visit<'_>,
+    ) -> Result<Revision, StoreError> {
         let base_revision = self.base.current_revision();
-        let at = req.revision.unwrap_or(self.revision);
-        if at > self.revision {
+        let upto = at.unwrap_or(self.revision);
+        if upto > self.revision {
             return Err(StoreError::FutureRevision {
-                requested: at,
+                requested: upto,
                 current: self.revision,
             });
         }
-        if self.history.is_empty() || (req.revision.is_some() && at <= base_revision) {
-            return self.base.range(req);
+        if self.history.is_empty() || (at.is_some() && upto <= base_revision) {
+            return self.base.scan(range, at, visit);
         }
-        // The base's current keys with the batch's writes up to `at` on top.
-        let whole = RangeRequest {
-            range: req.range.clone(),
-            ..RangeRequest::default()
-        };
-        let mut merged: BTreeMap<Vec<u8>, KeyValue> = self
-            .base
-            .range(&whole)?
-            .kvs
-            .into_iter()
-            .map(|kv| (kv.key.clone(), kv))
-            .collect();
-        for (_, writes) in self.history.iter().take_while(|(rev, _)| *rev <= at) {
+        // The base's current keys with the batch's writes up to `upto` on
+        // top (the overlay holds only keys the batch wrote).
+        let mut overlay: BTreeMap<&Vec<u8>, &Option<KeyValue>> = BTreeMap::new();
+        for (_, writes) in self.history.iter().take_while(|(rev, _)| *rev <= upto) {
             for (key, state) in writes {
-                if req.range.contains(key) {
-                    match state {
-                        Some(kv) => merged.insert(key.clone(), kv.clone()),
-                        None => merged.remove(key),
-                    };
+                if range.contains(key) {
+                    overlay.insert(key, state);
                 }
             }
         }
-        Ok(shape_range(merged.into_values().collect(), req, at))
+        merge_scan(
+            |v| self.base.scan(range, None, v),
+            overlay.into_iter(),
+            visit,
+        )?;
+        Ok(upto)
     }
 
     fn current_revision(&self) -> Revision {
@@ -304,13 +470,23 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
 }
 
 /// Applies `cmd` on top of `view`. A deterministic refusal is an `Ok` with an
-/// error response and no writes; only a storage failure is an `Err`.
+/// error response and no writes; only a storage failure is an `Err`. Its
+/// ranges may return up to [`MAX_TXN_RANGE_BYTES`].
 pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError> {
+    apply_within(view, cmd, MAX_TXN_RANGE_BYTES)
+}
+
+/// [`apply`], with at most `range_budget` bytes of range results.
+fn apply_within(
+    view: &impl MvccRead,
+    cmd: &Command,
+    range_budget: usize,
+) -> Result<Applied, StoreError> {
     let current = view.current_revision();
     match cmd {
         // Only a log entry may be a batch (see `apply_entry`).
         Command::Batch(_) => Ok(refused(current, ApplyError::NotBatchable)),
-        Command::Tagged { id, floor, cmd } => apply_tagged(view, *id, *floor, cmd),
+        Command::Tagged { id, floor, cmd } => apply_tagged(view, *id, *floor, cmd, range_budget),
         Command::Compact { revision } => {
             let mut applied = Applied {
                 response: Response {
@@ -364,7 +540,7 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
             Some(_) => revoke(view, current, *id),
         },
         Command::Txn(txn) => {
-            let mut run = TxnRun::new(view, current);
+            let mut run = TxnRun::new(view, current, range_budget);
             match run.txn(txn) {
                 Ok(resp) => {
                     let revision = if run.writes.is_empty() {
@@ -383,6 +559,7 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
                         leases: BTreeMap::new(),
                         attachments: run.attachments,
                         session: None,
+                        range_bytes: range_budget - run.budget,
                     })
                 }
                 Err(TxnError::Refused(e)) => Ok(refused(current, e)),
@@ -396,7 +573,7 @@ pub fn apply(view: &impl MvccRead, cmd: &Command) -> Result<Applied, StoreError>
 /// Deletes lease `id` (known to exist) and every key attached to it, in
 /// one revision (none if it held no key).
 fn revoke(view: &impl MvccRead, current: Revision, id: i64) -> Result<Applied, StoreError> {
-    let mut run = TxnRun::new(view, current);
+    let mut run = TxnRun::new(view, current, 0);
     let mut deleted = 0;
     for key in view.lease_keys(id)? {
         match run.delete(&DeleteRequest {
@@ -430,6 +607,7 @@ fn revoke(view: &impl MvccRead, current: Revision, id: i64) -> Result<Applied, S
         leases,
         attachments: run.attachments,
         session: None,
+        range_bytes: 0,
     })
 }
 
@@ -451,6 +629,7 @@ fn apply_tagged(
     id: ProposalId,
     floor: u64,
     cmd: &Command,
+    range_budget: usize,
 ) -> Result<Applied, StoreError> {
     let current = view.current_revision();
     if matches!(cmd, Command::Batch(_) | Command::Tagged { .. }) {
@@ -515,7 +694,7 @@ fn apply_tagged(
         });
     }
     // Rule 6: the first copy: apply it and record its answer.
-    let mut applied = apply(view, cmd)?;
+    let mut applied = apply_within(view, cmd, range_budget)?;
     update.recorded = Some((id.seq, Recorded::of(&applied.response)?));
     applied.session = Some(update);
     Ok(applied)
@@ -559,16 +738,19 @@ struct TxnRun<'v, V> {
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
     events: Vec<Event>,
     attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    /// Bytes of range results it may still return.
+    budget: usize,
 }
 
 impl<'v, V: MvccRead> TxnRun<'v, V> {
-    fn new(view: &'v V, current: Revision) -> Self {
+    fn new(view: &'v V, current: Revision, budget: usize) -> Self {
         Self {
             view,
             revision: current.next(),
             writes: BTreeMap::new(),
             events: Vec::new(),
             attachments: BTreeMap::new(),
+            budget,
         }
     }
 
@@ -621,61 +803,58 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
         }
     }
 
-    /// Current keys in `range`, with this transaction's writes applied.
-    fn live_keys(&self, req: &RangeRequest) -> Result<Vec<KeyValue>, StoreError> {
-        let all = RangeRequest {
-            range: req.range.clone(),
-            ..RangeRequest::default()
-        };
-        let mut merged: BTreeMap<Vec<u8>, KeyValue> = self
-            .view
-            .range(&all)?
-            .kvs
-            .into_iter()
-            .map(|kv| (kv.key.clone(), kv))
-            .collect();
-        for (key, pending) in &self.writes {
-            if req.range.contains(key) {
-                match pending {
-                    Some(kv) => merged.insert(key.clone(), kv.clone()),
-                    None => merged.remove(key),
-                };
-            }
-        }
-        Ok(merged.into_values().collect())
+    /// Visits the current keys in `range`, with this transaction's writes
+    /// applied, in key order.
+    fn scan_live(&self, range: &KeyRange, visit: Visit<'_>) -> Result<(), StoreError> {
+        merge_scan(
+            |v| self.view.scan(range, None, v),
+            self.writes.iter().filter(|(k, _)| range.contains(k)),
+            visit,
+        )
     }
 
+    /// Every key of `range` must pass; an empty range compares as one
+    /// absent key, as in etcd. Streams: nothing of the range is held.
     fn compare(&self, cmp: &Compare) -> Result<bool, TxnError> {
-        let kvs = if cmp.range.is_single() {
-            vec![self.get(&cmp.range.key)?]
-        } else {
-            let req = RangeRequest {
-                range: cmp.range.clone(),
-                ..RangeRequest::default()
-            };
-            let found: Vec<Option<KeyValue>> =
-                self.live_keys(&req)?.into_iter().map(Some).collect();
-            // etcd compares an empty range as one absent key.
-            if found.is_empty() {
-                vec![None]
+        if cmp.range.is_single() {
+            return Ok(compare_one(self.get(&cmp.range.key)?.as_ref(), cmp));
+        }
+        let (mut any, mut all) = (false, true);
+        self.scan_live(&cmp.range, &mut |kv| {
+            any = true;
+            if compare_one(Some(&kv), cmp) {
+                Ok(ControlFlow::Continue(()))
             } else {
-                found
+                all = false;
+                Ok(ControlFlow::Break(()))
             }
-        };
-        Ok(kvs.iter().all(|kv| compare_one(kv.as_ref(), cmp)))
+        })?;
+        Ok(if any { all } else { compare_one(None, cmp) })
     }
 
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, TxnError> {
+    /// A range op: holds at most `limit` key-values and, of them, at most
+    /// the command's remaining range budget (else `ResponseTooLarge`).
+    fn range(&mut self, req: &RangeRequest) -> Result<RangeResponse, TxnError> {
+        let mut shaper = RangeShaper::new(req, self.budget);
         let touches_pending = self.writes.keys().any(|k| req.range.contains(k));
-        if req.revision.is_some() || !touches_pending {
-            let mut resp = self.view.range(req)?;
+        let revision = if req.revision.is_some() || !touches_pending {
+            let at = self
+                .view
+                .scan(&req.range, req.revision, &mut |kv| Ok(shaper.push(kv)))?;
             if req.revision.is_none() {
-                resp.revision = self.visible_revision();
+                self.visible_revision()
+            } else {
+                at
             }
-            return Ok(resp);
+        } else {
+            self.scan_live(&req.range, &mut |kv| Ok(shaper.push(kv)))?;
+            self.visible_revision()
+        };
+        if shaper.over_budget() {
+            return Err(TxnError::Refused(ApplyError::ResponseTooLarge));
         }
-        let kvs = self.live_keys(req)?;
-        Ok(shape_range(kvs, req, self.visible_revision()))
+        self.budget -= shaper.bytes();
+        Ok(shaper.finish(revision))
     }
 
     fn visible_revision(&self) -> Revision {
@@ -723,13 +902,16 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
     }
 
     fn delete(&mut self, req: &DeleteRequest) -> Result<DeleteResponse, TxnError> {
+        // A write: every victim gets a history row and an event anyway.
         let victims = if req.range.is_single() {
             self.get(&req.range.key)?.into_iter().collect()
         } else {
-            self.live_keys(&RangeRequest {
-                range: req.range.clone(),
-                ..RangeRequest::default()
-            })?
+            let mut victims = Vec::new();
+            self.scan_live(&req.range, &mut |kv| {
+                victims.push(kv);
+                Ok(ControlFlow::Continue(()))
+            })?;
+            victims
         };
         let deleted = victims.len() as u64;
         for prev in &victims {
@@ -792,32 +974,6 @@ fn compare_one(kv: Option<&KeyValue>, cmp: &Compare) -> bool {
         CompareOp::NotEqual => ord != Ordering::Equal,
         CompareOp::Greater => ord == Ordering::Greater,
         CompareOp::Less => ord == Ordering::Less,
-    }
-}
-
-/// Applies limit, keys_only and count_only to a full, ordered key list.
-pub fn shape_range(
-    mut kvs: Vec<KeyValue>,
-    req: &RangeRequest,
-    revision: Revision,
-) -> RangeResponse {
-    let count = kvs.len() as u64;
-    let more = req.limit > 0 && count > req.limit;
-    if req.count_only {
-        kvs.clear();
-    } else if req.limit > 0 {
-        kvs.truncate(req.limit as usize);
-    }
-    if req.keys_only {
-        for kv in &mut kvs {
-            kv.value.clear();
-        }
-    }
-    RangeResponse {
-        kvs,
-        more,
-        count,
-        revision,
     }
 }
 
@@ -897,14 +1053,18 @@ mod tests {
         fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
             Ok(self.kvs.get(key).cloned())
         }
-        fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-            let kvs = self
-                .kvs
-                .values()
-                .filter(|kv| req.range.contains(&kv.key))
-                .cloned()
-                .collect();
-            Ok(shape_range(kvs, req, self.revision))
+        fn scan(
+            &self,
+            range: &KeyRange,
+            _at: Option<Revision>,
+            visit: Visit<'_>,
+        ) -> Result<Revision, StoreError> {
+            for kv in self.kvs.values().filter(|kv| range.contains(&kv.key)) {
+                if visit(kv.clone())?.is_break() {
+                    break;
+                }
+            }
+            Ok(self.revision)
         }
         fn current_revision(&self) -> Revision {
             self.revision
@@ -1351,5 +1511,166 @@ mod tests {
         assert!(view.leases.is_empty());
         let gone = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
         assert_eq!(gone.response.result, Err(ApplyError::LeaseNotFound));
+    }
+
+    /// A txn reading `range` (unlimited unless `limit`) and putting `marker`.
+    fn read_and_mark(range: KeyRange, limit: u64, marker: &str) -> Command {
+        Command::Txn(Txn {
+            success: vec![
+                Op::Put(PutRequest::new(marker, "x")),
+                Op::Range(RangeRequest {
+                    range,
+                    limit,
+                    ..RangeRequest::default()
+                }),
+            ],
+            ..Txn::default()
+        })
+    }
+
+    fn range_of(applied: &Applied, i: usize) -> &RangeResponse {
+        match &txn_result(applied).responses[i] {
+            OpResponse::Range(r) => r,
+            other => panic!("expected a range response, got {other:?}"),
+        }
+    }
+
+    /// `n` keys `big/NN` of `value_len` bytes each.
+    fn view_of_big_keys(n: usize, value_len: usize) -> MemView {
+        let mut view = MemView::default();
+        for i in 0..n {
+            let value = "v".repeat(value_len);
+            view.run(put(&format!("big/{i:02}"), &value));
+        }
+        view
+    }
+
+    #[test]
+    fn a_txn_range_past_the_budget_is_refused_whole_and_a_limited_one_is_served() {
+        // 9 MiB of values: over one command's budget (8 MiB).
+        let mut view = view_of_big_keys(9, 1 << 20);
+        let before = view.revision;
+        let over = view.run(read_and_mark(KeyRange::prefix("big/"), 0, "marker"));
+        assert_eq!(over.response.result, Err(ApplyError::ResponseTooLarge));
+        assert!(over.writes.is_empty(), "the txn's put is not applied");
+        assert_eq!(view.revision, before, "no revision for a refused txn");
+        assert!(!view.kvs.contains_key(b"marker".as_slice()));
+
+        // With etcd's limit, apply holds only `limit` values; `count` and
+        // `more` still describe the whole range, as in etcd.
+        let limited = view.run(read_and_mark(KeyRange::prefix("big/"), 2, "marker"));
+        let r = range_of(&limited, 1);
+        assert_eq!((r.kvs.len(), r.count, r.more), (2, 9, true));
+        assert_eq!(r.kvs[0].key, b"big/00");
+        assert_eq!(limited.range_bytes, 2 * ((1 << 20) + 6 + 32));
+
+        // Counting and keys-only reads cost (almost) nothing.
+        let counted = view.run(Command::Txn(Txn {
+            success: vec![
+                Op::Range(RangeRequest {
+                    range: KeyRange::prefix("big/"),
+                    count_only: true,
+                    ..RangeRequest::default()
+                }),
+                Op::Range(RangeRequest {
+                    range: KeyRange::prefix("big/"),
+                    keys_only: true,
+                    ..RangeRequest::default()
+                }),
+            ],
+            ..Txn::default()
+        }));
+        assert_eq!(range_of(&counted, 0).count, 9);
+        assert!(range_of(&counted, 0).kvs.is_empty());
+        assert_eq!(range_of(&counted, 1).kvs.len(), 9);
+        assert!(range_of(&counted, 1)
+            .kvs
+            .iter()
+            .all(|kv| kv.value.is_empty()));
+    }
+
+    #[test]
+    fn the_commands_of_one_entry_share_the_entry_budget_in_log_order() {
+        let view = view_of_big_keys(4, 100_000);
+        let read_all = || read_and_mark(KeyRange::prefix("big/"), 0, "m");
+        let one = 4 * (100_000 + 6 + 32);
+        // Room for two full reads in this entry: the third is refused, and
+        // so would it be on every node, since the entry is the same.
+        let (_, applied) = apply_entry_within(
+            &view,
+            &Command::Batch(vec![read_all(), read_all(), read_all()]),
+            2 * one + one / 2,
+        )
+        .expect("apply");
+        let verdicts: Vec<_> = applied
+            .iter()
+            .map(|a| a.response.result.as_ref().map(|_| ()).map_err(Clone::clone))
+            .collect();
+        assert_eq!(
+            verdicts,
+            vec![Ok(()), Ok(()), Err(ApplyError::ResponseTooLarge)]
+        );
+        assert_eq!(applied[0].range_bytes, one);
+    }
+
+    #[test]
+    fn ranges_compares_and_deletes_in_a_txn_stream_over_its_own_writes() {
+        let mut view = MemView::default();
+        for k in ["a", "b", "c", "d"] {
+            view.run(put(k, "1"));
+        }
+        let all = KeyRange {
+            key: b"a".to_vec(),
+            range_end: b"z".to_vec(),
+        };
+        let applied = view.run(Command::Txn(Txn {
+            // Every key has value "1": true, scanned without holding it.
+            compare: vec![Compare {
+                range: all.clone(),
+                op: CompareOp::Equal,
+                target: CompareTarget::Value(b"1".to_vec()),
+            }],
+            success: vec![
+                Op::Delete(DeleteRequest {
+                    range: KeyRange::single("b"),
+                    prev_kv: false,
+                }),
+                Op::Put(PutRequest::new("bb", "2")),
+                Op::Range(RangeRequest {
+                    range: all.clone(),
+                    limit: 3,
+                    ..RangeRequest::default()
+                }),
+                Op::Delete(DeleteRequest {
+                    range: KeyRange {
+                        key: b"c".to_vec(),
+                        range_end: b"z".to_vec(),
+                    },
+                    prev_kv: true,
+                }),
+                Op::Range(RangeRequest {
+                    range: all.clone(),
+                    ..RangeRequest::default()
+                }),
+            ],
+            ..Txn::default()
+        }));
+        let resp = txn_result(&applied);
+        assert!(resp.succeeded);
+        let keys =
+            |r: &RangeResponse| -> Vec<Vec<u8>> { r.kvs.iter().map(|kv| kv.key.clone()).collect() };
+        let limited = range_of(&applied, 2);
+        assert_eq!(
+            keys(limited),
+            vec![b"a".to_vec(), b"bb".to_vec(), b"c".to_vec()]
+        );
+        assert_eq!((limited.count, limited.more), (4, true));
+        match &resp.responses[3] {
+            OpResponse::Delete(d) => assert_eq!(d.deleted, 2),
+            other => panic!("expected a delete, got {other:?}"),
+        }
+        let after = range_of(&applied, 4);
+        assert_eq!(keys(after), vec![b"a".to_vec(), b"bb".to_vec()]);
+        assert_eq!(after.count, 2);
     }
 }

@@ -443,6 +443,32 @@ impl Command {
             _ => true,
         }
     }
+
+    /// Whether applying the command may scan a range of the store rather
+    /// than read a few keys: a compaction, a lease revoke or expiry (the
+    /// lease's keys), a transaction with a multi-key compare, range or
+    /// delete. The state machine applies such entries off the async
+    /// workers.
+    pub fn may_scan(&self) -> bool {
+        fn txn_scans(txn: &Txn) -> bool {
+            txn.compare.iter().any(|c| !c.range.is_single())
+                || txn.success.iter().chain(&txn.failure).any(|op| match op {
+                    Op::Range(r) => !r.range.is_single(),
+                    Op::Delete(d) => !d.range.is_single(),
+                    Op::Put(_) => false,
+                    Op::Txn(t) => txn_scans(t),
+                })
+        }
+        match self {
+            Command::Compact { .. } | Command::LeaseRevoke { .. } | Command::LeaseExpire { .. } => {
+                true
+            }
+            Command::Txn(txn) => txn_scans(txn),
+            Command::Batch(cmds) => cmds.iter().any(Command::may_scan),
+            Command::Tagged { cmd, .. } => cmd.may_scan(),
+            Command::LeaseGrant { .. } | Command::LeaseKeepAlive { .. } => false,
+        }
+    }
 }
 
 impl fmt::Display for Command {
@@ -524,6 +550,12 @@ pub enum ApplyError {
     /// A tagged proposal wrapping a batch or another tagged command.
     #[error("a tagged proposal must wrap one plain command")]
     MalformedProposal,
+    /// The ranges of a transaction return more than apply holds for one
+    /// command ([`crate::apply::MAX_TXN_RANGE_BYTES`], or what its log
+    /// entry's earlier commands left of [`crate::apply::MAX_ENTRY_RANGE_BYTES`]):
+    /// refused, nothing written. A limit, or a Range outside a Txn, reads it.
+    #[error("the ranges of this transaction return too much data to apply")]
+    ResponseTooLarge,
 }
 
 /// The state machine's answer to one log entry.

@@ -24,6 +24,10 @@ pub enum StoreError {
     },
     #[error("a snapshot is being installed; the state is not readable until it completes")]
     Installing,
+    /// A read run on the blocking pool ([`crate::Store::run_blocking`])
+    /// panicked or was cancelled by the runtime shutting down.
+    #[error("a blocking read task failed: {0}")]
+    ReadTask(String),
     #[error("data directory has storage format {found}, this build reads {expected}")]
     FormatVersion { found: u32, expected: u32 },
     #[error("snapshot {path} has storage format {found}, this build reads {expected}")]

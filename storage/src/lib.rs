@@ -136,6 +136,43 @@ impl Store {
         })
     }
 
+    /// Runs `read` against one consistent point-in-time view of the store,
+    /// for reads that stream or take more than one pass (hashes, etcd
+    /// snapshots); fails with [`StoreError::Installing`] if a snapshot
+    /// install ran at any point during it. Blocking (RocksDB scans): call
+    /// it from a blocking thread ([`Store::run_blocking`]).
+    pub fn read_view<T, E: From<StoreError>>(
+        &self,
+        read: impl FnOnce(&ReadView<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let before = self.installs.stable().ok_or(StoreError::Installing)?;
+        let result = self.engine.with_snapshot(|view| {
+            let src: &dyn mvcc::Source = view;
+            read(&ReadView {
+                reader: mvcc::MvccReader::new(src)?,
+            })
+        })?;
+        if self.installs.stable() != Some(before) {
+            return Err(StoreError::Installing.into());
+        }
+        Ok(result)
+    }
+
+    /// Runs `read` on this store on tokio's blocking pool, so a RocksDB
+    /// scan never occupies an async worker (they also drive Raft
+    /// heartbeats and every other request).
+    pub async fn run_blocking<T, F>(&self, read: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.clone();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(|| read(&store)))
+            .await
+            .map_err(|e| StoreError::ReadTask(e.to_string()))?
+    }
+
     /// Runs a read, failing it with [`StoreError::Installing`] if a snapshot
     /// install ran at any point during it (it may have seen a partial state).
     fn consistent<T>(&self, read: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -218,6 +255,35 @@ impl Store {
     /// Approximate bytes the database takes on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.engine.approximate_size()
+    }
+}
+
+/// One consistent point-in-time view of the store ([`Store::read_view`]).
+pub struct ReadView<'a> {
+    reader: mvcc::MvccReader<'a, dyn mvcc::Source + 'a>,
+}
+
+impl ReadView<'_> {
+    /// The revision the view is current at.
+    pub fn revision(&self) -> Revision {
+        apply::MvccRead::current_revision(&self.reader)
+    }
+
+    /// The compaction point of the view.
+    pub fn compacted(&self) -> Revision {
+        apply::MvccRead::compacted_revision(&self.reader)
+    }
+
+    /// Visits the key-values of `range` at `at` (`None`: the view's
+    /// revision), ascending by key, until `visit` breaks; the revision read
+    /// at. Errors as [`Store::range`]'s. Holds one key-value at a time.
+    pub fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        mut visit: impl FnMut(KeyValue) -> Result<std::ops::ControlFlow<()>, StoreError>,
+    ) -> Result<Revision, StoreError> {
+        apply::MvccRead::scan(&self.reader, range, at, &mut visit)
     }
 }
 

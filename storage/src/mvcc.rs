@@ -12,7 +12,7 @@
 //! points at: besides each key's last live row at or below `r`, that is the
 //! previous state of every key changed exactly at `r`.
 //!
-//! Range semantics: a [`RangeRequest`] without a revision reads the current
+//! Range semantics: a [`RangeRequest`](crate::RangeRequest) without a revision reads the current
 //! state; with revision `r` it reads each key's last row at or below `r`.
 //! `r` above the current revision is [`StoreError::FutureRevision`]; `r`
 //! below the compaction point is [`StoreError::Compacted`]. A read exactly at
@@ -22,10 +22,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{Applied, MvccRead};
-use crate::command::{
-    Event, EventKind, KeyValue, LeaseRecord, RangeRequest, RangeResponse, Revision,
-};
+use crate::apply::{Applied, MvccRead, Visit};
+use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision};
 use crate::engine::{Batch, Engine, Scan, SnapshotView};
 use crate::error::StoreError;
 use crate::schema::{self, Cf};
@@ -120,26 +118,31 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
         Ok(out)
     }
 
-    fn range_current(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        let end = req.range.end_bound();
-        let mut shaper = Shaper::new(req, self.current);
-        if req.range.is_single() {
-            if let Some(v) = self.src.get(Cf::Kv, &req.range.key)? {
-                shaper.push(bincode::deserialize(&v)?);
+    fn scan_current(&self, range: &KeyRange, visit: Visit<'_>) -> Result<(), StoreError> {
+        if range.is_single() {
+            if let Some(v) = self.src.get(Cf::Kv, &range.key)? {
+                let _ = visit(bincode::deserialize(&v)?)?;
             }
-            return Ok(shaper.finish());
+            return Ok(());
         }
-        for row in self.src.scan(Cf::Kv, &req.range.key, end.as_deref())? {
+        let end = range.end_bound();
+        for row in self.src.scan(Cf::Kv, &range.key, end.as_deref())? {
             let (_, v) = row?;
-            shaper.push(bincode::deserialize(&v)?);
+            if visit(bincode::deserialize(&v)?)?.is_break() {
+                break;
+            }
         }
-        Ok(shaper.finish())
+        Ok(())
     }
 
-    fn range_history(&self, req: &RangeRequest, at: Revision) -> Result<RangeResponse, StoreError> {
-        let start = schema::history_key_start(&req.range.key);
-        let end = req.range.end_bound().map(|e| schema::history_key_start(&e));
-        let mut shaper = Shaper::new(req, at);
+    fn scan_history(
+        &self,
+        range: &KeyRange,
+        at: Revision,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let start = schema::history_key_start(&range.key);
+        let end = range.end_bound().map(|e| schema::history_key_start(&e));
         // Rows come grouped by key, revisions ascending: remember the last row
         // at or below `at` and emit it when the key changes.
         let mut candidate: Option<(Vec<u8>, Option<KeyValue>)> = None;
@@ -149,7 +152,9 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
                 .ok_or_else(|| StoreError::Corrupt("malformed history key".into()))?;
             if candidate.as_ref().is_some_and(|(ck, _)| *ck != key) {
                 if let Some((_, Some(kv))) = candidate.take() {
-                    shaper.push(kv);
+                    if visit(kv)?.is_break() {
+                        return Ok(());
+                    }
                 }
             }
             if rev <= at.0 {
@@ -157,9 +162,9 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
             }
         }
         if let Some((_, Some(kv))) = candidate {
-            shaper.push(kv);
+            let _ = visit(kv)?;
         }
-        Ok(shaper.finish())
+        Ok(())
     }
 }
 
@@ -171,8 +176,13 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
         }
     }
 
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        let at = req.revision.unwrap_or(self.current);
+    fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        visit: Visit<'_>,
+    ) -> Result<Revision, StoreError> {
+        let at = at.unwrap_or(self.current);
         if at > self.current {
             return Err(StoreError::FutureRevision {
                 requested: at,
@@ -186,10 +196,11 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
             });
         }
         if at == self.current {
-            self.range_current(req)
+            self.scan_current(range, visit)?;
         } else {
-            self.range_history(req, at)
+            self.scan_history(range, at, visit)?;
         }
+        Ok(at)
     }
 
     fn current_revision(&self) -> Revision {
@@ -244,46 +255,6 @@ impl<S: Source + ?Sized> MvccReader<'_, S> {
             out.push(bincode::deserialize(&v)?);
         }
         Ok(out)
-    }
-}
-
-/// Applies limit / keys_only / count_only while streaming keys in, keeping
-/// at most `limit` values in memory.
-struct Shaper<'r> {
-    req: &'r RangeRequest,
-    kvs: Vec<KeyValue>,
-    count: u64,
-    revision: Revision,
-}
-
-impl<'r> Shaper<'r> {
-    fn new(req: &'r RangeRequest, revision: Revision) -> Self {
-        Self {
-            req,
-            kvs: Vec::new(),
-            count: 0,
-            revision,
-        }
-    }
-
-    fn push(&mut self, mut kv: KeyValue) {
-        self.count += 1;
-        if self.req.count_only || (self.req.limit > 0 && self.kvs.len() as u64 >= self.req.limit) {
-            return;
-        }
-        if self.req.keys_only {
-            kv.value.clear();
-        }
-        self.kvs.push(kv);
-    }
-
-    fn finish(self) -> RangeResponse {
-        RangeResponse {
-            more: self.req.limit > 0 && self.count > self.req.limit,
-            kvs: self.kvs,
-            count: self.count,
-            revision: self.revision,
-        }
     }
 }
 
@@ -532,7 +503,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, LogId};
 
     use super::*;
-    use crate::command::{Command, DeleteRequest, KeyRange, Op, PutRequest, Txn};
+    use crate::command::{Command, DeleteRequest, KeyRange, Op, PutRequest, RangeRequest, Txn};
     use crate::{Entry, StateMachine, Store};
 
     struct Fixture {

@@ -45,8 +45,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::MvccRead;
-use crate::command::{KeyValue, LeaseRecord, RangeRequest, RangeResponse, Response, Revision};
+use crate::apply::{MvccRead, Visit};
+use crate::command::{KeyRange, KeyValue, LeaseRecord, Response, Revision};
 use crate::engine::{Batch, Engine};
 use crate::error::StoreError;
 use crate::mvcc::Source;
@@ -251,8 +251,13 @@ impl<V: MvccRead> MvccRead for WithSessions<'_, V> {
         self.base.get(key)
     }
 
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        self.base.range(req)
+    fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        visit: Visit<'_>,
+    ) -> Result<Revision, StoreError> {
+        self.base.scan(range, at, visit)
     }
 
     fn current_revision(&self) -> Revision {

@@ -267,14 +267,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if !slow_apply.is_zero() {
             tokio::time::sleep(slow_apply).await;
         }
-        let mut responses = Vec::new();
-        for entry in entries {
-            let _span = tracing::debug_span!("apply", index = entry.log_id.index).entered();
-            responses.push(
-                self.apply_entry(&entry)
-                    .map_err(|e| sm_err(e, ErrorVerb::Write))?,
-            );
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let scans = entries
+            .iter()
+            .any(|e| matches!(&e.payload, EntryPayload::Normal(cmd) if cmd.may_scan()));
+        let mut apply_all = || {
+            let mut responses = Vec::with_capacity(entries.len());
+            for entry in &entries {
+                let _span = tracing::debug_span!("apply", index = entry.log_id.index).entered();
+                responses.push(self.apply_entry(entry)?);
+            }
+            Ok::<_, StoreError>(responses)
+        };
+        // A scan (a compaction, a multi-key txn) must not hold an async
+        // worker, which also drives Raft heartbeats: give the worker's
+        // other tasks to another thread meanwhile. Point reads and writes
+        // (every Kubernetes verb) stay inline, where a hand-off would cost
+        // more than the apply. A current-thread runtime (some tests) has no
+        // other worker to hand off to.
+        let multi_thread = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread;
+        let responses = if scans && multi_thread {
+            tokio::task::block_in_place(apply_all)
+        } else {
+            apply_all()
         }
+        .map_err(|e| sm_err(e, ErrorVerb::Write))?;
         self.publish(false)
             .map_err(|e| sm_err(e, ErrorVerb::Read))?;
         Ok(responses)

@@ -11,6 +11,7 @@ use etcd_client::{
 };
 use kubestore_tests::{ClusterOptions, TestCluster};
 use reqwest::StatusCode;
+use sha2::Digest;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -453,6 +454,97 @@ async fn maintenance_and_cluster() {
         .await
         .expect("alarms");
     assert!(alarms.alarms().is_empty());
+    c.shutdown().await;
+}
+
+/// The code of an etcd-client error, if the server answered one.
+fn grpc_code(e: &etcd_client::Error) -> Option<tonic::Code> {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => Some(s.code()),
+        _ => None,
+    }
+}
+
+/// Reads that touch the whole keyspace are bounded. An unlimited range
+/// inside a Txn over more than apply holds for one command is refused on
+/// every node (nothing written), a limited one is served. Snapshot streams
+/// the store in bounded chunks, as a file ending in its SHA-256 (what
+/// etcdctl checks), and at most two Hash/HashKV/Snapshot calls run on a
+/// node at once: further ones are refused until one has been read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_reads_are_bounded_txn_ranges_snapshots_and_hashes() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let mut e = c.etcd(1).await.expect("client");
+    // 9 MiB under big/: more than one command's range budget (8 MiB).
+    let value = vec![b'v'; 1 << 20];
+    for i in 0..9 {
+        e.put(format!("big/{i}"), value.clone(), None)
+            .await
+            .expect("put");
+    }
+
+    // Phase 1: an unlimited range in a txn is refused whole.
+    let read_all = |opts: GetOptions| {
+        Txn::new().and_then([
+            TxnOp::put("marker", "x", None),
+            TxnOp::get("big/", Some(opts.with_prefix())),
+        ])
+    };
+    let refused = e
+        .txn(read_all(GetOptions::new()))
+        .await
+        .expect_err("too large for apply");
+    assert_eq!(
+        grpc_code(&refused),
+        Some(tonic::Code::ResourceExhausted),
+        "{refused}"
+    );
+    let marker = e.get("marker", None).await.expect("get");
+    assert!(marker.kvs().is_empty(), "the refused txn wrote nothing");
+    // With a limit apply holds two values; count covers the range.
+    let served = e
+        .txn(read_all(GetOptions::new().with_limit(2)))
+        .await
+        .expect("a limited range");
+    match &served.op_responses()[1] {
+        TxnOpResponse::Get(g) => {
+            assert_eq!((g.kvs().len(), g.count(), g.more()), (2, 9, true));
+        }
+        other => panic!("expected a range response, got {other:?}"),
+    }
+
+    // Phase 2: two snapshots in flight, unread, hold both slots.
+    let mut m = e.maintenance_client();
+    let mut first = m.snapshot().await.expect("first snapshot");
+    let second = m.snapshot().await.expect("second snapshot");
+    let third = m.snapshot().await.expect_err("no slot left");
+    assert_eq!(
+        grpc_code(&third),
+        Some(tonic::Code::ResourceExhausted),
+        "{third}"
+    );
+    let hash = e.hash_kv(0).await.expect_err("no slot for a hash either");
+    assert_eq!(grpc_code(&hash), Some(tonic::Code::ResourceExhausted));
+
+    // Phase 3: the first, read to its end, is a whole checksummed file,
+    // sent in bounded chunks with an exact countdown.
+    let mut file = Vec::new();
+    let mut total = None;
+    while let Some(msg) = first.message().await.expect("snapshot chunk") {
+        assert!(!msg.blob().is_empty() && msg.blob().len() <= 64 * 1024);
+        file.extend_from_slice(msg.blob());
+        let total = *total.get_or_insert(file.len() as u64 + msg.remaining_bytes());
+        assert_eq!(file.len() as u64 + msg.remaining_bytes(), total);
+    }
+    assert!(file.len() > 9 << 20, "{} bytes", file.len());
+    assert!(file.starts_with(b"kubestore-snapshot-v1\n"));
+    assert_eq!(file.len() % 512, 32, "etcdctl finds the checksum by size");
+    let (body, digest) = file.split_at(file.len() - 32);
+    assert_eq!(sha2::Sha256::digest(body).as_slice(), digest);
+
+    // Phase 4: its slot is free again.
+    let again = m.snapshot().await.expect("a slot is free again");
+    drop((again, second));
     c.shutdown().await;
 }
 

@@ -30,6 +30,7 @@ pub(super) fn apply_status(e: ApplyError) -> Status {
         ApplyError::StaleProposal | ApplyError::DuplicateResponseDropped => errors::timeout(),
         // Never reaches a client: only `RaftNode::write` tags commands.
         ApplyError::MalformedProposal => Status::internal(e.to_string()),
+        ApplyError::ResponseTooLarge => errors::txn_response_too_large(),
     }
 }
 
@@ -88,7 +89,14 @@ impl Kv for KvService {
                 .await
                 .map_err(raft_status)?;
         }
-        let resp = self.0.node.store().range(&read).map_err(store_status)?;
+        // A range may scan the whole keyspace: off the async workers.
+        let resp = self
+            .0
+            .node
+            .store()
+            .run_blocking(move |store| store.range(&read))
+            .await
+            .map_err(store_status)?;
         let revision = resp.revision.0;
         let mut out = convert::range_response(convert::shape_range(&req, resp));
         out.header = self.0.header(revision);

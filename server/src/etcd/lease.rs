@@ -92,7 +92,8 @@ impl LeaseKeeper {
                 _ = tick.tick() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            let leases = match ctx.node.store().leases() {
+            // A scan of every lease: off the async workers.
+            let leases = match ctx.node.store().run_blocking(|s| s.leases()).await {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::debug!(error = %e, "lease keeper cannot read leases yet");
@@ -275,7 +276,15 @@ impl Lease for LeaseService {
             .await
             .map_err(raft_status)?;
         let current = self.ctx.node.store().applied().revision.0;
-        let found = self.ctx.node.store().lease(req.id).map_err(store_status)?;
+        let id = req.id;
+        // Scans the lease's attached keys: off the async workers.
+        let found = self
+            .ctx
+            .node
+            .store()
+            .run_blocking(move |s| s.lease(id))
+            .await
+            .map_err(store_status)?;
         let resp = match found {
             Some((lease, keys)) => pb::LeaseTimeToLiveResponse {
                 header: self.ctx.header(current),
@@ -311,7 +320,8 @@ impl Lease for LeaseService {
             .ctx
             .node
             .store()
-            .leases()
+            .run_blocking(|s| s.leases())
+            .await
             .map_err(store_status)?
             .into_iter()
             .map(|l| pb::LeaseStatus { id: l.id })

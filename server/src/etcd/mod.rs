@@ -64,6 +64,9 @@ pub struct EtcdContext {
     /// Derived once from the membership (fixed at bootstrap), not per
     /// response.
     cluster_id: std::sync::Arc<std::sync::OnceLock<u64>>,
+    /// Slots of the Maintenance calls that read the whole keyspace (Hash,
+    /// HashKV, Snapshot): [`maintenance::MAX_MAINTENANCE_INFLIGHT`].
+    maintenance_slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl EtcdContext {
@@ -78,6 +81,9 @@ impl EtcdContext {
             keeper: lease::LeaseKeeper::default(),
             stop,
             cluster_id: std::sync::Arc::default(),
+            maintenance_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                maintenance::MAX_MAINTENANCE_INFLIGHT,
+            )),
         }
     }
 
@@ -151,7 +157,7 @@ impl EtcdContext {
                 ctx: self.clone(),
                 keeper: self.keeper.clone(),
             }),
-            maintenance: MaintenanceServer::new(maintenance::MaintenanceService(self.clone()))
+            maintenance: MaintenanceServer::new(maintenance::MaintenanceService::new(self.clone()))
                 .max_encoding_message_size(usize::MAX),
             cluster: ClusterServer::new(cluster::ClusterService(self.clone())),
         }
@@ -219,6 +225,20 @@ pub mod errors {
     }
     pub fn request_too_large() -> Status {
         Status::new(Code::InvalidArgument, "etcdserver: request is too large")
+    }
+    /// etcd has no answer of its own for this (it would try to send the
+    /// response and fail on gRPC's message limit, `ResourceExhausted`):
+    /// the ranges of a Txn return more than apply holds for one command
+    /// (`kubestore_storage::apply::MAX_TXN_RANGE_BYTES`).
+    pub fn txn_response_too_large() -> Status {
+        Status::new(
+            Code::ResourceExhausted,
+            format!(
+                "etcdserver: txn range response is too large (over {} bytes); \
+                 use a limit, or a Range outside the txn",
+                kubestore_storage::apply::MAX_TXN_RANGE_BYTES
+            ),
+        )
     }
     pub fn no_leader() -> Status {
         Status::new(Code::Unavailable, "etcdserver: no leader")

@@ -262,7 +262,10 @@ impl Follower {
         loop {
             loop {
                 let current = store.applied().revision.0;
-                match store.events_after(Revision(after), EVENT_BATCH) {
+                let read = store
+                    .run_blocking(move |s| s.events_after(Revision(after), EVENT_BATCH))
+                    .await;
+                match read {
                     Ok(batch) if batch.is_empty() => {
                         after = after.max(current);
                         self.publish(after);

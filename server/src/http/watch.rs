@@ -348,12 +348,13 @@ impl Watcher {
     /// watcher older than the cache's ring. The revision delivered up to,
     /// or `None` when storage has nothing newer yet.
     async fn catch_up_from_history(&self, last: u64) -> Result<Option<u64>, ApiError> {
-        match self
+        let read = self
             .state
             .node
             .store()
-            .events_after(Revision(last), EVENT_BATCH)
-        {
+            .run_blocking(move |s| s.events_after(Revision(last), EVENT_BATCH))
+            .await;
+        match read {
             Ok(batch) if batch.is_empty() => Ok(None),
             Ok(batch) => {
                 let mut upto = last;

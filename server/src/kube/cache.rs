@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use imbl::OrdMap;
-use kubestore_storage::{Event, EventKind, KeyRange, RangeRequest, Revision, Store, StoreError};
+use kubestore_storage::{Event, EventKind, KeyRange, Revision, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -301,12 +301,6 @@ struct CacheState {
 }
 
 impl CacheState {
-    fn type_of(&mut self, key: &[u8]) -> Option<&mut TypeCache> {
-        self.types
-            .iter_mut()
-            .find(|t| key.starts_with(t.prefix.as_bytes()))
-    }
-
     fn find(&self, rt: &ResourceType) -> Option<&TypeCache> {
         self.types.iter().find(|t| std::ptr::eq(t.rt, rt))
     }
@@ -440,11 +434,22 @@ impl WatchCache {
         Ok((out, state.revision))
     }
 
+    /// [`WatchCache::catch_up`] on tokio's blocking pool: it reads
+    /// storage (the event log, or everything for a rebuild), which must
+    /// not occupy an async worker.
+    pub async fn catch_up_blocking(&self) -> Result<(), StoreError> {
+        let cache = self.clone();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || span.in_scope(|| cache.catch_up()))
+            .await
+            .map_err(|e| StoreError::ReadTask(e.to_string()))?
+    }
+
     /// Feeds the cache from the store until `stop` turns true.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut applied = self.store.subscribe();
         loop {
-            match self.catch_up() {
+            match self.catch_up_blocking().await {
                 Ok(()) => {}
                 Err(StoreError::Installing) => {
                     tracing::debug!("watch cache waits for a snapshot install to finish");
@@ -523,38 +528,149 @@ impl WatchCache {
         }
     }
 
-    /// Reloads every type from one consistent read of storage.
+    /// Reloads every type from one consistent read of storage. The read
+    /// and the decoding of every object happen without the cache's lock
+    /// ([`load`] does not see the cache): until the new contents are
+    /// swapped in, readers are served the old ones, at the old revision,
+    /// and quorum reads wait for the cache to reach theirs as usual.
     #[tracing::instrument(level = "debug", skip(self))]
     fn rebuild(&self, resets: u64) -> Result<(), StoreError> {
-        let listed = self.store.range(&RangeRequest {
-            range: KeyRange::prefix(REGISTRY_PREFIX.as_bytes().to_vec()),
-            ..RangeRequest::default()
-        })?;
-        let revision = listed.revision.0;
-        let mut maps: Vec<Objects> = vec![Objects::new(); RESOURCES.len()];
-        let mut state = self.write();
-        for kv in &listed.kvs {
-            let Some(t) = state.type_of(&kv.key) else {
-                continue;
-            };
-            let rt = t.rt;
-            let Some(i) = RESOURCES.iter().position(|r| std::ptr::eq(r, rt)) else {
-                continue;
-            };
-            if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0) {
-                maps[i].insert(obj.key.clone(), Arc::new(obj));
-            }
-        }
-        state.types = RESOURCES
+        let loaded = load(&self.store)?;
+        self.install(loaded, resets);
+        Ok(())
+    }
+
+    /// Swaps in what [`load`] read: one short write lock.
+    fn install(&self, loaded: Loaded, resets: u64) {
+        let Loaded { maps, revision } = loaded;
+        let objects: usize = maps.iter().map(|m| m.len()).sum();
+        let types = RESOURCES
             .iter()
             .zip(maps)
             .map(|(rt, objects)| TypeCache::new(rt, objects, revision))
             .collect();
-        state.revision = revision;
-        state.resets = resets;
-        drop(state);
-        tracing::info!(revision, objects = listed.kvs.len(), "watch cache rebuilt");
+        {
+            let mut state = self.write();
+            state.types = types;
+            state.revision = revision;
+            state.resets = resets;
+        }
+        tracing::info!(revision, objects, "watch cache rebuilt");
         self.revision.send_replace(revision);
-        Ok(())
+    }
+}
+
+/// Every served type's objects as one consistent read of storage found
+/// them, decoded, in [`RESOURCES`] order.
+struct Loaded {
+    maps: Vec<Objects>,
+    revision: u64,
+}
+
+/// Reads and decodes every object under [`REGISTRY_PREFIX`] from one
+/// consistent view, one key-value at a time (blocking: RocksDB scans).
+fn load(store: &Store) -> Result<Loaded, StoreError> {
+    let prefixes: Vec<String> = RESOURCES
+        .iter()
+        .map(|rt| rt.collection_prefix(None))
+        .collect();
+    let mut maps: Vec<Objects> = vec![Objects::new(); RESOURCES.len()];
+    let range = KeyRange::prefix(REGISTRY_PREFIX.as_bytes().to_vec());
+    let revision = store.read_view(|view| {
+        view.scan(&range, None, |kv| {
+            let found = prefixes
+                .iter()
+                .position(|p| kv.key.starts_with(p.as_bytes()));
+            if let Some(i) = found {
+                if let Some(obj) =
+                    CachedObject::decode(&RESOURCES[i], &kv.key, &kv.value, kv.mod_revision.0)
+                {
+                    maps[i].insert(obj.key.clone(), Arc::new(obj));
+                }
+            }
+            Ok(std::ops::ControlFlow::Continue(()))
+        })
+    })?;
+    Ok(Loaded {
+        maps,
+        revision: revision.0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use kubestore_storage::{Command, Entry, Op, PutRequest, StateMachine, Txn};
+    use openraft::storage::RaftStateMachine;
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+    use crate::kube::resources;
+
+    /// Applies a put of configmap `name` as log entry `index`.
+    async fn put_configmap(sm: &mut StateMachine, index: u64, rt: &ResourceType, name: &str) {
+        let value = serde_json::json!({"metadata": {"name": name, "namespace": "default"}});
+        let entry = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Command::Txn(Txn {
+                success: vec![Op::Put(PutRequest::new(
+                    rt.key(Some("default"), name),
+                    value.to_string(),
+                ))],
+                ..Txn::default()
+            })),
+        };
+        let responses = sm.apply(vec![entry]).await.expect("apply");
+        assert!(responses[0].result.is_ok(), "{:?}", responses[0]);
+    }
+
+    fn names(objects: &Objects) -> Vec<String> {
+        objects
+            .values()
+            .map(|o| {
+                o.object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_rebuild_reads_storage_unlocked_and_readers_keep_the_old_contents_until_the_swap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+        let rt = resources::find("", "v1", "configmaps").expect("configmaps");
+        put_configmap(&mut sm, 1, rt, "a").await;
+        let cache = WatchCache::new(
+            store.clone(),
+            CacheLimits {
+                max_events: 100,
+                max_age: Duration::from_secs(60),
+            },
+        );
+        cache.catch_up_blocking().await.expect("filled");
+        assert_eq!(cache.revision(), 1);
+
+        // Phase 1: the rebuild's read and decode. `load` is given the
+        // store, not the cache: it cannot take the cache's lock.
+        put_configmap(&mut sm, 2, rt, "b").await;
+        let loaded = load(&store).expect("load");
+        assert_eq!(loaded.revision, 2);
+
+        // Meanwhile readers are served the old contents, at the old
+        // revision, and nothing holds the lock.
+        let (objects, revision) = cache.current(rt);
+        assert_eq!((names(&objects), revision), (vec!["a".to_string()], 1));
+        assert!(cache.state.try_write().is_ok(), "the lock is free");
+
+        // Phase 2: the swap, one short write lock; readers see it whole.
+        let resets = cache.read().resets;
+        cache.install(loaded, resets);
+        let (objects, revision) = cache.current(rt);
+        assert_eq!(
+            (names(&objects), revision),
+            (vec!["a".to_string(), "b".to_string()], 2)
+        );
+        assert_eq!(cache.revision(), 2, "waiting readers are woken");
     }
 }

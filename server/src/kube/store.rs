@@ -401,18 +401,21 @@ impl KubeStore {
         let mut next: Option<String> = None;
         // With selectors a chunk may match fewer than `limit`: read on.
         loop {
+            let read = RangeRequest {
+                range: KeyRange {
+                    key: start.clone(),
+                    range_end: end.clone(),
+                },
+                limit: if limit > 0 { limit.max(64) } else { 0 },
+                revision: Some(Revision(rv)),
+                ..RangeRequest::default()
+            };
+            // A history scan: off the async workers.
             let resp = self
                 .node
                 .store()
-                .range(&RangeRequest {
-                    range: KeyRange {
-                        key: start.clone(),
-                        range_end: end.clone(),
-                    },
-                    limit: if limit > 0 { limit.max(64) } else { 0 },
-                    revision: Some(Revision(rv)),
-                    ..RangeRequest::default()
-                })
+                .run_blocking(move |s| s.range(&read))
+                .await
                 .map_err(|e| match e {
                     kubestore_storage::StoreError::Compacted { .. } if page.token.is_some() => {
                         let fresh = page.token.as_ref().map(|t| {
