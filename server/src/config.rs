@@ -11,8 +11,11 @@ use kubestore_storage::NodeId;
 /// Default body limit: kube's own limit for a request body is 3 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Milliseconds between the leader's heartbeats by default (etcd's
-/// `--heartbeat-interval`; etcd uses 100).
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 50;
+/// `--heartbeat-interval`, and etcd's default). openraft 0.9 also uses it
+/// as the timeout of every AppendEntries call, which waits for the
+/// follower's fsync: shorter makes replication on a slow disk or a loaded
+/// machine time out and retry.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 100;
 /// The minimum election timeout in milliseconds by default (etcd's
 /// `--election-timeout`; etcd uses 1000). openraft 0.9 waits a randomised
 /// timeout between this and twice this, after a leader lease of twice this,
@@ -116,7 +119,9 @@ pub struct ServeConfig {
     #[arg(long, env = "KUBESTORE_QUOTA_BACKEND_BYTES", default_value_t = 2 * 1024 * 1024 * 1024)]
     pub quota_backend_bytes: u64,
     /// Milliseconds between the leader's heartbeats (as etcd's
-    /// `--heartbeat-interval`). Must be well below the election timeout.
+    /// `--heartbeat-interval`), also openraft's timeout of one
+    /// AppendEntries call (which includes the follower's fsync). Must be
+    /// below the election timeout.
     #[arg(long, env = "KUBESTORE_HEARTBEAT_INTERVAL", default_value_t = DEFAULT_HEARTBEAT_INTERVAL_MS)]
     pub heartbeat_interval: u64,
     /// Minimum election timeout in milliseconds (as etcd's

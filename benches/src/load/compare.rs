@@ -164,6 +164,11 @@ pub(super) struct NodeSpec {
 
 impl NodeSpec {
     pub(super) fn spawn(&self) -> anyhow::Result<Child> {
+        self.spawn_with(&[])
+    }
+
+    /// [`NodeSpec::spawn`] with `extra` flags for `serve`.
+    pub(super) fn spawn_with(&self, extra: &[&str]) -> anyhow::Result<Child> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -177,6 +182,7 @@ impl NodeSpec {
             .args(["--peer-addr", &self.peer])
             .args(["--peers", &self.peers])
             .args(["--read-lease-ms", &self.read_lease_ms.to_string()])
+            .args(extra)
             .env("KUBESTORE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)

@@ -11,6 +11,9 @@
 //! `kubestore bench restart` loads a node with many keys, kills it and
 //! times its way back to ready and caught up.
 //!
+//! `kubestore bench overload` offers ten times the sustainable write rate
+//! to a 3-node kubestore with and without its in-flight limits.
+//!
 //! `kubestore bench mixed` runs a small Kubernetes control plane's mix for
 //! a fixed time: node lease renewals, pod status updates, pod lists and one
 //! pod watch per node, one result row per operation kind.
@@ -21,6 +24,7 @@
 mod compare;
 mod cpu;
 mod mixed;
+mod overload;
 mod plot;
 mod record;
 mod restart;
@@ -55,6 +59,10 @@ pub enum BenchCommand {
     /// A kube-like mix for a fixed time: lease renewals, pod status
     /// updates, lists and per-node watches.
     Mixed(mixed::MixedArgs),
+    /// A 3-node kubestore under ten times its sustainable write rate (open
+    /// loop), with its in-flight limits and without: admitted latency,
+    /// refusals and memory.
+    Overload(overload::OverloadArgs),
 }
 
 /// Workloads and their size, shared by the subcommands.
@@ -146,6 +154,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Watch(a) => watch::run(a).await,
         BenchCommand::Restart(a) => restart::run(a).await,
         BenchCommand::Mixed(a) => mixed::run(a).await,
+        BenchCommand::Overload(a) => overload::run(a).await,
     }
 }
 

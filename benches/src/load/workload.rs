@@ -137,7 +137,7 @@ fn finish(
     )
 }
 
-async fn etcd_channel(endpoint: &str) -> anyhow::Result<Channel> {
+pub(super) async fn etcd_channel(endpoint: &str) -> anyhow::Result<Channel> {
     let url = if endpoint.contains("://") {
         endpoint.to_string()
     } else {

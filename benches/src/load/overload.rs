@@ -1,0 +1,348 @@
+//! `kubestore bench overload`: a 3-node kubestore under ten times the write
+//! rate it sustains, with its in-flight limits on and then off.
+//!
+//! First a closed-loop put run (`--clients`) measures the sustainable rate
+//! `S` and its latency. Then puts are offered *open loop* at `--factor` × S
+//! for `--seconds`: each request starts on schedule whether or not earlier
+//! ones were answered, as load from many independent clients does. The
+//! nodes' resident memory is sampled throughout. Both phases run against
+//! a cluster with the default limits (`--max-mutating-requests-inflight`
+//! 200) and, as the baseline, against one started without them.
+//!
+//! With limits, what the nodes cannot take is refused at once
+//! (`ResourceExhausted`), so admitted requests keep a bounded latency and
+//! memory stays flat; without them, requests queue in the nodes, latency
+//! and memory grow with the backlog. `results.json` holds both runs and
+//! the ratios overload/sustainable of each.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
+use kubestore_proto::etcd::etcdserverpb::PutRequest;
+use serde::Serialize;
+use serde_json::json;
+use tokio::process::Child;
+use tonic::transport::Channel;
+
+use super::compare::{fresh_data_dir, kubestore_specs, wait_ready};
+use super::record::{latency_histogram, lock};
+use super::workload::{self, etcd_channel, Workload};
+use super::LoadArgs;
+
+#[derive(Debug, Args)]
+pub struct OverloadArgs {
+    /// Closed-loop clients of the sustainable-rate run.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Requests of the sustainable-rate run.
+    #[arg(long, default_value_t = 20_000)]
+    pub requests: u64,
+    /// Offered load of the overload phase, as a multiple of the sustainable rate.
+    #[arg(long, default_value_t = 10.0)]
+    pub factor: f64,
+    /// Seconds of the overload phase.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// Where results.json, the node logs and (while running) data go.
+    #[arg(long, default_value = "bench-overload")]
+    pub out: PathBuf,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Connections the open-loop phase multiplexes its requests over.
+const OPEN_LOOP_CONNECTIONS: usize = 64;
+/// Requests the load generator itself keeps open at most; beyond it a
+/// scheduled request is counted as not sent (the client, not the server,
+/// would be the bottleneck).
+const MAX_CLIENT_OUTSTANDING: u64 = 200_000;
+
+/// One cluster's figures: the sustainable run and the overload phase.
+#[derive(Debug, Serialize)]
+struct Phases {
+    limits: bool,
+    sustainable_per_second: f64,
+    sustainable_p99_ms: f64,
+    sustainable_peak_rss_mb: f64,
+    offered_per_second: f64,
+    admitted_per_second: f64,
+    admitted_p50_ms: f64,
+    admitted_p99_ms: f64,
+    refused: u64,
+    failed: u64,
+    not_sent: u64,
+    overload_peak_rss_mb: f64,
+    first_error: Option<String>,
+}
+
+/// What the open-loop phase records.
+#[derive(Default)]
+struct OpenLoop {
+    admitted: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+    outstanding: AtomicU64,
+    not_sent: AtomicU64,
+    first_error: std::sync::Mutex<Option<String>>,
+}
+
+/// Resident memory of `pid` in bytes, from `/proc/<pid>/status`.
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Samples the largest node's RSS every 100 ms until stopped; returns the peak.
+fn sample_peak_rss(
+    pids: Vec<u32>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<u64>,
+) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let mut peak = 0;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = &mut stopped => return peak,
+                _ = tick.tick() => {
+                    for &pid in &pids {
+                        peak = peak.max(rss_bytes(pid).unwrap_or(0));
+                    }
+                }
+            }
+        }
+    });
+    (stop, task)
+}
+
+async fn stop_sampling(
+    sampler: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<u64>,
+    ),
+) -> f64 {
+    let _ = sampler.0.send(());
+    sampler.1.await.unwrap_or(0) as f64 / 1e6
+}
+
+/// Offers puts at `rate` per second for `seconds`, open loop.
+async fn open_loop(
+    endpoints: &[String],
+    rate: f64,
+    seconds: u64,
+    size: usize,
+) -> anyhow::Result<(OpenLoop, hdrhistogram::Histogram<u64>, f64)> {
+    let mut conns = Vec::new();
+    for i in 0..OPEN_LOOP_CONNECTIONS {
+        conns.push(KvClient::new(
+            etcd_channel(&endpoints[i % endpoints.len()]).await?,
+        ));
+    }
+    let stats = Arc::new(OpenLoop::default());
+    let hist = Arc::new(std::sync::Mutex::new(latency_histogram()?));
+    let value = Arc::new(vec![b'o'; size]);
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
+    let started = Instant::now();
+    let end = started + Duration::from_secs(seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut i: u64 = 0;
+    loop {
+        let due = started + interval.mul_f64(i as f64);
+        if due >= end {
+            break;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        if stats.outstanding.load(Ordering::Relaxed) >= MAX_CLIENT_OUTSTANDING {
+            stats.not_sent.fetch_add(1, Ordering::Relaxed);
+            i += 1;
+            continue;
+        }
+        let mut kv: KvClient<Channel> = conns[(i as usize) % conns.len()].clone();
+        let (stats, hist, value) = (stats.clone(), hist.clone(), value.clone());
+        stats.outstanding.fetch_add(1, Ordering::Relaxed);
+        tasks.spawn(async move {
+            let sent = Instant::now();
+            let put = kv
+                .put(PutRequest {
+                    key: format!("overload/{:08}", i % 10_000).into_bytes(),
+                    value: value.to_vec(),
+                    ..Default::default()
+                })
+                .await;
+            match put {
+                Ok(_) => {
+                    stats.admitted.fetch_add(1, Ordering::Relaxed);
+                    let _ = lock(&hist).record(sent.elapsed().as_micros().max(1) as u64);
+                }
+                Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(s) => {
+                    stats.failed.fetch_add(1, Ordering::Relaxed);
+                    lock(&stats.first_error).get_or_insert_with(|| s.to_string());
+                }
+            }
+            stats.outstanding.fetch_sub(1, Ordering::Relaxed);
+        });
+        // Reap finished tasks as we go so the set does not grow unbounded.
+        while tasks.try_join_next().is_some() {}
+        i += 1;
+    }
+    while tasks.join_next().await.is_some() {}
+    let elapsed = started.elapsed().as_secs_f64();
+    let stats = Arc::try_unwrap(stats).map_err(|_| anyhow::anyhow!("open loop still running"))?;
+    let hist = Arc::try_unwrap(hist)
+        .map_err(|_| anyhow::anyhow!("open loop still running"))?
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    Ok((stats, hist, elapsed))
+}
+
+/// Both phases against a fresh cluster, with or without in-flight limits.
+async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases> {
+    let label = if limits { "limits" } else { "no-limits" };
+    let data = fresh_data_dir(&args.out.join(label))?;
+    let specs = kubestore_specs(&data, kubestore_server::config::DEFAULT_READ_LEASE_MS)?;
+    let extra: &[&str] = if limits {
+        &[]
+    } else {
+        &[
+            "--max-requests-inflight",
+            "0",
+            "--max-mutating-requests-inflight",
+            "0",
+        ]
+    };
+    let mut children: Vec<Child> = specs
+        .iter()
+        .map(|s| s.spawn_with(extra))
+        .collect::<Result<_, _>>()?;
+    let endpoints: Vec<String> = specs.iter().map(|s| s.grpc.clone()).collect();
+    wait_ready("kubestore", &endpoints, &mut children).await?;
+    let pids: Vec<u32> = children.iter().filter_map(Child::id).collect();
+
+    let load = LoadArgs {
+        requests: args.requests,
+        size: args.size,
+        out: args.out.clone(),
+        no_progress: args.no_progress,
+    };
+    let sampler = sample_peak_rss(pids.clone());
+    let sustainable =
+        workload::run_etcd(&Workload::EtcdPut, &endpoints, args.clients, &load).await?;
+    let sustainable_rss = stop_sampling(sampler).await;
+
+    let offered = sustainable.throughput * args.factor;
+    println!(
+        "{label}: sustainable {:.0} puts/s; offering {offered:.0}/s open loop for {} s",
+        sustainable.throughput, args.seconds
+    );
+    let sampler = sample_peak_rss(pids);
+    let (stats, hist, elapsed) = open_loop(&endpoints, offered, args.seconds, args.size).await?;
+    let overload_rss = stop_sampling(sampler).await;
+    for c in &mut children {
+        let _ = c.kill().await;
+    }
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let admitted = stats.admitted.load(Ordering::Relaxed);
+    Ok(Phases {
+        limits,
+        sustainable_per_second: sustainable.throughput,
+        sustainable_p99_ms: sustainable.p99_ms,
+        sustainable_peak_rss_mb: sustainable_rss,
+        offered_per_second: offered,
+        admitted_per_second: admitted as f64 / elapsed.max(1e-9),
+        admitted_p50_ms: ms(0.5),
+        admitted_p99_ms: ms(0.99),
+        refused: stats.refused.load(Ordering::Relaxed),
+        failed: stats.failed.load(Ordering::Relaxed),
+        not_sent: stats.not_sent.load(Ordering::Relaxed),
+        overload_peak_rss_mb: overload_rss,
+        first_error: stats
+            .first_error
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner()),
+    })
+}
+
+/// Runs `kubestore bench overload`.
+pub async fn run(args: OverloadArgs) -> anyhow::Result<()> {
+    let with = run_cluster(&args, true)
+        .await
+        .context("with in-flight limits")?;
+    let without = run_cluster(&args, false)
+        .await
+        .context("without in-flight limits")?;
+    println!(
+        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12}",
+        "limits",
+        "sustained/s",
+        "offered/s",
+        "admitted/s",
+        "p99 ms 1x",
+        "p99 ms ov",
+        "refused",
+        "RSS MB 1x",
+        "RSS MB ov"
+    );
+    for p in [&with, &without] {
+        println!(
+            "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>12.1} {:>10.1} {:>10} {:>12.0} {:>12.0}",
+            if p.limits { "on" } else { "off" },
+            p.sustainable_per_second,
+            p.offered_per_second,
+            p.admitted_per_second,
+            p.sustainable_p99_ms,
+            p.admitted_p99_ms,
+            p.refused,
+            p.sustainable_peak_rss_mb,
+            p.overload_peak_rss_mb,
+        );
+        if let Some(e) = &p.first_error {
+            println!("  first failure (not a refusal): {e}");
+        }
+    }
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+    let ratios = |p: &Phases| {
+        json!({
+            "p99_overload_over_sustainable": ratio(p.admitted_p99_ms, p.sustainable_p99_ms),
+            "peak_rss_overload_over_sustainable": ratio(p.overload_peak_rss_mb, p.sustainable_peak_rss_mb),
+            "admitted_over_sustainable": ratio(p.admitted_per_second, p.sustainable_per_second),
+        })
+    };
+    let results = json!({
+        "factor": args.factor,
+        "seconds": args.seconds,
+        "with_limits": with,
+        "without_limits": without,
+        "ratios": { "with_limits": ratios(&with), "without_limits": ratios(&without) },
+        "limits_over_no_limits": {
+            "p99_under_overload": ratio(with.admitted_p99_ms, without.admitted_p99_ms),
+            "peak_rss_under_overload": ratio(with.overload_peak_rss_mb, without.overload_peak_rss_mb),
+        },
+    });
+    println!("ratios: {}", results["ratios"]);
+    println!(
+        "limits/no limits under overload: {}",
+        results["limits_over_no_limits"]
+    );
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_vec_pretty(&results)?,
+    )?;
+    println!("results in {}", args.out.join("results.json").display());
+    Ok(())
+}
