@@ -37,11 +37,15 @@
 //! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Lease, Maintenance,
 //!   Cluster).
 //! - [`mod@bench`]: the load generator and the side-by-side etcd comparison.
+//! - `fuzz` (test builds only): the input generators of the parsers'
+//!   property tests (no panic, no 5xx for a client's mistake).
 
 pub mod bench;
 pub mod compaction;
 pub mod config;
 pub mod etcd;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
 pub mod kube;
 pub mod launcher;
