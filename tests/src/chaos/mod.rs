@@ -281,7 +281,7 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> ChaosReport 
 /// applied state. Returns what is wrong, naming each node that is not
 /// back and why (a node that exited after its restart is a crash loop; its
 /// log is in the output directory).
-async fn cluster_whole_again(cluster: &mut TestCluster) -> Vec<String> {
+pub async fn cluster_whole_again(cluster: &mut TestCluster) -> Vec<String> {
     let mut failures = Vec::new();
     let settled = match cluster.wait_for_leader(Duration::from_secs(60)).await {
         Ok(_) => cluster

@@ -140,31 +140,43 @@ impl<'c> Nemesis<'c> {
                 _ => any_node,
             };
             let hold = self.hold_for(kind);
-            let started = recorder.now();
-            tracing::info!(kind = kind.name(), node, ?hold, "nemesis: fault");
-            let injected = self.inject(kind, node).await;
-            if let Err(e) = &injected {
-                self.record_error(recorder, node, format!("inject {}", kind.name()), e);
-            }
-            tokio::time::sleep(hold).await;
-            // Healed even when the injection failed: it may have half
-            // happened (a restart that failed after the kill).
-            if let Err(e) = self.heal(kind, node).await {
-                self.record_error(recorder, node, format!("heal {}", kind.name()), &e);
-            }
-            let healed = recorder.now();
-            tracing::info!(kind = kind.name(), node, "nemesis: healed");
-            if injected.is_ok() {
-                faults.push(FaultRecord {
-                    kind,
-                    node,
-                    was_leader: leader == Some(node),
-                    started,
-                    healed,
-                });
-            }
+            let was_leader = leader == Some(node);
+            faults.extend(self.fault(recorder, kind, node, was_leader, hold).await);
         }
         faults
+    }
+
+    /// One fault: injects `kind` into `node`, holds it for `hold`, heals
+    /// it. A failed injection or heal is recorded (see
+    /// [`Nemesis::errors`]); the fault is returned only if it was injected.
+    pub async fn fault(
+        &mut self,
+        recorder: &Recorder,
+        kind: FaultKind,
+        node: u64,
+        was_leader: bool,
+        hold: Duration,
+    ) -> Option<FaultRecord> {
+        let started = recorder.now();
+        tracing::info!(kind = kind.name(), node, ?hold, "nemesis: fault");
+        let injected = self.inject(kind, node).await;
+        if let Err(e) = &injected {
+            self.record_error(recorder, node, format!("inject {}", kind.name()), e);
+        }
+        tokio::time::sleep(hold).await;
+        // Healed even when the injection failed: it may have half happened
+        // (a restart that failed after the kill).
+        if let Err(e) = self.heal(kind, node).await {
+            self.record_error(recorder, node, format!("heal {}", kind.name()), &e);
+        }
+        tracing::info!(kind = kind.name(), node, "nemesis: healed");
+        injected.is_ok().then(|| FaultRecord {
+            kind,
+            node,
+            was_leader,
+            started,
+            healed: recorder.now(),
+        })
     }
 
     /// The actions that failed so far.
