@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // tonic-prost's codec, but an undecodable message is InvalidArgument.
+        .codec_path("crate::codec::Codec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -1,15 +1,22 @@
 //! Wire types only: the generated code of kubestore's `.proto` files.
 //!
-//! This crate contains no logic. It must not depend on any other kubestore
-//! crate; everything else depends on it.
+//! This crate contains no logic beyond its codec's choice of an error
+//! code. It must not depend on any other kubestore crate; everything else
+//! depends on it.
 //!
 //! - [`raft`]: node-to-node RPCs (Raft replication, write forwarding, read index).
+//! - [`codec`]: the gRPC codec of every generated service: tonic-prost's,
+//!   except that a message that cannot be decoded is `InvalidArgument`
+//!   (the sender's mistake), not `Internal`. The only code here that is
+//!   not generated.
 //! - [`etcd`]: the etcd v3 client API (`proto/etcd/kv.proto`,
 //!   `proto/etcd/rpc.proto`): KV, Watch, Lease, Cluster and Maintenance, with
 //!   gRPC client and server stubs. Their wire contract (package, service,
 //!   method, message and field names, field numbers and types) must match
 //!   etcd's `api/mvccpb/kv.proto` and `api/etcdserverpb/rpc.proto` exactly,
 //!   because unmodified etcd clients (etcdctl, kube-apiserver, ...) use it.
+
+pub mod codec;
 
 /// Internal node-to-node RPCs (`proto/raft.proto`).
 pub mod raft {

@@ -37,10 +37,14 @@
 //!   mapping.
 //! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Lease, Maintenance,
 //!   Cluster).
+//! - `fuzz` (test builds only): the input generators of the parsers'
+//!   property tests (no panic, no 5xx for a client's mistake).
 
 pub mod compaction;
 pub mod config;
 pub mod etcd;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
 pub mod kube;
 pub mod launcher;

@@ -1673,4 +1673,173 @@ mod tests {
         assert_eq!(keys(after), vec![b"a".to_vec(), b"bb".to_vec()]);
         assert_eq!(after.count, 2);
     }
+
+    /// Property tests: any sequence of commands a client can get past
+    /// validation applies without a panic or a storage error, and every
+    /// command that writes takes exactly the next revision.
+    mod proptests {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::command::CompareTarget;
+        use crate::validate::Limits;
+
+        fn key() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                Just(Vec::new()),
+                Just(vec![0]),
+                Just(vec![0xff]),
+                Just(b"a".to_vec()),
+                Just(b"b".to_vec()),
+                proptest::collection::vec(
+                    prop_oneof![Just(0u8), Just(b'a'), Just(b'b'), Just(0xff)],
+                    0..4
+                ),
+            ]
+        }
+
+        fn number() -> impl Strategy<Value = i64> {
+            prop_oneof![
+                Just(i64::MIN),
+                Just(i64::MAX),
+                Just(-1i64),
+                Just(0i64),
+                1i64..8
+            ]
+        }
+
+        fn revision() -> impl Strategy<Value = u64> {
+            prop_oneof![Just(0u64), Just(u64::MAX), 1u64..12]
+        }
+
+        fn range() -> impl Strategy<Value = KeyRange> {
+            (key(), key()).prop_map(|(key, range_end)| KeyRange { key, range_end })
+        }
+
+        fn simple_op() -> BoxedStrategy<Op> {
+            prop_oneof![
+                (
+                    range(),
+                    revision(),
+                    proptest::option::of(revision()),
+                    any::<[bool; 2]>()
+                )
+                    .prop_map(|(range, limit, rev, f)| Op::Range(RangeRequest {
+                        range,
+                        limit,
+                        revision: rev.map(Revision),
+                        keys_only: f[0],
+                        count_only: f[1],
+                    })),
+                (key(), key(), number(), any::<[bool; 3]>()).prop_map(|(key, value, lease, f)| {
+                    Op::Put(PutRequest {
+                        key,
+                        value,
+                        lease,
+                        prev_kv: f[0],
+                        ignore_value: f[1],
+                        ignore_lease: f[2],
+                    })
+                }),
+                (range(), any::<bool>())
+                    .prop_map(|(range, prev_kv)| Op::Delete(DeleteRequest { range, prev_kv })),
+            ]
+            .boxed()
+        }
+
+        fn compare() -> BoxedStrategy<Compare> {
+            let op = proptest::sample::select(
+                &[
+                    CompareOp::Equal,
+                    CompareOp::Greater,
+                    CompareOp::Less,
+                    CompareOp::NotEqual,
+                ][..],
+            );
+            let target = prop_oneof![
+                number().prop_map(CompareTarget::Version),
+                revision().prop_map(CompareTarget::Create),
+                revision().prop_map(CompareTarget::Mod),
+                key().prop_map(CompareTarget::Value),
+                number().prop_map(CompareTarget::Lease),
+            ];
+            (range(), op, target)
+                .prop_map(|(range, op, target)| Compare { range, op, target })
+                .boxed()
+        }
+
+        fn txn() -> impl Strategy<Value = Txn> {
+            let flat = (
+                proptest::collection::vec(compare(), 0..3),
+                proptest::collection::vec(simple_op(), 0..4),
+                proptest::collection::vec(simple_op(), 0..3),
+            )
+                .prop_map(|(compare, success, failure)| Txn {
+                    compare,
+                    success,
+                    failure,
+                });
+            flat.prop_recursive(3, 16, 3, |inner| {
+                (
+                    proptest::collection::vec(compare(), 0..2),
+                    proptest::collection::vec(
+                        prop_oneof![simple_op(), inner.prop_map(Op::Txn)],
+                        0..3,
+                    ),
+                    proptest::collection::vec(simple_op(), 0..2),
+                )
+                    .prop_map(|(compare, success, failure)| Txn {
+                        compare,
+                        success,
+                        failure,
+                    })
+            })
+        }
+
+        fn command() -> impl Strategy<Value = Command> {
+            prop_oneof![
+                6 => txn().prop_map(Command::Txn),
+                1 => revision().prop_map(|r| Command::Compact { revision: Revision(r) }),
+                2 => (1i64..4, number()).prop_map(|(id, ttl)| Command::LeaseGrant { id, ttl }),
+                1 => (1i64..4).prop_map(|id| Command::LeaseRevoke { id }),
+                1 => (1i64..4).prop_map(|id| Command::LeaseKeepAlive { id }),
+                1 => (1i64..4, 0u64..3).prop_map(|(id, renewals)| Command::LeaseExpire { id, renewals }),
+            ]
+        }
+
+        proptest! {
+            // 256 cases of up to 12 commands (`PROPTEST_CASES` for more).
+            #![proptest_config(ProptestConfig {
+                cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+                    ProptestConfig::default().cases
+                } else {
+                    256
+                },
+                ..ProptestConfig::default()
+            })]
+
+            #[test]
+            fn any_valid_command_sequence_applies_without_error(
+                cmds in proptest::collection::vec(command(), 1..12),
+            ) {
+                let mut view = MemView::default();
+                for cmd in cmds {
+                    if cmd.validate(&Limits::ETCD).is_err() {
+                        continue;
+                    }
+                    let before = view.revision;
+                    let applied = apply(&view, &cmd);
+                    prop_assert!(applied.is_ok(), "{cmd:?}: {applied:?}");
+                    let Ok(applied) = applied else { continue };
+                    if !applied.writes.is_empty() {
+                        prop_assert_eq!(applied.response.revision, Revision(before.0 + 1));
+                        prop_assert!(applied.response.result.is_ok());
+                    } else {
+                        prop_assert_eq!(applied.response.revision, before);
+                    }
+                    view.commit(&applied);
+                }
+            }
+        }
+    }
 }

@@ -529,6 +529,19 @@ impl TestCluster {
         Ok(())
     }
 
+    /// If the node's process has exited (crashed: the harness's own kills
+    /// leave no process behind), its exit status; the process is reaped,
+    /// so the node no longer counts as running and can be restarted.
+    pub fn exit_status(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        let slot = self.slot_mut(id).ok()?;
+        let Slot::Process(child @ Some(_)) = &mut slot.slot else {
+            return None;
+        };
+        let status = child.as_mut()?.try_wait().ok().flatten()?;
+        *child = None;
+        Some(status)
+    }
+
     /// Whether the node runs (in this process or as a child process).
     pub fn running(&self, id: u64) -> bool {
         self.is_running(id)

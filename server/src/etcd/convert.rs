@@ -272,3 +272,273 @@ pub fn txn_response(req: Option<&pb::TxnRequest>, t: TxnResponse) -> pb::TxnResp
             .collect(),
     }
 }
+
+/// Property tests: any Range, Put, DeleteRange or Txn a client can encode
+/// converts and validates to a command or to etcd's refusal (never
+/// `Internal` or `Unknown`), and a Range's answer is shaped as asked.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+    use tonic::Code;
+
+    use super::*;
+    use crate::etcd::validate;
+    use crate::fuzz;
+    use kubestore_storage::Command;
+
+    /// Keys: empty, `0x00`, `0xff`, ordinary and arbitrary bytes.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(Vec::new()),
+            Just(vec![0]),
+            Just(vec![0, 0]),
+            Just(vec![0xff]),
+            Just(b"a".to_vec()),
+            Just(b"/registry/configmaps/default/a".to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        ]
+    }
+
+    /// Enum fields: the defined values and undefined ones.
+    fn enum_value() -> impl Strategy<Value = i32> {
+        prop_oneof![0..5i32, Just(-1), Just(i32::MAX), any::<i32>()]
+    }
+
+    fn range_request() -> BoxedStrategy<pb::RangeRequest> {
+        (
+            (key(), key(), fuzz::edge_i64(), fuzz::edge_i64()),
+            (enum_value(), enum_value(), any::<[bool; 3]>()),
+            (
+                fuzz::edge_i64(),
+                fuzz::edge_i64(),
+                fuzz::edge_i64(),
+                fuzz::edge_i64(),
+            ),
+        )
+            .prop_map(
+                |((key, range_end, limit, revision), (order, target, flags), mins)| {
+                    pb::RangeRequest {
+                        key,
+                        range_end,
+                        limit,
+                        revision,
+                        sort_order: order,
+                        sort_target: target,
+                        serializable: flags[0],
+                        keys_only: flags[1],
+                        count_only: flags[2],
+                        min_mod_revision: mins.0,
+                        max_mod_revision: mins.1,
+                        min_create_revision: mins.2,
+                        max_create_revision: mins.3,
+                    }
+                },
+            )
+            .boxed()
+    }
+
+    fn put_request() -> impl Strategy<Value = pb::PutRequest> {
+        (key(), key(), fuzz::edge_i64(), any::<[bool; 3]>()).prop_map(
+            |(key, value, lease, flags)| pb::PutRequest {
+                key,
+                value,
+                lease,
+                prev_kv: flags[0],
+                ignore_value: flags[1],
+                ignore_lease: flags[2],
+            },
+        )
+    }
+
+    fn delete_request() -> impl Strategy<Value = pb::DeleteRangeRequest> {
+        (key(), key(), any::<bool>()).prop_map(|(key, range_end, prev_kv)| pb::DeleteRangeRequest {
+            key,
+            range_end,
+            prev_kv,
+        })
+    }
+
+    fn compare() -> BoxedStrategy<pb::Compare> {
+        use pb::compare::TargetUnion;
+        let union = prop_oneof![
+            Just(None),
+            fuzz::edge_i64().prop_map(|v| Some(TargetUnion::Version(v))),
+            fuzz::edge_i64().prop_map(|v| Some(TargetUnion::CreateRevision(v))),
+            fuzz::edge_i64().prop_map(|v| Some(TargetUnion::ModRevision(v))),
+            key().prop_map(|v| Some(TargetUnion::Value(v))),
+            fuzz::edge_i64().prop_map(|v| Some(TargetUnion::Lease(v))),
+        ];
+        (enum_value(), enum_value(), key(), key(), union)
+            .prop_map(
+                |(result, target, key, range_end, target_union)| pb::Compare {
+                    result,
+                    target,
+                    key,
+                    range_end,
+                    target_union,
+                },
+            )
+            .boxed()
+    }
+
+    /// A Txn of any ops, nested up to four levels.
+    fn txn_request() -> impl Strategy<Value = pb::TxnRequest> {
+        use pb::request_op::Request as R;
+        let flat = (
+            proptest::collection::vec(compare(), 0..3),
+            proptest::collection::vec(simple_op(), 0..4),
+            proptest::collection::vec(simple_op(), 0..4),
+        )
+            .prop_map(|(compare, success, failure)| pb::TxnRequest {
+                compare,
+                success,
+                failure,
+            });
+        flat.prop_recursive(4, 32, 4, |inner| {
+            (
+                proptest::collection::vec(compare(), 0..3),
+                proptest::collection::vec(
+                    prop_oneof![
+                        simple_op(),
+                        inner.prop_map(|t| pb::RequestOp {
+                            request: Some(R::RequestTxn(t)),
+                        }),
+                    ],
+                    0..4,
+                ),
+                proptest::collection::vec(simple_op(), 0..3),
+            )
+                .prop_map(|(compare, success, failure)| pb::TxnRequest {
+                    compare,
+                    success,
+                    failure,
+                })
+        })
+    }
+
+    /// Boxed, as every strategy a recursive one is built of: unboxed, the
+    /// value trees of a few nested levels overflowed a test thread's stack
+    /// in a debug build.
+    fn simple_op() -> BoxedStrategy<pb::RequestOp> {
+        use pb::request_op::Request as R;
+        prop_oneof![
+            range_request().prop_map(|r| Some(R::RequestRange(r))),
+            put_request().prop_map(|p| Some(R::RequestPut(p))),
+            delete_request().prop_map(|d| Some(R::RequestDeleteRange(d))),
+            Just(None),
+        ]
+        .prop_map(|request| pb::RequestOp { request })
+        .boxed()
+    }
+
+    fn stored_kv() -> impl Strategy<Value = KeyValue> {
+        (key(), key(), 0..50u64, 0..50u64, fuzz::edge_i64()).prop_map(
+            |(key, value, c, m, version)| KeyValue {
+                key,
+                create_revision: Revision(c),
+                mod_revision: Revision(m),
+                version,
+                value,
+                lease: 0,
+            },
+        )
+    }
+
+    /// A client's mistake is never a server error.
+    fn assert_not_internal(s: &Status) -> Result<(), TestCaseError> {
+        prop_assert!(
+            !matches!(s.code(), Code::Internal | Code::Unknown),
+            "bad input answered {:?}: {}",
+            s.code(),
+            s.message()
+        );
+        Ok(())
+    }
+
+    /// Converts and validates as the KV service does before proposing.
+    fn checked(txn: Result<Txn, Status>) -> Result<(), Status> {
+        validate(&Command::Txn(txn?))
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_range_request_reads_or_is_refused(r in range_request()) {
+            match super::range_request(&r) {
+                Ok(read) => {
+                    prop_assert!(!r.key.is_empty());
+                    prop_assert_eq!(read.revision.map(|v| v.0 as i64), (r.revision > 0).then_some(r.revision));
+                }
+                Err(s) => {
+                    prop_assert!(r.key.is_empty());
+                    prop_assert_eq!(s.code(), Code::InvalidArgument);
+                }
+            }
+        }
+
+        #[test]
+        fn any_range_answer_is_shaped_as_asked(
+            r in range_request(),
+            kvs in proptest::collection::vec(stored_kv(), 0..12),
+        ) {
+            let count = kvs.len() as u64;
+            let resp = RangeResponse { kvs, more: false, count, revision: Revision(50) };
+            let shaped = shape_range(&r, resp);
+            prop_assert_eq!(shaped.count, count);
+            if r.limit > 0 {
+                prop_assert!(shaped.kvs.len() as u64 <= r.limit as u64);
+            }
+            if r.count_only && needs_post_processing(&r) {
+                prop_assert!(shaped.kvs.is_empty());
+            }
+            let out = range_response(shaped);
+            prop_assert!(out.count >= 0);
+        }
+
+        #[test]
+        fn any_put_or_delete_is_a_command_or_refused(
+            put in put_request(),
+            del in delete_request(),
+        ) {
+            let put_txn = Txn { success: vec![Op::Put(super::put_request(put))], ..Txn::default() };
+            if let Err(s) = checked(Ok(put_txn)) {
+                assert_not_internal(&s)?;
+            }
+            let del_txn = Txn { success: vec![Op::Delete(super::delete_request(del))], ..Txn::default() };
+            if let Err(s) = checked(Ok(del_txn)) {
+                assert_not_internal(&s)?;
+            }
+        }
+
+        #[test]
+        fn any_txn_is_a_command_or_refused(t in txn_request()) {
+            if let Err(s) = checked(txn(t.clone())) {
+                assert_not_internal(&s)?;
+            }
+            // Whatever the store answers, the response follows the request.
+            let answer = TxnResponse { succeeded: true, responses: Vec::new() };
+            let out = txn_response(Some(&t), answer);
+            prop_assert!(out.responses.is_empty());
+        }
+
+        #[test]
+        fn txns_nested_past_the_limit_are_refused_not_overflowed(depth in 1usize..(MAX_TXN_DEPTH + 8)) {
+            use pb::request_op::Request as R;
+            let mut t = pb::TxnRequest::default();
+            for _ in 1..depth {
+                t = pb::TxnRequest {
+                    success: vec![pb::RequestOp { request: Some(R::RequestTxn(t)) }],
+                    ..pb::TxnRequest::default()
+                };
+            }
+            match checked(txn(t)) {
+                Ok(()) => prop_assert!(depth <= MAX_TXN_DEPTH),
+                Err(s) => {
+                    prop_assert!(depth > MAX_TXN_DEPTH, "{depth}: {s:?}");
+                    prop_assert_eq!(s.code(), Code::InvalidArgument);
+                }
+            }
+        }
+    }
+}

@@ -142,6 +142,22 @@ impl LeaseKeeper {
     }
 }
 
+/// The command of a LeaseGrant: a TTL below etcd's minimum (about 1.5
+/// election timeouts) is raised to it, an id of 0 becomes a random
+/// positive one (as etcd picks it), and a TTL above etcd's maximum is
+/// refused ("too large lease TTL").
+fn grant_command(req: &pb::LeaseGrantRequest) -> Result<Command, Status> {
+    let ttl = req.ttl.max(MIN_LEASE_TTL);
+    let id = if req.id != 0 {
+        req.id
+    } else {
+        (rand::random::<u64>() >> 1).max(1) as i64
+    };
+    let grant = Command::LeaseGrant { id, ttl };
+    validate(&grant)?;
+    Ok(grant)
+}
+
 #[derive(Debug, Clone)]
 pub struct LeaseService {
     pub(super) ctx: EtcdContext,
@@ -185,18 +201,7 @@ impl Lease for LeaseService {
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let _admitted = self.ctx.admit(RequestClass::Mutating)?;
-        let req = request.into_inner();
-        // etcd raises a TTL below its minimum (about 1.5 election timeouts).
-        let ttl = req.ttl.max(MIN_LEASE_TTL);
-        let id = if req.id != 0 {
-            req.id
-        } else {
-            // A random positive id, as etcd picks one.
-            (rand::random::<u64>() >> 1).max(1) as i64
-        };
-        let grant = Command::LeaseGrant { id, ttl };
-        // A TTL above etcd's maximum: "too large lease TTL".
-        validate(&grant)?;
+        let grant = grant_command(&request.into_inner())?;
         let resp = self.ctx.node.write(grant).await.map_err(raft_status)?;
         match resp.result {
             Ok(CommandResult::Lease(l)) => Ok(Response::new(pb::LeaseGrantResponse {
@@ -335,7 +340,32 @@ impl Lease for LeaseService {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::fuzz;
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        /// Any TTL and id a client sends is a grant or etcd's refusal.
+        #[test]
+        fn any_lease_grant_is_a_command_or_out_of_range(
+            ttl in fuzz::edge_i64(),
+            id in fuzz::edge_i64(),
+        ) {
+            match grant_command(&pb::LeaseGrantRequest { ttl, id }) {
+                Ok(Command::LeaseGrant { id: granted, ttl: granted_ttl }) => {
+                    prop_assert!(granted_ttl >= MIN_LEASE_TTL);
+                    prop_assert!(granted_ttl >= ttl);
+                    prop_assert!(granted != 0);
+                    prop_assert!(id == 0 || granted == id);
+                }
+                Ok(other) => prop_assert!(false, "not a grant: {other:?}"),
+                Err(s) => prop_assert_eq!(s.code(), tonic::Code::OutOfRange, "{:?}", s),
+            }
+        }
+    }
 
     #[test]
     fn clocks_restart_on_renewal_and_report_expiry() {

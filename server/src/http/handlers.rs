@@ -82,25 +82,48 @@ pub async fn api(State(state): State<AppState>, req: Request) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
-    let path = req.uri().path().trim_end_matches('/').to_string();
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    let rendering = negotiate::rendering(req.headers())?;
+/// What a path under `/api` or `/apis` names.
+#[derive(Debug)]
+enum Route<'p> {
+    /// `/api`: the core group's versions.
+    ApiVersions,
+    /// `/apis`: every group.
+    GroupList,
+    /// `/apis/<group>`.
+    Group(&'p str),
+    /// `/api/v1` or `/apis/<group>/<version>`: the group version's resources.
+    ResourceList(&'p str, &'p str),
+    /// A resource, collection or subresource.
+    Resource(Target),
+}
+
+/// Resolves a request path (trailing slashes ignored) to what it names;
+/// anything else is `404` (never a panic, whatever the path).
+fn resolve(path: &str) -> Result<Route<'_>, ApiError> {
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match segments.as_slice() {
-        ["api"] => discovery::api_versions(&req),
-        ["api", "v1"] => discovery::resource_list("", "v1"),
-        ["apis"] => Ok(discovery::group_list()),
-        ["apis", group] => discovery::group(group),
-        ["apis", group, version] => discovery::resource_list(group, version),
-        ["api", "v1", rest @ ..] => {
-            let target = parse_target("", "v1", rest)?;
-            verb(state, target, rendering, req).await
-        }
+        ["api"] => Ok(Route::ApiVersions),
+        ["api", "v1"] => Ok(Route::ResourceList("", "v1")),
+        ["apis"] => Ok(Route::GroupList),
+        ["apis", group] => Ok(Route::Group(group)),
+        ["apis", group, version] => Ok(Route::ResourceList(group, version)),
+        ["api", "v1", rest @ ..] => parse_target("", "v1", rest).map(Route::Resource),
         ["apis", group, version, rest @ ..] => {
-            let target = parse_target(group, version, rest)?;
-            verb(state, target, rendering, req).await
+            parse_target(group, version, rest).map(Route::Resource)
         }
         _ => Err(no_resource()),
+    }
+}
+
+async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
+    let path = req.uri().path().to_string();
+    let rendering = negotiate::rendering(req.headers())?;
+    match resolve(&path)? {
+        Route::ApiVersions => discovery::api_versions(&req),
+        Route::GroupList => Ok(discovery::group_list()),
+        Route::Group(group) => discovery::group(group),
+        Route::ResourceList(group, version) => discovery::resource_list(group, version),
+        Route::Resource(target) => verb(state, target, rendering, req).await,
     }
 }
 
@@ -732,5 +755,237 @@ mod tests {
         assert!(!query_bool(&q, "c"));
         assert!(query_bool(&q, "d"));
         assert!(!query_bool(&q, "missing"));
+    }
+}
+
+/// Property tests: whatever a client sends as path, query or body, the
+/// parsers answer a value or a client error (`4xx`), never a panic or a
+/// `5xx`.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz;
+
+    /// Path segments: the ones the router knows, and anything else.
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => proptest::sample::select(&[
+                "api", "apis", "v1", "apps", "coordination.k8s.io", "namespaces",
+                "default", "configmaps", "pods", "deployments", "nodes", "status",
+                "scale", "", "a",
+            ][..])
+            .prop_map(str::to_string),
+            1 => fuzz::text().prop_map(|s| s.replace('/', "")),
+        ]
+    }
+
+    /// A path under `/api` or `/apis` (or not), maybe with a trailing slash.
+    fn path() -> impl Strategy<Value = String> {
+        (
+            prop_oneof![Just("/api"), Just("/apis"), Just("")],
+            proptest::collection::vec(segment(), 0..7),
+            any::<bool>(),
+        )
+            .prop_map(|(root, segs, slash)| {
+                let mut p = root.to_string();
+                for s in segs {
+                    p.push('/');
+                    p.push_str(&s);
+                }
+                if slash {
+                    p.push('/');
+                }
+                p
+            })
+    }
+
+    fn assert_client_error(e: &ApiError) -> Result<(), TestCaseError> {
+        prop_assert!(
+            !e.code().is_server_error(),
+            "a client's input answered {}: {e}",
+            e.code()
+        );
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_path_resolves_or_is_a_404(path in path()) {
+            match resolve(&path) {
+                Ok(Route::Resource(t)) => {
+                    prop_assert!(t.name.as_deref() != Some(""));
+                    prop_assert!(t.namespace.as_deref() != Some(""));
+                    prop_assert!(!t.status || t.name.is_some());
+                    prop_assert!(t.namespace.is_none() || t.rt.namespaced);
+                }
+                Ok(_) => {}
+                Err(e) => prop_assert_eq!(e.code(), StatusCode::NOT_FOUND),
+            }
+            // A trailing slash names the same thing.
+            let with_slash = format!("{path}/");
+            prop_assert_eq!(
+                format!("{:?}", resolve(&path).map_err(|e| e.to_string())),
+                format!("{:?}", resolve(&with_slash).map_err(|e| e.to_string()))
+            );
+        }
+
+        #[test]
+        fn any_query_is_read_or_refused_as_the_clients_mistake(
+            q in fuzz::query(),
+            list in any::<bool>(),
+        ) {
+            match freshness(&q, list) {
+                Ok(Freshness::Exact(n)) => prop_assert!(n > 0),
+                Ok(Freshness::NotOlderThan(n)) => prop_assert!(n > 0),
+                Ok(_) => {}
+                Err(e) => assert_client_error(&e)?,
+            }
+            match page_request(&q) {
+                Ok(page) => prop_assert!(page.limit <= i64::MAX as u64),
+                Err(e) => assert_client_error(&e)?,
+            }
+            for rt in resources::RESOURCES {
+                match Selectors::parse(
+                    rt,
+                    q.get("labelSelector").map(String::as_str),
+                    q.get("fieldSelector").map(String::as_str),
+                ) {
+                    Ok(_) => {}
+                    Err(e) => assert_client_error(&e)?,
+                }
+            }
+            let _ = query_bool(&q, "watch");
+            if let Err(e) = table::render(
+                resources::namespaces(),
+                &[json!({"metadata": {"name": "a"}})],
+                "1",
+                &q,
+            ) {
+                assert_client_error(&e)?;
+            }
+        }
+
+        #[test]
+        fn any_raw_query_string_parses(raw in "[ -~]{0,64}") {
+            let req = Request::builder()
+                .uri(format!("/api/v1/pods?{}", raw.replace([' ', '#'], "+")))
+                .body(Body::empty());
+            if let Ok(req) = req {
+                let q = query_map(&req);
+                prop_assert!(q.len() <= raw.len() + 1);
+            }
+        }
+
+        #[test]
+        fn any_create_body_is_stored_or_refused(
+            body in fuzz::body(),
+            url_ns in proptest::option::of(prop_oneof![Just("default".to_string()), fuzz::text()]),
+            plural in proptest::sample::select(&["configmaps", "namespaces", "deployments", "pods", "nodes"][..]),
+        ) {
+            let rt = resources::RESOURCES
+                .iter()
+                .find(|r| r.plural == plural)
+                .expect("a served type");
+            let url_ns = url_ns.filter(|_| rt.namespaced);
+            let created = (|| -> Result<Map<String, Value>, ApiError> {
+                let mut obj = object::decode_body(rt, &body)?;
+                let name = resolve_create_name(rt, &mut obj)?;
+                let ns = check_namespace(rt, url_ns.as_deref(), &mut obj)?;
+                object::validate_object_meta(rt, &name, ns.as_deref())?;
+                object::prepare_create(rt, &mut obj);
+                Ok(obj)
+            })();
+            match created {
+                Ok(obj) => {
+                    let stored = object::to_stored(&obj);
+                    let back = object::from_stored(rt, b"k", &stored, 7)
+                        .expect("a stored object reads back");
+                    prop_assert_eq!(&back["metadata"]["name"], &obj["metadata"]["name"]);
+                    prop_assert_eq!(&back["metadata"]["resourceVersion"], "7");
+                    prop_assert_eq!(&back["kind"], rt.kind);
+                }
+                Err(e) => assert_client_error(&e)?,
+            }
+        }
+
+        #[test]
+        fn any_update_body_merges_with_any_stored_object(
+            old in fuzz::object_value(),
+            new in fuzz::object_value(),
+            status_scope in any::<bool>(),
+            plural in proptest::sample::select(&["configmaps", "namespaces", "deployments", "pods"][..]),
+        ) {
+            let rt = resources::RESOURCES
+                .iter()
+                .find(|r| r.plural == plural)
+                .expect("a served type");
+            let (Value::Object(old), Value::Object(mut new)) = (old, new) else {
+                unreachable!("object_value makes objects");
+            };
+            let scope = if status_scope { UpdateScope::Status } else { UpdateScope::Object };
+            object::prepare_update_in(rt, scope, &old, &mut new);
+            prop_assert!(new.get("metadata").is_some_and(Value::is_object));
+            prop_assert!(object::meta_str(&new, "resourceVersion").is_none());
+        }
+
+        #[test]
+        fn any_delete_options_are_read_or_refused(body in fuzz::body()) {
+            if let Err(e) = delete_preconditions(&body) {
+                assert_client_error(&e)?;
+            }
+        }
+
+        #[test]
+        fn any_content_type_or_accept_header_is_read_or_refused(value in "[ -~]{0,48}") {
+            let mut headers = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                headers.insert(header::CONTENT_TYPE, v.clone());
+                headers.insert(header::ACCEPT, v);
+            }
+            if let Err(e) = patch_kind(&headers) {
+                prop_assert_eq!(e.code(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+            }
+            if let Err(e) = negotiate::rendering(&headers) {
+                assert_client_error(&e)?;
+            }
+        }
+
+        #[test]
+        fn any_protobuf_body_converts_or_is_refused(
+            tail in proptest::collection::vec(any::<u8>(), 0..96),
+            plural in proptest::sample::select(&["configmaps", "secrets", "namespaces", "pods"][..]),
+        ) {
+            let rt = resources::RESOURCES
+                .iter()
+                .find(|r| r.plural == plural)
+                .expect("a served type");
+            let mut body = b"k8s\0".to_vec();
+            body.extend_from_slice(&tail);
+            for candidate in [&body[..], &tail[..]] {
+                if let Err(e) = protobuf::to_json(rt, candidate) {
+                    assert_client_error(&e)?;
+                }
+            }
+        }
+    }
+
+    /// The update of an object stored (through the etcd API) with the
+    /// largest generation: found by
+    /// `any_update_body_merges_with_any_stored_object`, it overflowed.
+    #[test]
+    fn a_spec_change_at_the_largest_generation_does_not_overflow() {
+        let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+        let old =
+            json!({"metadata": {"name": "a", "generation": i64::MAX}, "spec": {"replicas": 1}});
+        let mut new = json!({"metadata": {"name": "a"}, "spec": {"replicas": 2}});
+        let (Value::Object(old), Value::Object(new_obj)) = (old, &mut new) else {
+            unreachable!("objects");
+        };
+        object::prepare_update(dep, &old, new_obj);
+        assert_eq!(new_obj["metadata"]["generation"], i64::MAX);
     }
 }

@@ -162,6 +162,11 @@ fn patch_object(
     if !own_precondition {
         meta.insert("resourceVersion".into(), Value::String(current_rv));
     }
+    if !rt.namespaced {
+        // As for an update (and in kube): a cluster-scoped object has no
+        // namespace, whatever the patch wrote.
+        object::metadata_mut(&mut obj).remove("namespace");
+    }
     let patched_ns = object::meta_str(&obj, "namespace").filter(|n| !n.is_empty());
     if rt.namespaced && patched_ns != ns {
         return Err(ApiError::invalid(
@@ -232,5 +237,144 @@ mod tests {
         };
         apply_json_patch(&mut small, &ok, 64 * 1024).expect("within the limit");
         assert_eq!(small, json!({"a": 1, "b": 1}));
+    }
+}
+
+/// Property tests: any JSON or merge patch of any stored object gives an
+/// object to store or a client error, never a panic or a `5xx`; the name,
+/// namespace and kind of what it gives are the URL's.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::fuzz;
+    use crate::kube::resources;
+
+    /// JSON pointers into a Kubernetes object, valid or not.
+    fn pointer() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::sample::select(
+                &[
+                    "",
+                    "/",
+                    "/metadata",
+                    "/metadata/name",
+                    "/metadata/namespace",
+                    "/metadata/resourceVersion",
+                    "/metadata/labels/a",
+                    "/data",
+                    "/data/v",
+                    "/data/-",
+                    "/spec/0",
+                    "/spec/-",
+                    "/a~1b",
+                    "/a~2",
+                    "/status",
+                    "metadata",
+                ][..]
+            )
+            .prop_map(str::to_string),
+            fuzz::text(),
+        ]
+    }
+
+    /// One JSON Patch operation; sometimes misspelt or missing fields.
+    fn operation() -> impl Strategy<Value = Value> {
+        (
+            proptest::sample::select(
+                &["add", "remove", "replace", "move", "copy", "test", "nope"][..],
+            ),
+            pointer(),
+            pointer(),
+            fuzz::json_value(),
+            0..4u8,
+        )
+            .prop_map(|(op, path, from, value, drop)| {
+                let mut o = json!({"op": op, "path": path, "from": from, "value": value});
+                if let Some(m) = o.as_object_mut() {
+                    match drop {
+                        0 => m.remove("path"),
+                        1 => m.remove("value"),
+                        _ => None,
+                    };
+                }
+                o
+            })
+    }
+
+    fn patch_document() -> impl Strategy<Value = (PatchKind, Value)> {
+        prop_oneof![
+            proptest::collection::vec(operation(), 0..6)
+                .prop_map(|ops| (PatchKind::Json, Value::Array(ops))),
+            fuzz::json_value().prop_map(|v| (PatchKind::Json, v)),
+            fuzz::object_value().prop_map(|v| (PatchKind::Merge, v)),
+            fuzz::json_value().prop_map(|v| (PatchKind::Merge, v)),
+        ]
+    }
+
+    /// Found by `any_patch_of_any_object_is_applied_or_refused`: a patch
+    /// of a cluster-scoped object kept the namespace it wrote (or one the
+    /// stored object carried), which an update drops.
+    #[test]
+    fn a_patched_cluster_scoped_object_has_no_namespace() {
+        let rt = resources::namespaces();
+        for (stored, merge) in [
+            (
+                json!({"metadata": {"name": "a", "namespace": "default"}}),
+                json!({}),
+            ),
+            (
+                json!({"metadata": {"name": "a"}}),
+                json!({"metadata": {"namespace": "x"}}),
+            ),
+        ] {
+            let patch = Patch::parse(PatchKind::Merge, merge).expect("a merge patch");
+            let (obj, _) = patch_object(rt, None, "a", stored, &patch, 1024).expect("applies");
+            assert_eq!(object::meta_str(&obj, "namespace"), None, "{obj:?}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_patch_of_any_object_is_applied_or_refused(
+            (kind, doc) in patch_document(),
+            stored in fuzz::object_value(),
+            namespaced in any::<bool>(),
+        ) {
+            let rt = if namespaced {
+                resources::find("", "v1", "configmaps").expect("configmaps")
+            } else {
+                resources::namespaces()
+            };
+            let ns = namespaced.then_some("default");
+            // The object as the store hands it over: its own name,
+            // namespace and resourceVersion, anything else as generated.
+            let mut current = stored;
+            if let Some(obj) = current.as_object_mut() {
+                let meta = object::metadata_mut(obj);
+                meta.insert("name".into(), json!("a"));
+                meta.insert("resourceVersion".into(), json!("5"));
+                if let Some(ns) = ns {
+                    meta.insert("namespace".into(), json!(ns));
+                }
+            }
+            let patched = Patch::parse(kind, doc)
+                .and_then(|p| patch_object(rt, ns, "a", current, &p, 64 * 1024));
+            match patched {
+                Ok((obj, _)) => {
+                    prop_assert_eq!(object::meta_str(&obj, "name"), Some("a"));
+                    prop_assert_eq!(
+                        object::meta_str(&obj, "namespace").filter(|n| !n.is_empty()),
+                        ns
+                    );
+                    prop_assert_eq!(&obj["kind"], rt.kind);
+                }
+                Err(e) => prop_assert!(!e.code().is_server_error(), "{e:?}"),
+            }
+        }
     }
 }

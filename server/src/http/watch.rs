@@ -501,3 +501,30 @@ fn too_old(requested: u64, compacted: u64) -> ApiError {
         "too old resource version: {requested} ({compacted})"
     ))
 }
+
+/// Property tests: any watch query is parsed or refused as the client's
+/// mistake, and the deadline it asks for is capped.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz;
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_watch_query_is_parsed_or_refused(q in fuzz::query()) {
+            match parse(&q) {
+                Ok(p) => {
+                    prop_assert!(p.timeout <= MAX_WATCH_TIMEOUT);
+                    if let Start::State { at_least: Some(n), .. } = p.start {
+                        prop_assert!(n > 0);
+                    }
+                }
+                Err(e) => prop_assert!(!e.code().is_server_error(), "{e:?}"),
+            }
+        }
+    }
+}

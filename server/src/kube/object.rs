@@ -271,7 +271,13 @@ pub fn prepare_update(rt: &ResourceType, old: &Map<String, Value>, new: &mut Map
             .and_then(|m| m.get("generation"))
             .and_then(Value::as_i64)
             .unwrap_or(1);
-        let generation = if spec_changed { old_gen + 1 } else { old_gen };
+        // Saturating: the stored generation is whatever was written,
+        // through the etcd API too, up to `i64::MAX`.
+        let generation = if spec_changed {
+            old_gen.saturating_add(1)
+        } else {
+            old_gen
+        };
         meta.insert("generation".into(), json!(generation));
     } else {
         meta.remove("generation");

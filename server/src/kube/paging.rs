@@ -111,3 +111,56 @@ mod tests {
         }
     }
 }
+
+/// Property tests: any `continue` value is a token or a `400`, and every
+/// token the server hands out decodes to itself.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz;
+
+    /// Token bodies of kube's shape with fields of any type and value.
+    fn token_body() -> impl Strategy<Value = String> {
+        (
+            prop_oneof![Just(json!(TOKEN_VERSION)), fuzz::json_value()],
+            prop_oneof![fuzz::edge_i64().prop_map(|n| json!(n)), fuzz::json_value()],
+            prop_oneof![fuzz::text().prop_map(|s| json!(s)), fuzz::json_value()],
+        )
+            .prop_map(|(v, rv, start)| json!({"v": v, "rv": rv, "start": start}).to_string())
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_continue_value_is_a_token_or_a_bad_request(
+            raw in fuzz::text(),
+            body in token_body(),
+            padding in "={0,3}",
+        ) {
+            let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&body);
+            for token in [raw, format!("{encoded}{padding}")] {
+                match ContinueToken::decode(&token) {
+                    Ok(t) => {
+                        prop_assert!(!t.start.is_empty() && !t.start.starts_with('/'));
+                        prop_assert!(!t.start.contains(".."));
+                        prop_assert!(t.revision != Some(0));
+                    }
+                    Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_)), "{e:?}"),
+                }
+            }
+        }
+
+        #[test]
+        fn every_token_handed_out_decodes_to_itself(
+            revision in proptest::option::of(1..=i64::MAX as u64),
+            start in "[a-z0-9][a-z0-9/.\u{0}-]{0,20}",
+        ) {
+            prop_assume!(!start.contains(".."));
+            let token = ContinueToken { revision, start };
+            prop_assert_eq!(ContinueToken::decode(&token.encode()).expect("decodes"), token);
+        }
+    }
+}

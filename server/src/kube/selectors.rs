@@ -361,3 +361,90 @@ mod tests {
         assert!(Selectors::parse(cm, Some("Bad Key=1"), None).is_err());
     }
 }
+
+/// Property tests: any selector string parses or is a `400`, and a parsed
+/// selector matches any object without panicking.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::fuzz;
+    use crate::kube::resources;
+
+    /// Selector text built from the grammar's tokens, and arbitrary text.
+    fn selector() -> impl Strategy<Value = String> {
+        let token = proptest::sample::select(
+            &[
+                "app",
+                "tier",
+                "example.com/app",
+                "metadata.name",
+                "metadata.namespace",
+                "spec.nodeName",
+                "status.phase",
+                "=",
+                "==",
+                "!=",
+                "!",
+                " in ",
+                " notin ",
+                "(",
+                ")",
+                ",",
+                ">",
+                "<",
+                "5",
+                "-1",
+                "99999999999999999999",
+                "web",
+                "\\",
+                "\\,",
+                " ",
+                "\u{0}",
+                "é",
+            ][..],
+        );
+        prop_oneof![
+            3 => proptest::collection::vec(token, 0..10).prop_map(|t| t.concat()),
+            1 => fuzz::text(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_selector_parses_or_is_a_bad_request(
+            label in proptest::option::of(selector()),
+            field in proptest::option::of(selector()),
+            obj in fuzz::object_value(),
+        ) {
+            for rt in resources::RESOURCES {
+                match Selectors::parse(rt, label.as_deref(), field.as_deref()) {
+                    Ok(s) => {
+                        let _ = s.matches(&obj);
+                        let _ = s.required_name();
+                    }
+                    Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_)), "{e:?}"),
+                }
+            }
+        }
+
+        #[test]
+        fn an_equality_selector_matches_exactly_the_objects_with_that_label(
+            key in "[a-z][a-z0-9]{0,8}",
+            value in "[a-z0-9]{1,8}",
+            other in "[a-z0-9]{1,8}",
+        ) {
+            let cm = resources::find("", "v1", "configmaps").expect("configmaps");
+            let s = Selectors::parse(cm, Some(&format!("{key}={value}")), None).expect("valid");
+            let with = |v: &str| json!({"metadata": {"labels": {key.clone(): v}}});
+            prop_assert!(s.matches(&with(&value)));
+            prop_assert_eq!(s.matches(&with(&other)), other == value);
+            let unlabelled = json!({"metadata": {}});
+            prop_assert!(!s.matches(&unlabelled));
+        }
+    }
+}

@@ -335,7 +335,14 @@ impl KubeStore {
         let (start, view) = match &page.token {
             Some(t) => {
                 let view = match t.revision {
-                    Some(rv) => self.exact(rt, rv),
+                    // A token from another node may name a revision this
+                    // one has not applied yet (and a forged one any
+                    // revision): wait for it as for an exact read, then
+                    // `504`, rather than read the future from storage.
+                    Some(rv) => {
+                        self.wait_for_revision(rv).await?;
+                        self.exact(rt, rv)
+                    }
                     None => {
                         let (objects, revision) = self.cache.current(rt);
                         View::Cached {

@@ -3,9 +3,12 @@
 //! Starts a 3-node cluster from the `kubestore` binary next to this one (or
 //! `KUBESTORE_BIN`), runs clients on both APIs through every node while a
 //! seeded nemesis kills, pauses, isolates and slows nodes, then checks the
-//! history for linearizability and the revision contract. Writes
-//! `report.json`, `history.json`, `timeline.svg` and the nodes' logs to
-//! `--out`; exits 1 when any check found a violation.
+//! history for linearizability and the revision contract, and every
+//! node's readiness against its service. Writes `report.json`,
+//! `history.json`, `timeline.svg` and the nodes' logs to `--out`, also
+//! when the run fails; exits 1 when any check found a violation, or a node
+//! was down at the end (or, with `--strict-readiness`, when readiness
+//! disagreed with service).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +46,14 @@ struct Args {
     /// Where the report, history, plot and logs go.
     #[arg(long, default_value = "chaos-out")]
     out: PathBuf,
+    /// How long a node's `/readyz` may disagree with whether it serves
+    /// before the disagreement is reported.
+    #[arg(long, default_value_t = 5.0)]
+    readiness_slack_seconds: f64,
+    /// Fail the run (exit 1) on readiness disagreements too; by default
+    /// they are reported beside the violations without failing it.
+    #[arg(long)]
+    strict_readiness: bool,
 }
 
 #[tokio::main]
@@ -63,6 +74,9 @@ async fn main() -> anyhow::Result<ExitCode> {
     config.clients_per_api = args.clients;
     config.keys = args.keys;
     config.faults = faults;
+    config.readiness_slack = Duration::try_from_secs_f64(args.readiness_slack_seconds)
+        .map_err(|e| anyhow::anyhow!("--readiness-slack-seconds: {e}"))?;
+    config.strict_readiness = args.strict_readiness;
     let report = chaos::run(&config).await?;
     print!("{}", report.summary());
     println!("report: {}", args.out.join("report.json").display());

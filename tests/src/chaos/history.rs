@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::readiness::ReadinessSample;
+
 /// The API an operation went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -248,6 +250,10 @@ pub struct History {
     /// Final linearizable read of every key after faults healed:
     /// key -> (value, mod_revision).
     pub final_state: BTreeMap<String, Option<(String, u64)>>,
+    /// Every node's `/readyz` answers through the run (absent from
+    /// histories saved before readiness was recorded).
+    #[serde(default)]
+    pub readiness: Vec<ReadinessSample>,
 }
 
 /// One thing the checkers found wrong, with the operations involved (by id)

@@ -11,16 +11,22 @@
 //!    `resourceVersion`, quorum GET and LIST), etcd clients (Put, Get
 //!    linearizable and serializable, Txn compare-and-set) and one watcher
 //!    per API that resumes across nodes, all recording into one history
-//!    ([`workload`]), and a lease client that keeps leases alive through
-//!    every node ([`leases`]);
-//! 3. meanwhile the [`nemesis`] kills, pauses, isolates and slows nodes;
-//! 4. heals everything, reads every key back from every node, waits until
-//!    the watchers have received everything up to the final revision;
+//!    ([`workload`]), a lease client that keeps leases alive through
+//!    every node ([`leases`]), and a poller of every node's `/readyz`
+//!    ([`readiness`]);
+//! 3. meanwhile the [`nemesis`] kills, pauses, isolates and slows nodes
+//!    (an action that fails is recorded and the schedule goes on);
+//! 4. heals everything, checks that every node runs and answers again (a
+//!    node that does not is a failure of the run, with the reason),
+//!    reads every key back from every node that answers, waits until the
+//!    watchers have received everything up to the final revision;
 //! 5. checks the history: per-key linearizability ([`linearizability`]),
 //!    the revision contract ([`contract`]) and that no kept-alive lease
 //!    lost its key early ([`leases`]); the nodes' final states must agree;
+//!    readiness must agree with service ([`readiness`], reported apart);
 //! 6. writes `report.json`, `history.json`, `timeline.svg` and the nodes'
-//!    logs to the output directory ([`report`]).
+//!    logs to the output directory ([`report`]), whatever happened after
+//!    the cluster started.
 //!
 //! `kubestore-chaos` (this crate's binary) is the command line; the test
 //! `tests/tests/chaos.rs` runs a short seeded schedule.
@@ -30,6 +36,7 @@ pub mod history;
 pub mod leases;
 pub mod linearizability;
 pub mod nemesis;
+pub mod readiness;
 pub mod report;
 pub mod workload;
 
@@ -66,6 +73,14 @@ pub struct ChaosConfig {
     /// A client gives up on an answer after this long (a write it gave up
     /// on has an unknown outcome).
     pub op_timeout: Duration,
+    /// How long readiness may disagree with service before it is reported
+    /// (see [`readiness`]).
+    pub readiness_slack: Duration,
+    /// Readiness disagreements fail the run. Off by default: readiness
+    /// is a hint to load balancers decided from heartbeats and probes
+    /// that lag by design, so a disagreement breaks no promise about data
+    /// the way a violation does; it is reported on its own.
+    pub strict_readiness: bool,
 }
 
 impl ChaosConfig {
@@ -80,12 +95,17 @@ impl ChaosConfig {
             faults: FaultKind::ALL.to_vec(),
             out,
             op_timeout: Duration::from_secs(5),
+            readiness_slack: readiness::DEFAULT_SLACK,
+            strict_readiness: false,
         }
     }
 }
 
 /// Runs the whole schedule and its checks; the report says whether it
-/// passed. `Err` only when the harness itself could not run.
+/// passed. `Err` only when the harness itself could not run: the cluster
+/// did not start, or the output could not be written. Once the cluster
+/// started, `report.json`, `history.json`, `timeline.svg` and the nodes'
+/// logs are written whatever the run found.
 pub async fn run(config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
     std::fs::create_dir_all(&config.out)
         .with_context(|| format!("creating {}", config.out.display()))?;
@@ -97,17 +117,16 @@ pub async fn run(config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
         ..ClusterOptions::default()
     };
     let mut cluster = TestCluster::spawn(3, options).await?;
-    let outcome = run_on(&mut cluster, config).await;
+    let report = run_on(&mut cluster, config).await;
     if let Err(e) = cluster.save_logs(&config.out) {
         tracing::warn!(error = %e, "could not save the nodes' logs");
     }
     cluster.shutdown().await;
-    let report = outcome?;
     report.write(&config.out)?;
     Ok(report)
 }
 
-async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
+async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> ChaosReport {
     let endpoints: Vec<Endpoint> = cluster
         .ids()
         .into_iter()
@@ -120,6 +139,21 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> anyhow::Resu
     let recorder = Arc::new(Recorder::new(Instant::now()));
     let (stop_clients, clients_stop) = watch::channel(false);
     let (stop_watchers, watchers_stop) = watch::channel(false);
+    // Everything that made the run fail other than a violation.
+    let mut failures: Vec<String> = Vec::new();
+
+    let readiness_log = Arc::new(readiness::ReadinessLog::default());
+    let pollers: Vec<_> = endpoints
+        .iter()
+        .map(|e| {
+            tokio::spawn(readiness::poll(
+                e.clone(),
+                recorder.clone(),
+                readiness_log.clone(),
+                watchers_stop.clone(),
+            ))
+        })
+        .collect();
 
     let watch_progress = [
         Arc::new(WatchProgress::default()),
@@ -174,25 +208,40 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> anyhow::Resu
         )));
     }
 
-    let mut nemesis = Nemesis::new(cluster, config.seed, config.faults.clone())?;
-    let faults = nemesis.run(&recorder, config.duration).await;
-    let healed = nemesis.heal_all().await;
+    let (faults, nemesis_errors) = match Nemesis::new(cluster, config.seed, config.faults.clone()) {
+        Ok(mut nemesis) => {
+            let faults = nemesis.run(&recorder, config.duration).await;
+            nemesis.heal_all(&recorder).await;
+            (faults, nemesis.errors().to_vec())
+        }
+        Err(e) => {
+            failures.push(format!("the nemesis could not start: {e:#}"));
+            (Vec::new(), Vec::new())
+        }
+    };
     stop_clients.send_replace(true);
     for c in clients {
-        c.await.context("a client task panicked")?;
+        if let Err(e) = c.await {
+            failures.push(format!("a client task failed: {e}"));
+        }
     }
-    let faults = faults?;
-    healed?;
 
-    cluster
-        .wait_for_leader(Duration::from_secs(60))
-        .await
-        .context("no leader after healing")?;
-    cluster
-        .wait_converged(Duration::from_secs(60))
-        .await
-        .context("the nodes did not converge after healing")?;
-    let (final_state, final_revision, divergence) = final_states(&endpoints, config.keys).await?;
+    failures.extend(cluster_whole_again(cluster).await);
+    let answering: Vec<Endpoint> = {
+        let mut up = Vec::new();
+        for e in &endpoints {
+            if cluster.running(e.id) && cluster.status(e.id).await.is_some() {
+                up.push(e.clone());
+            }
+        }
+        up
+    };
+    let final_read = final_states(&answering, config.keys).await;
+    let read_back = final_read.is_ok();
+    let (final_state, final_revision, divergence) = final_read.unwrap_or_else(|e| {
+        failures.push(format!("the final reads failed: {e:#}"));
+        (FinalState::new(), 0, Vec::new())
+    });
     for progress in &watch_progress {
         // A watcher that does not catch up is caught by the completeness check.
         progress
@@ -200,22 +249,66 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> anyhow::Resu
             .await;
     }
     stop_watchers.send_replace(true);
-    for w in watchers {
-        w.await.context("a watcher task panicked")?;
+    for task in watchers.into_iter().chain(pollers) {
+        if let Err(e) = task.await {
+            failures.push(format!("a watcher or readiness poller failed: {e}"));
+        }
     }
     let history = History {
         ops: recorder.take(),
         watches: watch_progress.iter().flat_map(|p| p.take()).collect(),
         final_state,
+        readiness: readiness_log.take(),
     };
     let lease_logs = lease_history.take();
-    let mut violations = linearizability::check(&history);
-    violations.extend(contract::check(&history));
+    let mut violations = Vec::new();
+    if read_back {
+        // Without a final state the checks would report every write as
+        // lost; the failures already say why there is none.
+        violations.extend(linearizability::check(&history));
+        violations.extend(contract::check(&history));
+    }
     violations.extend(leases::check(&lease_logs));
     violations.extend(divergence);
     let mut report = ChaosReport::new(config, history, faults, violations, recorder.now());
     report.leases = report::LeaseSummary::of(&lease_logs);
-    Ok(report)
+    report.nemesis_errors = nemesis_errors;
+    report.failures = failures;
+    report
+}
+
+/// After healing: every node must run and answer, one leader, the same
+/// applied state. Returns what is wrong, naming each node that is not
+/// back and why (a node that exited after its restart is a crash loop; its
+/// log is in the output directory).
+pub async fn cluster_whole_again(cluster: &mut TestCluster) -> Vec<String> {
+    let mut failures = Vec::new();
+    let settled = match cluster.wait_for_leader(Duration::from_secs(60)).await {
+        Ok(_) => cluster
+            .wait_converged(Duration::from_secs(60))
+            .await
+            .context("the nodes did not converge after healing"),
+        Err(e) => Err(e).context("no leader after healing"),
+    };
+    for id in cluster.ids() {
+        if let Some(status) = cluster.exit_status(id) {
+            failures.push(format!(
+                "node {id} is down at the end: it exited ({status}) after the faults were healed; see node-{id}.log"
+            ));
+        } else if !cluster.running(id) {
+            failures.push(format!(
+                "node {id} is down at the end: it could not be started again (see the nemesis errors and node-{id}.log)"
+            ));
+        } else if cluster.status(id).await.is_none() {
+            failures.push(format!(
+                "node {id} does not answer at the end (/debug/cluster); see node-{id}.log"
+            ));
+        }
+    }
+    if let Err(e) = settled {
+        failures.push(format!("{e:#}"));
+    }
+    failures
 }
 
 /// Key → (value, mod revision) of every register, read linearizably.

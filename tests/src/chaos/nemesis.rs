@@ -12,6 +12,12 @@
 //!
 //! The same seed gives the same schedule of kinds, targets and durations
 //! (which node leads at a given moment depends on the run).
+//!
+//! A fault action that fails (a node that cannot be reached to isolate it,
+//! a restart that cannot spawn) does not stop the run: it is recorded as a
+//! [`NemesisError`] and the schedule goes on; so is a node found to have
+//! exited on its own (a crash), which is restarted. Whether the cluster is
+//! whole again at the end is the runner's check, not the nemesis's.
 
 use std::time::Duration;
 
@@ -69,6 +75,17 @@ pub struct FaultRecord {
     pub healed: Duration,
 }
 
+/// What the nemesis tried and could not do, or found broken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NemesisError {
+    /// Since the start of the run.
+    pub at: Duration,
+    pub node: u64,
+    /// `inject kill`, `heal isolate`, `heal-all`, `crashed`, ...
+    pub action: String,
+    pub message: String,
+}
+
 /// Injects faults into `cluster` until `duration` has passed since the run
 /// began, then heals everything.
 pub struct Nemesis<'c> {
@@ -76,6 +93,8 @@ pub struct Nemesis<'c> {
     http: reqwest::Client,
     rng: StdRng,
     kinds: Vec<FaultKind>,
+    /// Every action that failed, in order.
+    errors: Vec<NemesisError>,
 }
 
 impl<'c> Nemesis<'c> {
@@ -92,23 +111,23 @@ impl<'c> Nemesis<'c> {
             http,
             rng: StdRng::seed_from_u64(seed),
             kinds,
+            errors: Vec::new(),
         })
     }
 
-    /// Runs the schedule until `until` (run time) and returns what it did.
-    pub async fn run(
-        &mut self,
-        recorder: &Recorder,
-        until: Duration,
-    ) -> anyhow::Result<Vec<FaultRecord>> {
+    /// Runs the schedule until `until` (run time) and returns the faults
+    /// it injected. A failed action is recorded (see [`Nemesis::errors`])
+    /// and the schedule goes on.
+    pub async fn run(&mut self, recorder: &Recorder, until: Duration) -> Vec<FaultRecord> {
         let mut faults = Vec::new();
         if self.kinds.is_empty() {
             tokio::time::sleep(until.saturating_sub(recorder.now())).await;
-            return Ok(faults);
+            return faults;
         }
         loop {
             let healthy = Duration::from_millis(self.rng.random_range(1_500..3_000));
             tokio::time::sleep(healthy).await;
+            self.restart_crashed(recorder).await;
             if recorder.now() >= until {
                 break;
             }
@@ -121,22 +140,74 @@ impl<'c> Nemesis<'c> {
                 _ => any_node,
             };
             let hold = self.hold_for(kind);
-            let started = recorder.now();
-            tracing::info!(kind = kind.name(), node, ?hold, "nemesis: fault");
-            self.inject(kind, node).await?;
-            tokio::time::sleep(hold).await;
-            self.heal(kind, node).await?;
-            let healed = recorder.now();
-            tracing::info!(kind = kind.name(), node, "nemesis: healed");
-            faults.push(FaultRecord {
-                kind,
-                node,
-                was_leader: leader == Some(node),
-                started,
-                healed,
-            });
+            let was_leader = leader == Some(node);
+            faults.extend(self.fault(recorder, kind, node, was_leader, hold).await);
         }
-        Ok(faults)
+        faults
+    }
+
+    /// One fault: injects `kind` into `node`, holds it for `hold`, heals
+    /// it. A failed injection or heal is recorded (see
+    /// [`Nemesis::errors`]); the fault is returned only if it was injected.
+    pub async fn fault(
+        &mut self,
+        recorder: &Recorder,
+        kind: FaultKind,
+        node: u64,
+        was_leader: bool,
+        hold: Duration,
+    ) -> Option<FaultRecord> {
+        let started = recorder.now();
+        tracing::info!(kind = kind.name(), node, ?hold, "nemesis: fault");
+        let injected = self.inject(kind, node).await;
+        if let Err(e) = &injected {
+            self.record_error(recorder, node, format!("inject {}", kind.name()), e);
+        }
+        tokio::time::sleep(hold).await;
+        // Healed even when the injection failed: it may have half happened
+        // (a restart that failed after the kill).
+        if let Err(e) = self.heal(kind, node).await {
+            self.record_error(recorder, node, format!("heal {}", kind.name()), &e);
+        }
+        tracing::info!(kind = kind.name(), node, "nemesis: healed");
+        injected.is_ok().then(|| FaultRecord {
+            kind,
+            node,
+            was_leader,
+            started,
+            healed: recorder.now(),
+        })
+    }
+
+    /// The actions that failed so far.
+    pub fn errors(&self) -> &[NemesisError] {
+        &self.errors
+    }
+
+    fn record_error(&mut self, recorder: &Recorder, node: u64, action: String, e: &anyhow::Error) {
+        let message = format!("{e:#}");
+        tracing::warn!(node, %action, %message, "nemesis: action failed");
+        self.errors.push(NemesisError {
+            at: recorder.now(),
+            node,
+            action,
+            message,
+        });
+    }
+
+    /// Restarts every node whose process exited on its own (a crash: the
+    /// nemesis restarts what it kills itself), and records it.
+    async fn restart_crashed(&mut self, recorder: &Recorder) {
+        for id in self.cluster.ids() {
+            let Some(status) = self.cluster.exit_status(id) else {
+                continue;
+            };
+            let crashed = anyhow::anyhow!("node {id} exited on its own ({status}); restarting it");
+            self.record_error(recorder, id, "crashed".into(), &crashed);
+            if let Err(e) = self.cluster.restart(id).await {
+                self.record_error(recorder, id, "restart after crash".into(), &e);
+            }
+        }
     }
 
     fn hold_for(&mut self, kind: FaultKind) -> Duration {
@@ -208,22 +279,34 @@ impl<'c> Nemesis<'c> {
     }
 
     /// Heals whatever a failed round may have left behind: every node
-    /// runs, none is paused, isolated or slowed.
-    pub async fn heal_all(&mut self) -> anyhow::Result<()> {
+    /// runs (one that exited is started again), none is paused, isolated
+    /// or slowed. What cannot be healed is recorded, not returned: the
+    /// runner finds out whether the nodes answer.
+    pub async fn heal_all(&mut self, recorder: &Recorder) {
         for id in self.cluster.ids() {
-            if self.cluster.running(id) {
-                self.cluster.signal(id, Signal::SIGCONT)?;
+            if let Some(status) = self.cluster.exit_status(id) {
+                let crashed = anyhow::anyhow!("node {id} exited on its own ({status})");
+                self.record_error(recorder, id, "crashed".into(), &crashed);
+            }
+            let healed = if self.cluster.running(id) {
+                self.cluster.signal(id, Signal::SIGCONT)
             } else {
-                self.cluster.restart(id).await?;
+                self.cluster.restart(id).await
+            };
+            if let Err(e) = healed {
+                self.record_error(recorder, id, "heal-all".into(), &e);
             }
         }
         for id in self.cluster.ids() {
-            self.set_faults(
-                id,
-                json!({"isolated": false, "fsync_delay_ms": 0, "apply_delay_ms": 0}),
-            )
-            .await?;
+            let cleared = self
+                .set_faults(
+                    id,
+                    json!({"isolated": false, "fsync_delay_ms": 0, "apply_delay_ms": 0}),
+                )
+                .await;
+            if let Err(e) = cleared {
+                self.record_error(recorder, id, "heal-all".into(), &e);
+            }
         }
-        Ok(())
     }
 }

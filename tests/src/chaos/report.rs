@@ -4,8 +4,12 @@
 //! counts operations by API, kind and outcome, and measures availability:
 //! after each fault, how long every node took to complete both a write and
 //! a linearizable read invoked after the fault began (for the faulted node
-//! of a kill or pause: after it was healed). The timeline plots successes
-//! and failures per second per node with the faults shaded.
+//! of a kill or pause: after it was healed). It has its own sections for
+//! readiness (every node's `/readyz` answers and their disagreements with
+//! service, see [`readiness`](super::readiness)), for the nemesis's failed
+//! actions, and for failures of the run that are not violations (a node
+//! down at the end). The timeline plots successes and failures per second
+//! per node with the faults shaded, and a readiness band per node.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -17,7 +21,8 @@ use serde::Serialize;
 
 use super::history::{Api, History, Op, OpKind, Outcome, Violation};
 use super::leases::LeaseLog;
-use super::nemesis::{FaultKind, FaultRecord};
+use super::nemesis::{FaultKind, FaultRecord, NemesisError};
+use super::readiness::{Readiness, ReadinessReport};
 use super::ChaosConfig;
 
 /// Counts of operations by outcome.
@@ -128,6 +133,14 @@ pub struct ChaosReport {
     pub recovery: BTreeMap<String, RecoverySummary>,
     pub watches: Vec<WatchSummary>,
     pub leases: LeaseSummary,
+    /// `/readyz` per node and where it disagreed with service.
+    pub readiness: ReadinessReport,
+    /// Fault actions that failed (the schedule went on without them).
+    pub nemesis_errors: Vec<NemesisError>,
+    /// What made the run fail besides violations: a node down or not
+    /// answering at the end, a client task that died, final reads that
+    /// could not be made.
+    pub failures: Vec<String>,
     #[serde(skip)]
     pub history: History,
 }
@@ -186,6 +199,12 @@ impl ChaosReport {
         } else {
             operations.ok as f64 / operations.total() as f64
         };
+        let readiness = ReadinessReport::new(
+            &history.readiness,
+            &history.ops,
+            config.readiness_slack,
+            config.strict_readiness,
+        );
         Self {
             seed: config.seed,
             duration_seconds: elapsed.as_secs_f64(),
@@ -200,18 +219,28 @@ impl ChaosReport {
             recovery,
             watches,
             leases: LeaseSummary::default(),
+            readiness,
+            nemesis_errors: Vec::new(),
+            failures: Vec::new(),
             history,
         }
     }
 
-    /// No violation of any check.
+    /// No violation of any check, no failure of the run, and (when strict)
+    /// no readiness disagreement. Nemesis errors alone do not fail it:
+    /// what they leave broken shows as a failure at the end.
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
+            && self.failures.is_empty()
+            && (!self.readiness.strict || self.readiness.disagreements.is_empty())
     }
 
-    /// `report.json`, `history.json` and `timeline.svg` in `dir`.
+    /// `report.json` (with `passed`), `history.json` and `timeline.svg`
+    /// in `dir`.
     pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
-        std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(self)?)
+        let mut out = serde_json::to_value(self)?;
+        out["passed"] = serde_json::Value::Bool(self.passed());
+        std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(&out)?)
             .context("writing report.json")?;
         std::fs::write(dir.join("history.json"), serde_json::to_vec(&self.history)?)
             .context("writing history.json")?;
@@ -246,6 +275,37 @@ impl ChaosReport {
             "  leases: {} granted, {} renewals acknowledged, {} reads found the leased key, {} expired while held\n",
             self.leases.leases, self.leases.renewals, self.leases.reads_present, self.leases.expired
         ));
+        for (node, r) in &self.readiness.nodes {
+            out.push_str(&format!(
+                "  readiness of node {node}: {} probes, {} ready, {} not ready, {} silent; longest unready {} ms\n",
+                r.samples, r.ready, r.not_ready, r.silent, r.longest_unready_ms
+            ));
+        }
+        out.push_str(&format!(
+            "  readiness disagreements (slack {} ms{}): {}\n",
+            self.readiness.slack_ms,
+            if self.readiness.strict {
+                ", strict"
+            } else {
+                ", reported only"
+            },
+            self.readiness.disagreements.len()
+        ));
+        for d in self.readiness.disagreements.iter().take(10) {
+            out.push_str(&format!("    {}\n", d.message));
+        }
+        for e in self.nemesis_errors.iter().take(10) {
+            out.push_str(&format!(
+                "  NEMESIS ERROR at {:.1} s, node {}, {}: {}\n",
+                e.at.as_secs_f64(),
+                e.node,
+                e.action,
+                e.message
+            ));
+        }
+        for f in &self.failures {
+            out.push_str(&format!("  FAILURE {f}\n"));
+        }
         for v in self.violations.iter().take(20) {
             out.push_str(&format!(
                 "  VIOLATION {} {}: {}\n",
@@ -396,9 +456,10 @@ fn plot_timeline(report: &ChaosReport, path: &Path) -> anyhow::Result<()> {
             bad[s] += 1;
         }
     }
-    let root = SVGBackend::new(path, (1200, 700)).into_drawing_area();
+    let root = SVGBackend::new(path, (1200, 860)).into_drawing_area();
     root.fill(&WHITE)?;
-    let (top, bottom) = root.split_vertically(400);
+    let (top, rest) = root.split_vertically(400);
+    let (bottom, band) = rest.split_vertically(300);
     let panels = [
         (top, "successful operations per second", true),
         (bottom, "failed or unknown per second", false),
@@ -448,6 +509,179 @@ fn plot_timeline(report: &ChaosReport, path: &Path) -> anyhow::Result<()> {
             .border_style(BLACK)
             .draw()?;
     }
+    plot_readiness(report, &band, seconds)?;
     root.present()?;
     Ok(())
+}
+
+fn readiness_color(r: Readiness) -> RGBColor {
+    match r {
+        Readiness::Ready => RGBColor(80, 170, 80),
+        Readiness::NotReady => RGBColor(220, 60, 50),
+        Readiness::Silent => RGBColor(150, 150, 150),
+    }
+}
+
+/// A band per node: each `/readyz` probe colours the time until the next
+/// one (green ready, red not ready, grey no answer); faults shaded behind.
+fn plot_readiness<DB: DrawingBackend>(
+    report: &ChaosReport,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    seconds: usize,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let mut per_node: BTreeMap<u64, Vec<(Duration, Readiness)>> = BTreeMap::new();
+    for s in &report.history.readiness {
+        per_node
+            .entry(s.node)
+            .or_default()
+            .push((s.at, s.readiness));
+    }
+    let rows: Vec<u64> = per_node.keys().copied().collect();
+    let height = rows.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "/readyz per node (green ready, red not ready, grey no answer)",
+            ("sans-serif", 16),
+        )
+        .margin(10)
+        .x_label_area_size(25)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..seconds as f64, 0f64..height)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        // Labels every half row; only those at a row's middle are named.
+        .y_labels(2 * rows.len().max(1) + 1)
+        .y_label_formatter(&|y| {
+            let halves = (y * 2.0).round() as i64;
+            if halves % 2 == 1 {
+                rows.get(usize::try_from(halves / 2).unwrap_or(usize::MAX))
+                    .map_or(String::new(), |n| format!("node {n}"))
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    for f in &report.faults {
+        let color = fault_color(f.fault.kind);
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [
+                (f.fault.started.as_secs_f64(), 0.0),
+                (f.fault.healed.as_secs_f64(), height),
+            ],
+            color.filled(),
+        )))?;
+    }
+    for (row, samples) in per_node.values_mut().enumerate() {
+        samples.sort_by_key(|(at, _)| *at);
+        let y = row as f64;
+        let next_at = samples
+            .iter()
+            .skip(1)
+            .map(|(at, _)| *at)
+            .chain(std::iter::once(Duration::MAX));
+        let bars: Vec<_> = samples
+            .iter()
+            .zip(next_at)
+            .map(|((at, r), next)| {
+                let until = next.min(*at + super::readiness::POLL_INTERVAL * 2);
+                Rectangle::new(
+                    [(at.as_secs_f64(), y + 0.2), (until.as_secs_f64(), y + 0.8)],
+                    readiness_color(*r).filled(),
+                )
+            })
+            .collect();
+        chart.draw_series(bars)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::history::fixtures::put;
+    use crate::chaos::readiness::ReadinessSample;
+
+    fn config(out: &Path) -> ChaosConfig {
+        ChaosConfig::new(7, Duration::from_secs(10), out.to_path_buf())
+    }
+
+    #[test]
+    fn a_failed_run_still_writes_every_file_and_says_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let history = History {
+            ops: vec![put(1, "k", (0, 10), "v")],
+            readiness: vec![ReadinessSample {
+                node: 1,
+                at: Duration::from_millis(5),
+                readiness: Readiness::Ready,
+            }],
+            ..History::default()
+        };
+        let mut report = ChaosReport::new(
+            &config(dir.path()),
+            history,
+            Vec::new(),
+            Vec::new(),
+            Duration::from_secs(1),
+        );
+        assert!(report.passed());
+        report.nemesis_errors.push(NemesisError {
+            at: Duration::from_secs(1),
+            node: 3,
+            action: "inject isolate".into(),
+            message: "connection refused".into(),
+        });
+        assert!(
+            report.passed(),
+            "a nemesis error alone does not fail the run"
+        );
+        report
+            .failures
+            .push("node 3 is down at the end: it exited".into());
+        assert!(!report.passed());
+        report.write(dir.path()).expect("written");
+        let json: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join("report.json")).expect("report.json"),
+        )
+        .expect("json");
+        assert_eq!(json["passed"], false);
+        assert_eq!(json["failures"][0], "node 3 is down at the end: it exited");
+        assert_eq!(json["nemesis_errors"][0]["action"], "inject isolate");
+        assert_eq!(json["readiness"]["nodes"]["1"]["ready"], 1);
+        assert!(dir.path().join("history.json").exists());
+        assert!(dir.path().join("timeline.svg").exists());
+        let summary = report.summary();
+        assert!(summary.contains("FAILURE node 3"), "{summary}");
+        assert!(summary.contains("NEMESIS ERROR"), "{summary}");
+    }
+
+    #[test]
+    fn readiness_disagreements_fail_the_run_only_when_strict() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Ready for 20 s while every write through the node times out.
+        let history = History {
+            ops: (0..20u64)
+                .map(|i| put(i, "k", (i * 1_000, i * 1_000 + 900), "x").unknown())
+                .collect(),
+            readiness: (0..100u64)
+                .map(|i| ReadinessSample {
+                    node: 1,
+                    at: Duration::from_millis(i * 200),
+                    readiness: Readiness::Ready,
+                })
+                .collect(),
+            ..History::default()
+        };
+        let mut cfg = config(dir.path());
+        let lenient = ChaosReport::new(&cfg, history.clone(), vec![], vec![], Duration::ZERO);
+        assert_eq!(lenient.readiness.disagreements.len(), 1);
+        assert!(lenient.passed());
+        cfg.strict_readiness = true;
+        let strict = ChaosReport::new(&cfg, history, vec![], vec![], Duration::ZERO);
+        assert!(!strict.passed());
+    }
 }
