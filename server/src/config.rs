@@ -3,6 +3,7 @@
 //! run a single node on 127.0.0.1 with its data in `./kubestore-data`.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -190,6 +191,92 @@ impl ServeConfig {
         }
     }
 
+    /// The command line of `kubestore serve` with exactly this
+    /// configuration, every flag spelled out (so a changed default cannot
+    /// make a launched node differ from what was configured). The one
+    /// builder of `serve` command lines: the launcher, the load generator
+    /// and the test harness start nodes with it.
+    pub fn to_args(&self) -> Vec<OsString> {
+        // Destructured whole: a new field does not compile until it is here.
+        let Self {
+            id,
+            data_dir,
+            rest_addr,
+            grpc_addr,
+            advertise_client_addr,
+            peer_addr,
+            advertise_peer_addr,
+            peers,
+            max_body_bytes,
+            watch_bookmark_interval_seconds,
+            history_retention_seconds,
+            history_max_revisions,
+            compaction_interval_seconds,
+            snapshot_after_entries,
+            watch_cache_events,
+            watch_cache_seconds,
+            etcd_progress_notify_seconds,
+            quota_backend_bytes,
+            heartbeat_interval,
+            election_timeout,
+            read_lease_ms,
+            max_requests_inflight,
+            max_mutating_requests_inflight,
+            fault_injection,
+        } = self;
+        let mut args = vec![OsString::from("serve")];
+        let mut flag = |name: &str, value: OsString| {
+            args.push(format!("--{name}").into());
+            args.push(value);
+        };
+        flag("id", id.to_string().into());
+        flag("data-dir", data_dir.clone().into_os_string());
+        flag("rest-addr", rest_addr.to_string().into());
+        flag("grpc-addr", grpc_addr.to_string().into());
+        if let Some(a) = advertise_client_addr {
+            flag("advertise-client-addr", a.into());
+        }
+        flag("peer-addr", peer_addr.to_string().into());
+        if let Some(a) = advertise_peer_addr {
+            flag("advertise-peer-addr", a.into());
+        }
+        if !peers.is_empty() {
+            flag("peers", peers.join(",").into());
+        }
+        for (name, value) in [
+            ("max-body-bytes", *max_body_bytes as u64),
+            (
+                "watch-bookmark-interval-seconds",
+                *watch_bookmark_interval_seconds,
+            ),
+            ("history-retention-seconds", *history_retention_seconds),
+            ("history-max-revisions", *history_max_revisions),
+            ("compaction-interval-seconds", *compaction_interval_seconds),
+            ("snapshot-after-entries", *snapshot_after_entries),
+            ("watch-cache-events", *watch_cache_events as u64),
+            ("watch-cache-seconds", *watch_cache_seconds),
+            (
+                "etcd-progress-notify-seconds",
+                *etcd_progress_notify_seconds,
+            ),
+            ("quota-backend-bytes", *quota_backend_bytes),
+            ("heartbeat-interval", *heartbeat_interval),
+            ("election-timeout", *election_timeout),
+            ("read-lease-ms", *read_lease_ms),
+            ("max-requests-inflight", *max_requests_inflight as u64),
+            (
+                "max-mutating-requests-inflight",
+                *max_mutating_requests_inflight as u64,
+            ),
+        ] {
+            flag(name, value.to_string().into());
+        }
+        if *fault_injection {
+            args.push("--fault-injection".into());
+        }
+        args
+    }
+
     /// The members map (id → peer address), from `--peers` or this node
     /// alone at `advertised`, its advertised peer address.
     pub fn members(&self, advertised: &str) -> Result<BTreeMap<NodeId, String>, String> {
@@ -216,7 +303,42 @@ impl ServeConfig {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Cmd,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Cmd {
+        Serve(ServeConfig),
+    }
+
+    #[test]
+    fn a_config_survives_its_own_command_line() {
+        let mut c = ServeConfig::single_node("data dir/é".into());
+        c.id = 2;
+        c.rest_addr = ([127, 0, 0, 2], 18080).into();
+        c.advertise_client_addr = Some("10.0.0.2:2379".into());
+        c.advertise_peer_addr = Some("10.0.0.2:2380".into());
+        c.peers = vec!["1=h:1".into(), "2=h:2".into()];
+        c.snapshot_after_entries = 77;
+        c.election_timeout = 450;
+        c.max_mutating_requests_inflight = 0;
+        c.fault_injection = true;
+        let argv = std::iter::once(OsString::from("kubestore")).chain(c.to_args());
+        let Cmd::Serve(parsed) = Cli::try_parse_from(argv).expect("parses").command;
+        assert_eq!(format!("{parsed:?}"), format!("{c:?}"));
+        // And the defaults, with nothing optional set.
+        let d = ServeConfig::single_node("d".into());
+        let argv = std::iter::once(OsString::from("kubestore")).chain(d.to_args());
+        let Cmd::Serve(parsed) = Cli::try_parse_from(argv).expect("parses").command;
+        assert_eq!(format!("{parsed:?}"), format!("{d:?}"));
+    }
 
     #[test]
     fn peers_parse_and_must_include_self() {

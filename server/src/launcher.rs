@@ -4,6 +4,7 @@
 //! children on Ctrl-C or SIGTERM. Each child's full command line is in
 //! `cluster.json`, so a killed node can be restarted by hand and rejoins.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,6 +12,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
+
+use crate::config::ServeConfig;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClusterArgs {
@@ -76,23 +79,16 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         let rest = format!("127.0.0.1:{}", port(args.rest_port, i)?);
         let grpc = format!("127.0.0.1:{}", port(args.grpc_port, i)?);
         let peer = format!("127.0.0.1:{}", port(args.peer_port, i)?);
-        let node_args = vec![
-            exe.display().to_string(),
-            "serve".into(),
-            "--id".into(),
-            i.to_string(),
-            "--data-dir".into(),
-            node_dir.display().to_string(),
-            "--rest-addr".into(),
-            rest.clone(),
-            "--grpc-addr".into(),
-            grpc.clone(),
-            "--peer-addr".into(),
-            peer.clone(),
-            "--peers".into(),
-            peers.join(","),
-        ];
-        let child = spawn_node(&node_args, &data_dir.join(format!("node-{i}.log")))?;
+        let mut config = ServeConfig::single_node(node_dir.clone());
+        config.id = i;
+        config.rest_addr = rest.parse().context("REST address")?;
+        config.grpc_addr = grpc.parse().context("etcd API address")?;
+        config.peer_addr = peer.parse().context("peer address")?;
+        config.peers = peers.clone();
+        let command: Vec<OsString> = std::iter::once(exe.clone().into_os_string())
+            .chain(config.to_args())
+            .collect();
+        let child = spawn_node(&command, &data_dir.join(format!("node-{i}.log")))?;
         nodes.push(Launched {
             id: i,
             child,
@@ -100,7 +96,10 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             grpc_url: format!("http://{grpc}"),
             peer_url: format!("http://{peer}"),
             data_dir: node_dir,
-            args: node_args,
+            args: command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
         });
     }
 
@@ -144,7 +143,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn_node(args: &[String], log: &Path) -> anyhow::Result<Child> {
+fn spawn_node(args: &[OsString], log: &Path) -> anyhow::Result<Child> {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -158,7 +157,7 @@ fn spawn_node(args: &[String], log: &Path) -> anyhow::Result<Child> {
         .stderr(log_file)
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {program}"))
+        .with_context(|| format!("starting {}", program.to_string_lossy()))
 }
 
 async fn wait_for_leader(nodes: &[Launched], timeout: Duration) -> anyhow::Result<u64> {

@@ -108,7 +108,11 @@ impl RunningNode {
         );
         let etcd_api = etcd.services();
         tasks.push(tokio::spawn(etcd.clone().run_lease_keeper()));
+        // Streams per client connection are bounded as on the REST port
+        // (kube-apiserver's 1,000): beyond them an HTTP/2 client waits for
+        // a stream on its side instead of queueing requests in the node.
         let etcd_server = Server::builder()
+            .max_concurrent_streams(crate::http::serve::HTTP2_MAX_STREAMS_PER_CONNECTION)
             .add_service(etcd_api.kv)
             .add_service(etcd_api.watch)
             .add_service(etcd_api.lease)

@@ -283,42 +283,21 @@ impl TestCluster {
 
     fn start_process(&mut self, id: u64) -> anyhow::Result<()> {
         let bin = kubestore_binary()?;
-        let peers = self.peers.join(",");
-        let snapshot = self.options.snapshot_after_entries.to_string();
-        let bookmarks = self.options.watch_bookmark_interval_seconds.to_string();
-        let retention = self.options.history_retention_seconds.to_string();
-        let compaction = self.options.compaction_interval_seconds.to_string();
-        let cache_events = self.options.watch_cache_events.to_string();
-        let progress = self.options.etcd_progress_notify_seconds.to_string();
-        let fault_injection = self.options.fault_injection;
-        let max_reads = self.options.max_requests_inflight.to_string();
-        let max_writes = self.options.max_mutating_requests_inflight.to_string();
+        let slot = self.slot(id)?;
+        let addrs = NodeAddrs {
+            rest: slot.rest_addr,
+            grpc: slot.grpc_addr,
+            peer: slot.peer_addr,
+        };
+        let config = self.config(id, &slot.data_dir, addrs);
         let slot = self.slot_mut(id)?;
         std::fs::create_dir_all(&slot.data_dir)?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(slot.data_dir.with_extension("log"))?;
-        let mut command = tokio::process::Command::new(bin);
-        command.args(["serve", "--id", &id.to_string()]);
-        if fault_injection {
-            command.arg("--fault-injection");
-        }
-        let child = command
-            .arg("--data-dir")
-            .arg(&slot.data_dir)
-            .args(["--rest-addr", &slot.rest_addr.to_string()])
-            .args(["--grpc-addr", &slot.grpc_addr.to_string()])
-            .args(["--peer-addr", &slot.peer_addr.to_string()])
-            .args(["--peers", &peers])
-            .args(["--snapshot-after-entries", &snapshot])
-            .args(["--watch-bookmark-interval-seconds", &bookmarks])
-            .args(["--history-retention-seconds", &retention])
-            .args(["--compaction-interval-seconds", &compaction])
-            .args(["--watch-cache-events", &cache_events])
-            .args(["--etcd-progress-notify-seconds", &progress])
-            .args(["--max-requests-inflight", &max_reads])
-            .args(["--max-mutating-requests-inflight", &max_writes])
+        let child = tokio::process::Command::new(bin)
+            .args(config.to_args())
             .env(
                 "KUBESTORE_LOG",
                 std::env::var("KUBESTORE_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),

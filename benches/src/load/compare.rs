@@ -20,6 +20,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::RangeRequest;
+use kubestore_server::ServeConfig;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
@@ -164,25 +165,34 @@ pub(super) struct NodeSpec {
 
 impl NodeSpec {
     pub(super) fn spawn(&self) -> anyhow::Result<Child> {
-        self.spawn_with(&[])
+        self.spawn_configured(|_| {})
     }
 
-    /// [`NodeSpec::spawn`] with `extra` flags for `serve`.
-    pub(super) fn spawn_with(&self, extra: &[&str]) -> anyhow::Result<Child> {
+    /// This node's `serve` configuration.
+    pub(super) fn config(&self) -> anyhow::Result<ServeConfig> {
+        let mut c = ServeConfig::single_node(self.data_dir.clone());
+        c.id = self.id;
+        c.rest_addr = self.rest.parse().context("REST address")?;
+        c.grpc_addr = self.grpc.parse().context("etcd API address")?;
+        c.peer_addr = self.peer.parse().context("peer address")?;
+        c.peers = self.peers.split(',').map(str::to_string).collect();
+        c.read_lease_ms = self.read_lease_ms;
+        Ok(c)
+    }
+
+    /// [`NodeSpec::spawn`] with its configuration changed by `adjust`.
+    pub(super) fn spawn_configured(
+        &self,
+        adjust: impl FnOnce(&mut ServeConfig),
+    ) -> anyhow::Result<Child> {
+        let mut config = self.config()?;
+        adjust(&mut config);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_dir.join(format!("kubestore-{}.log", self.id)))?;
         Ok(Command::new(std::env::current_exe()?)
-            .args(["serve", "--id", &self.id.to_string()])
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(["--rest-addr", &self.rest])
-            .args(["--grpc-addr", &self.grpc])
-            .args(["--peer-addr", &self.peer])
-            .args(["--peers", &self.peers])
-            .args(["--read-lease-ms", &self.read_lease_ms.to_string()])
-            .args(extra)
+            .args(config.to_args())
             .env("KUBESTORE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(log)

@@ -216,19 +216,16 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
     let label = if limits { "limits" } else { "no-limits" };
     let data = fresh_data_dir(&args.out.join(label))?;
     let specs = kubestore_specs(&data, kubestore_server::config::DEFAULT_READ_LEASE_MS)?;
-    let extra: &[&str] = if limits {
-        &[]
-    } else {
-        &[
-            "--max-requests-inflight",
-            "0",
-            "--max-mutating-requests-inflight",
-            "0",
-        ]
-    };
     let mut children: Vec<Child> = specs
         .iter()
-        .map(|s| s.spawn_with(extra))
+        .map(|s| {
+            s.spawn_configured(|c| {
+                if !limits {
+                    c.max_requests_inflight = 0;
+                    c.max_mutating_requests_inflight = 0;
+                }
+            })
+        })
         .collect::<Result<_, _>>()?;
     let endpoints: Vec<String> = specs.iter().map(|s| s.grpc.clone()).collect();
     wait_ready("kubestore", &endpoints, &mut children).await?;
