@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::{errors, raft_status, EtcdContext};
+use super::{status, EtcdContext};
 
 /// How long MemberList waits for a peer to say its client address (once
 /// per peer and process; the answer is kept).
@@ -37,7 +37,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberAdd (membership is fixed at bootstrap)",
         ))
     }
@@ -46,7 +46,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberRemove (membership is fixed at bootstrap)",
         ))
     }
@@ -55,7 +55,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberUpdate (membership is fixed at bootstrap)",
         ))
     }
@@ -70,7 +70,7 @@ impl Cluster for ClusterService {
                 .node
                 .linearizable_barrier()
                 .await
-                .map_err(raft_status)?;
+                .map_err(status::raft)?;
         }
         // Peer URLs are the Raft membership's (peer port) addresses; client
         // URLs are where each member serves this API, which each member
@@ -110,7 +110,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberPromote (there are no learners)",
         ))
     }

@@ -9,13 +9,16 @@
 //! revokes are log entries too; the leader expires leases (see `lease`). Every response carries
 //! etcd's `ResponseHeader`, and every error etcd's gRPC code and message,
 //! so etcd clients (etcdctl, client-go's etcd3 storage, the etcd-client
-//! crate) react as they do against etcd.
+//! crate) react as they do against etcd. `status` is the one place that
+//! makes those errors: storage's, Raft's and apply's errors map there, in
+//! etcd's words (its `rpctypes`).
 
 mod cluster;
 mod convert;
 mod kv;
 mod lease;
 mod maintenance;
+mod status;
 mod watch;
 
 use kubestore_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
@@ -24,8 +27,8 @@ use kubestore_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use kubestore_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use kubestore_proto::etcd::etcdserverpb::watch_server::WatchServer;
 use kubestore_proto::etcd::etcdserverpb::ResponseHeader;
-use kubestore_raft::{RaftNode, RaftNodeError};
-use kubestore_storage::{Command, InvalidCommand, Limits, StoreError};
+use kubestore_raft::RaftNode;
+use kubestore_storage::{Command, Limits};
 use std::time::Duration;
 use tonic::Status;
 
@@ -93,7 +96,7 @@ impl EtcdContext {
         self.options
             .limits
             .admit(class)
-            .map_err(|_| errors::too_many_requests())
+            .map_err(|_| status::too_many_requests())
     }
 
     /// Resolves once the node is shutting down.
@@ -174,143 +177,12 @@ pub struct EtcdServices {
     pub cluster: ClusterServer<cluster::ClusterService>,
 }
 
-/// etcd's error statuses (its `rpctypes`), by the message clients match.
-pub mod errors {
-    use tonic::{Code, Status};
-
-    pub fn compacted() -> Status {
-        Status::new(
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision has been compacted",
-        )
-    }
-    pub fn future_revision() -> Status {
-        Status::new(
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision is a future revision",
-        )
-    }
-    pub fn no_space() -> Status {
-        Status::new(
-            Code::ResourceExhausted,
-            "etcdserver: mvcc: database space exceeded",
-        )
-    }
-    pub fn lease_not_found() -> Status {
-        Status::new(Code::NotFound, "etcdserver: requested lease not found")
-    }
-    pub fn lease_exists() -> Status {
-        Status::new(Code::FailedPrecondition, "etcdserver: lease already exists")
-    }
-    pub fn lease_ttl_too_large() -> Status {
-        Status::new(Code::OutOfRange, "etcdserver: too large lease TTL")
-    }
-    pub fn too_many_ops() -> Status {
-        Status::new(
-            Code::InvalidArgument,
-            "etcdserver: too many operations in txn request",
-        )
-    }
-    pub fn duplicate_key() -> Status {
-        Status::new(
-            Code::InvalidArgument,
-            "etcdserver: duplicate key given in txn request",
-        )
-    }
-    pub fn key_not_found() -> Status {
-        Status::new(Code::InvalidArgument, "etcdserver: key not found")
-    }
-    pub fn empty_key() -> Status {
-        Status::new(Code::InvalidArgument, "etcdserver: key is not provided")
-    }
-    pub fn request_too_large() -> Status {
-        Status::new(Code::InvalidArgument, "etcdserver: request is too large")
-    }
-    /// etcd has no answer of its own for this (it would try to send the
-    /// response and fail on gRPC's message limit, `ResourceExhausted`):
-    /// the ranges of a Txn return more than apply holds for one command
-    /// (`kubestore_storage::apply::MAX_TXN_RANGE_BYTES`).
-    pub fn txn_response_too_large() -> Status {
-        Status::new(
-            Code::ResourceExhausted,
-            format!(
-                "etcdserver: txn range response is too large (over {} bytes); \
-                 use a limit, or a Range outside the txn",
-                kubestore_storage::apply::MAX_TXN_RANGE_BYTES
-            ),
-        )
-    }
-    pub fn no_leader() -> Status {
-        Status::new(Code::Unavailable, "etcdserver: no leader")
-    }
-    pub fn too_many_requests() -> Status {
-        Status::resource_exhausted("etcdserver: too many requests")
-    }
-    pub fn timeout() -> Status {
-        Status::new(Code::Unavailable, "etcdserver: request timed out")
-    }
-    pub fn txn_too_deep(depth: usize) -> Status {
-        Status::new(
-            Code::InvalidArgument,
-            format!(
-                "kubestore: txn nested {depth} levels deep, at most {}",
-                kubestore_storage::MAX_TXN_DEPTH
-            ),
-        )
-    }
-    pub fn not_supported(what: &str) -> Status {
-        Status::new(
-            Code::Unimplemented,
-            format!("kubestore: {what} is not supported"),
-        )
-    }
-}
-
 /// Checks a command the etcd API is about to propose against etcd's limits
 /// ([`Limits::ETCD`]), with etcd's errors. The leader checks every
 /// forwarded command the same way (with the node's limits, which are at
 /// least these), so this is the front end's answer, not the only check.
 fn validate(cmd: &Command) -> Result<(), Status> {
-    cmd.validate(&Limits::ETCD).map_err(invalid_status)
-}
-
-fn invalid_status(e: InvalidCommand) -> Status {
-    match e {
-        InvalidCommand::TooManyOps { .. } => errors::too_many_ops(),
-        InvalidCommand::TooDeep { depth, .. } => errors::txn_too_deep(depth),
-        InvalidCommand::TooLarge { .. } => errors::request_too_large(),
-        InvalidCommand::EmptyKey => errors::empty_key(),
-        InvalidCommand::LeaseTtlTooLarge { .. } => errors::lease_ttl_too_large(),
-        // Not reachable from a client request (the front end picks the id
-        // and raises small TTLs; clients send no batches or tags).
-        e @ (InvalidCommand::LeaseTtlTooSmall { .. }
-        | InvalidCommand::NoLeaseId
-        | InvalidCommand::BatchTooLarge { .. }
-        | InvalidCommand::NotBatchable(_)
-        | InvalidCommand::MalformedProposal) => {
-            Status::invalid_argument(format!("etcdserver: {e}"))
-        }
-    }
-}
-
-fn raft_status(e: RaftNodeError) -> Status {
-    match e {
-        RaftNodeError::NoLeader => errors::no_leader(),
-        RaftNodeError::Timeout(_) | RaftNodeError::Indeterminate(_) => errors::timeout(),
-        RaftNodeError::Unreachable { .. } => errors::no_leader(),
-        RaftNodeError::ShuttingDown => Status::unavailable("etcdserver: server stopped"),
-        RaftNodeError::InvalidCommand(e) => invalid_status(e),
-        other => Status::internal(other.to_string()),
-    }
-}
-
-fn store_status(e: StoreError) -> Status {
-    match e {
-        StoreError::Compacted { .. } => errors::compacted(),
-        StoreError::FutureRevision { .. } => errors::future_revision(),
-        StoreError::Installing => Status::unavailable("etcdserver: a snapshot is being installed"),
-        other => Status::internal(other.to_string()),
-    }
+    cmd.validate(&Limits::ETCD).map_err(status::invalid)
 }
 
 /// FNV-1a, 64 bit: a stable hash across processes and versions (std's
