@@ -12,9 +12,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
-use crate::http::status::{ApiError, FieldCause};
+use crate::http::status::ApiError;
 use crate::http::{discovery, metrics, protobuf, table, watch, AppState};
 use crate::kube::cache::CachedObject;
+use crate::kube::error::FieldCause;
 use crate::kube::object::{self, UpdateScope};
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
@@ -445,7 +446,7 @@ fn resolve_create_name(
         _ => Err(ApiError::invalid(
             rt,
             "",
-            vec![crate::http::status::FieldCause::required(
+            vec![FieldCause::required(
                 "metadata.name",
                 "name or generateName is required",
             )],
@@ -801,7 +802,10 @@ mod proptests {
             })
     }
 
-    fn assert_client_error(e: &ApiError) -> Result<(), TestCaseError> {
+    /// Checks the error as it goes on the wire (a domain error through
+    /// `status`'s mapping).
+    fn assert_client_error(e: &(impl Clone + Into<ApiError>)) -> Result<(), TestCaseError> {
+        let e: ApiError = e.clone().into();
         prop_assert!(
             !e.code().is_server_error(),
             "a client's input answered {}: {e}",
