@@ -12,8 +12,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
+use crate::http::patch::{self, PatchKind};
+use crate::http::state::AppState;
 use crate::http::status::ApiError;
-use crate::http::{discovery, metrics, protobuf, table, watch, AppState};
+use crate::http::{discovery, metrics, protobuf, table, watch};
 use crate::kube::cache::CachedObject;
 use crate::kube::error::FieldCause;
 use crate::kube::object::{self, UpdateScope};
@@ -267,8 +269,7 @@ async fn dispatch(
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
             let patched =
-                crate::http::patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object)
-                    .await?;
+                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object).await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         (&Method::DELETE, Some(name)) => {
@@ -332,8 +333,7 @@ async fn status_subresource(
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
             let patched =
-                crate::http::patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status)
-                    .await?;
+                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status).await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         m => Err(ApiError::MethodNotAllowed(format!(
@@ -344,13 +344,11 @@ async fn status_subresource(
     }
 }
 
-/// The `X-Kubestore-Read` header: how a read was served (see
-/// [`ReadPath`]), so benchmarks and tests can tell.
-pub const READ_HEADER: &str = "x-kubestore-read";
-
 fn with_read_path(mut resp: Response, served: ReadPath) -> Response {
-    resp.headers_mut()
-        .insert(READ_HEADER, HeaderValue::from_static(served.as_str()));
+    resp.headers_mut().insert(
+        metrics::READ_HEADER,
+        HeaderValue::from_static(served.as_str()),
+    );
     resp
 }
 
@@ -499,13 +497,6 @@ fn delete_preconditions(body: &[u8]) -> Result<Preconditions, ApiError> {
         }
     }
     Ok(pre)
-}
-
-/// The patch formats kubestore applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
-    Json,
-    Merge,
 }
 
 /// The request's media type without parameters, lower-cased ("" if none).

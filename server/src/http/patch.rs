@@ -7,13 +7,19 @@
 
 use serde_json::Value;
 
-use crate::http::handlers::PatchKind;
+use crate::http::state::AppState;
 use crate::http::status::ApiError;
-use crate::http::AppState;
 use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::object::{self, UpdateScope};
 use crate::kube::resources::ResourceType;
 use crate::kube::store::Freshness;
+
+/// The patch formats kubestore applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+}
 
 /// How many times a patch without its own precondition is re-applied when
 /// another writer changed the object in between.

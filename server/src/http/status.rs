@@ -252,6 +252,17 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Unknown non-resource paths: plain text, not a `Status`, as kube answers
+/// them.
+pub async fn page_not_found() -> Response {
+    let mut resp = (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 /// The one mapping of the Kubernetes layer's errors to the wire.
 impl From<KubeError> for ApiError {
     fn from(e: KubeError) -> Self {

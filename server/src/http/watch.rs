@@ -39,8 +39,9 @@ use serde_json::{json, Value};
 
 use crate::http::negotiate::Rendering;
 use crate::http::pull_stream::{Outbox, PullStream};
+use crate::http::state::AppState;
 use crate::http::status::ApiError;
-use crate::http::{table, AppState};
+use crate::http::table;
 use crate::kube::cache::{BehindRing, CachedEvent, CachedObject, WatchEventType};
 use crate::kube::error::FieldCause;
 use crate::kube::resources::ResourceType;
