@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::{status, EtcdContext};
+use super::context::Context;
+use super::status;
 
 /// How long MemberList waits for a peer to say its client address (once
 /// per peer and process; the answer is kept).
 const CLIENT_ADDR_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
-pub struct ClusterService(pub(super) EtcdContext);
+pub struct ClusterService(pub(super) Context);
 
 fn url(addr: &str) -> String {
     if addr.contains("://") {

@@ -282,7 +282,7 @@ mod proptests {
     use tonic::Code;
 
     use super::*;
-    use crate::etcd::validate;
+    use crate::etcd::context::validate;
     use crate::fuzz;
     use kubestore_storage::Command;
 

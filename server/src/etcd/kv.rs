@@ -6,12 +6,13 @@ use kubestore_storage::{Command, CommandResult, Op, OpResponse, Revision, Txn};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{convert, status, validate, EtcdContext, MAX_REQUEST_BYTES};
+use super::context::{validate, Context, MAX_REQUEST_BYTES};
+use super::{convert, status};
 use crate::compaction;
 use crate::limits::RequestClass;
 
 #[derive(Debug, Clone)]
-pub struct KvService(pub(super) EtcdContext);
+pub struct KvService(pub(super) Context);
 
 fn too_large(len: usize) -> Result<(), Status> {
     if len > MAX_REQUEST_BYTES {

@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{status, validate, EtcdContext};
+use super::context::{validate, Context};
+use super::status;
 use crate::limits::RequestClass;
 
 /// How often the keeper looks for expired leases.
@@ -83,7 +84,7 @@ impl LeaseKeeper {
 
     /// Runs until `stop`: follows the store's leases and, on the leader,
     /// revokes the expired ones through the log.
-    pub async fn run(self, ctx: EtcdContext, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, ctx: Context, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -159,7 +160,7 @@ fn grant_command(req: &pb::LeaseGrantRequest) -> Result<Command, Status> {
 
 #[derive(Debug, Clone)]
 pub struct LeaseService {
-    pub(super) ctx: EtcdContext,
+    pub(super) ctx: Context,
     pub(super) keeper: LeaseKeeper,
 }
 

@@ -21,7 +21,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{status, EtcdContext, Fnv64, ETCD_VERSION};
+use super::context::{Context, Fnv64, ETCD_VERSION};
+use super::status;
 use crate::limits::RequestClass;
 
 /// Bytes per Snapshot response.
@@ -49,7 +50,7 @@ fn everything() -> KeyRange {
 
 /// Why a snapshot stream stopped before its end.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum SnapshotError {
+enum SnapshotError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("encoding the snapshot: {0}")]
@@ -63,17 +64,14 @@ pub(super) enum SnapshotError {
 /// The etcd Maintenance service of one node.
 #[derive(Debug, Clone)]
 pub struct MaintenanceService {
-    ctx: EtcdContext,
+    ctx: Context,
     /// Slots for the calls that read the whole keyspace.
     heavy: Arc<Semaphore>,
 }
 
 impl MaintenanceService {
-    pub(super) fn new(ctx: EtcdContext) -> Self {
-        Self {
-            ctx: ctx.clone(),
-            heavy: ctx.maintenance_slots.clone(),
-        }
+    pub(super) fn new(ctx: Context, heavy: Arc<Semaphore>) -> Self {
+        Self { ctx, heavy }
     }
 
     /// A slot for a keyspace-wide call, or etcd's "too many requests".
@@ -278,7 +276,10 @@ impl Maintenance for MaintenanceService {
                 Err(SnapshotError::ClientGone) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "etcd snapshot failed");
-                    Err(status::snapshot(e))
+                    Err(match e {
+                        SnapshotError::Store(e) => status::store(e),
+                        other => status::internal(&other),
+                    })
                 }
             };
             let _ = tx.blocking_send(last);

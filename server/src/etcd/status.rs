@@ -8,7 +8,6 @@ use kubestore_raft::RaftNodeError;
 use kubestore_storage::{ApplyError, InvalidCommand, StoreError};
 use tonic::{Code, Status};
 
-use super::maintenance::SnapshotError;
 use crate::compaction::CompactError;
 
 /// etcd's `ErrGRPCCompacted`.
@@ -111,6 +110,11 @@ pub(super) fn unknown_compare(what: &str) -> Status {
     Status::invalid_argument(format!("unknown compare {what}"))
 }
 
+/// A broken invariant or a failed stream: never the client's fault.
+pub(super) fn internal(e: &impl std::fmt::Display) -> Status {
+    Status::internal(e.to_string())
+}
+
 /// The state machine answered a command with a result of another command:
 /// a broken invariant, never the client's fault.
 pub(super) fn unexpected_answer(answer: &impl std::fmt::Debug) -> Status {
@@ -188,14 +192,6 @@ pub(super) fn compact(e: CompactError) -> Status {
         CompactError::FutureRevision(_) => future_revision(),
         CompactError::AlreadyCompacted { .. } => compacted(),
         CompactError::Raft(e) => raft(e),
-        other => Status::internal(other.to_string()),
-    }
-}
-
-/// A Snapshot stream that stopped before its end.
-pub(super) fn snapshot(e: SnapshotError) -> Status {
-    match e {
-        SnapshotError::Store(e) => store(e),
         other => Status::internal(other.to_string()),
     }
 }
