@@ -195,3 +195,50 @@ pub(super) fn compact(e: CompactError) -> Status {
         other => Status::internal(other.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubestore_raft::{UnknownOutcome, Unreachable};
+
+    #[test]
+    fn raft_errors_map_by_class_in_etcds_words() {
+        let unreachable = RaftNodeError::Unreachable {
+            node: 2,
+            cause: Unreachable::Isolated,
+        };
+        for (e, code, message) in [
+            (
+                RaftNodeError::NoLeader,
+                Code::Unavailable,
+                "etcdserver: no leader",
+            ),
+            (unreachable, Code::Unavailable, "etcdserver: no leader"),
+            (
+                RaftNodeError::ShuttingDown,
+                Code::Unavailable,
+                "etcdserver: server stopped",
+            ),
+            (
+                RaftNodeError::Timeout("the write to commit"),
+                Code::Unavailable,
+                "etcdserver: request timed out",
+            ),
+            (
+                RaftNodeError::Indeterminate(UnknownOutcome::Leader("gone".into())),
+                Code::Unavailable,
+                "etcdserver: request timed out",
+            ),
+        ] {
+            let s = raft(e);
+            assert_eq!((s.code(), s.message()), (code, message));
+        }
+    }
+
+    #[test]
+    fn an_empty_txn_op_is_etcds_key_not_found() {
+        let s = empty_request_op();
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "etcdserver: key not found");
+    }
+}
