@@ -120,7 +120,7 @@ async fn debug_compact(
     State(state): State<AppState>,
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    use crate::compaction::{self, CompactError};
+    use crate::compaction;
     let revision = match q.get("revision").map(|r| r.parse::<u64>()) {
         Some(Ok(r)) => r,
         _ => {
@@ -140,11 +140,7 @@ async fn debug_compact(
             );
             resp
         }
-        Err(CompactError::Raft(e)) => status::ApiError::from(e).into_response(),
-        Err(e @ (CompactError::FutureRevision(_) | CompactError::AlreadyCompacted { .. })) => {
-            status::ApiError::BadRequest(e.to_string()).into_response()
-        }
-        Err(e) => status::ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => status::ApiError::from(e).into_response(),
     }
 }
 

@@ -339,6 +339,21 @@ impl From<kubestore_raft::RaftNodeError> for ApiError {
     }
 }
 
+/// A compaction asked for on `/debug/compact`: a revision out of range is
+/// the caller's mistake (400).
+impl From<crate::compaction::CompactError> for ApiError {
+    fn from(e: crate::compaction::CompactError) -> Self {
+        use crate::compaction::CompactError as E;
+        match e {
+            E::Raft(e) => ApiError::from(e),
+            e @ (E::FutureRevision(_) | E::AlreadyCompacted { .. }) => {
+                ApiError::BadRequest(e.to_string())
+            }
+            e => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
 /// A storage error outside the Kubernetes layer (a watch's catch-up read):
 /// mapped as the Kubernetes layer maps it.
 impl From<kubestore_storage::StoreError> for ApiError {
