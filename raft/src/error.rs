@@ -79,7 +79,8 @@ pub enum Unreachable {
 /// Why a write's outcome is unknown.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UnknownOutcome {
-    /// The leader answered the forwarded write with an error, in its words.
+    /// The leader answered the forwarded write with an error, in its words
+    /// (the peer protocol carries the leader's error as text).
     #[error("{0}")]
     Leader(String),
     /// The forwarding call failed after it may have reached the leader.
@@ -117,8 +118,11 @@ pub enum ConfigError {
 pub enum ProtocolError {
     #[error("{sent} writes were answered with {answered} responses")]
     AnswerCount { sent: usize, answered: usize },
-    #[error("a batch of {sent} writes was answered with {answer}")]
-    BatchAnswer { sent: usize, answer: String },
+    #[error("a batch of {sent} writes was answered with {answer:?}")]
+    BatchAnswer {
+        sent: usize,
+        answer: Arc<kubestore_storage::Response>,
+    },
     #[error("encoding a command: {0}")]
     Encode(Arc<bincode::Error>),
     /// openraft refused a client write for a reason other than "not the
@@ -128,7 +132,8 @@ pub enum ProtocolError {
     /// openraft refused to initialize the cluster.
     #[error("{0}")]
     Initialize(Arc<openraft::error::InitializeError<NodeId, openraft::BasicNode>>),
-    /// The leader refused a read index, in its words.
+    /// The leader refused a read index, in its words (as the peer
+    /// protocol carries it).
     #[error("{0}")]
     ReadIndex(String),
     /// The raft core's task ended unexpectedly at shutdown.

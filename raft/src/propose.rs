@@ -213,7 +213,7 @@ async fn commit(submit: &impl Submit, leader: NodeId, group: Vec<Proposal>) {
             Ok(other) => Err(Redirect::Fail(
                 ProtocolError::BatchAnswer {
                     sent,
-                    answer: format!("{other:?}"),
+                    answer: Arc::new(other),
                 }
                 .into(),
             )),

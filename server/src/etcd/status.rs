@@ -159,6 +159,8 @@ pub(super) fn store(e: StoreError) -> Status {
     match e {
         StoreError::Compacted { .. } => compacted(),
         StoreError::FutureRevision { .. } => future_revision(),
+        // etcd has no such state (a member restoring a snapshot does not
+        // serve); kubestore's own words, with etcd's code for "try later".
         StoreError::Installing => Status::unavailable("etcdserver: a snapshot is being installed"),
         other => Status::internal(other.to_string()),
     }
