@@ -49,7 +49,11 @@
 //! - `read`: batching of concurrent read-index requests into rounds.
 //! - `lease`: the leader's read lease, which skips rounds while it holds.
 //! - [`session`]: this process's proposal ids, for exactly-once writes.
-//! - [`error`]: the layer's one error type, [`RaftNodeError`].
+//! - [`error`]: the layer's one error type, [`RaftNodeError`], with typed
+//!   causes, in four classes a front end maps to the wire: retryable
+//!   ([`RaftNodeError::is_retryable`]), outcome unknown
+//!   ([`RaftNodeError::is_outcome_unknown`]), refused before proposal
+//!   (`InvalidCommand`) and fatal ([`RaftNodeError::is_fatal`]).
 
 pub mod error;
 mod lease;
@@ -59,7 +63,7 @@ mod propose;
 mod read;
 pub mod session;
 
-pub use error::RaftNodeError;
+pub use error::{ConfigError, ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
 pub use network::Faults;
 pub use node::{command_limits, ClusterStatus, Member, RaftNode, RaftNodeConfig};
 pub use session::ClientSession;

@@ -24,7 +24,7 @@ use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
 use tracing::{instrument, Instrument};
 
-use crate::error::RaftNodeError;
+use crate::error::{ConfigError, ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
 use crate::lease::{Leased, ReadLease};
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::propose::{Proposer, Redirect, Submit, MAX_BATCH, MAX_BATCH_BYTES};
@@ -192,17 +192,16 @@ impl RaftNode {
     #[instrument(skip_all, fields(node = config.id))]
     pub async fn start(config: RaftNodeConfig) -> Result<Self, RaftNodeError> {
         if !config.members.contains_key(&config.id) {
-            return Err(RaftNodeError::Config(format!(
-                "node {} is not among the members {:?}",
-                config.id,
-                config.members.keys().collect::<Vec<_>>()
-            )));
+            return Err(RaftNodeError::Config(ConfigError::NotAMember {
+                id: config.id,
+                members: config.members.keys().copied().collect(),
+            }));
         }
         if config.read_lease > config.election_timeout_min / 2 {
-            return Err(RaftNodeError::Config(format!(
-                "the read lease ({:?}) must be at most half the minimum election timeout ({:?})",
-                config.read_lease, config.election_timeout_min
-            )));
+            return Err(RaftNodeError::Config(ConfigError::ReadLeaseTooLong {
+                lease: config.read_lease,
+                election_timeout_min: config.election_timeout_min,
+            }));
         }
         let raft_config = openraft::Config {
             cluster_name: "kubestore".into(),
@@ -220,15 +219,13 @@ impl RaftNode {
         let raft_config = Arc::new(
             raft_config
                 .validate()
-                .map_err(|e| RaftNodeError::Config(e.to_string()))?,
+                .map_err(|e| RaftNodeError::Config(ConfigError::Openraft(Arc::new(e))))?,
         );
         let (log_store, state_machine, store) = kubestore_storage::open(&config.data_dir)?;
         let session = ClientSession::new(config.id, store.boot_epoch());
         let faults = Faults::default();
         let network = NetworkFactory::new(faults.clone());
-        let raft = Raft::new(config.id, raft_config, network, log_store, state_machine)
-            .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+        let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
 
         let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let proposer = Proposer::spawn(config.id, WeakNode(weak.clone()));
@@ -263,13 +260,7 @@ impl RaftNode {
         });
         let node = RaftNode { inner: node };
 
-        if !node
-            .inner
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?
-        {
+        if !node.inner.raft.is_initialized().await? {
             let members: BTreeMap<NodeId, Node> = config
                 .members
                 .iter()
@@ -280,7 +271,10 @@ impl RaftNode {
                 Ok(()) => {}
                 // Another member's bootstrap reached us first: nothing to do.
                 Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(RaftNodeError::Raft(e.to_string())),
+                Err(RaftError::APIError(e)) => {
+                    return Err(ProtocolError::Initialize(Arc::new(e)).into())
+                }
+                Err(RaftError::Fatal(e)) => return Err(e.into()),
             }
         }
         Ok(node)
@@ -543,7 +537,10 @@ impl RaftNode {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(Redirect::To(f.leader_id))
             }
-            Err(e) => Err(Redirect::Fail(RaftNodeError::Raft(e.to_string()))),
+            Err(RaftError::APIError(e)) => Err(Redirect::Fail(
+                ProtocolError::ClientWrite(Arc::new(e)).into(),
+            )),
+            Err(RaftError::Fatal(e)) => Err(Redirect::Fail(e.into())),
         }
     }
 
@@ -586,11 +583,11 @@ impl RaftNode {
             .map(|(_, n)| n.addr.clone())
             .ok_or(RaftNodeError::Unreachable {
                 node: peer,
-                message: "not a member".into(),
+                cause: Unreachable::NotAMember,
             })?;
         let channel = network::channel(&addr).map_err(|e| RaftNodeError::Unreachable {
             node: peer,
-            message: e.to_string(),
+            cause: Unreachable::Address(Arc::new(e)),
         })?;
         let client = ClusterServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -604,12 +601,12 @@ impl RaftNode {
         if self.inner.faults.is_isolated() {
             return Err(Redirect::Fail(RaftNodeError::Unreachable {
                 node: leader,
-                message: "isolated by fault injection".into(),
+                cause: Unreachable::Isolated,
             }));
         }
         let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
         let command = bincode::serialize(cmd)
-            .map_err(|e| Redirect::Fail(RaftNodeError::Raft(e.to_string())))?;
+            .map_err(|e| Redirect::Fail(ProtocolError::Encode(Arc::new(e)).into()))?;
         let call = client.forward(ForwardRequest { command });
         let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, call).await else {
             // No answer: the leader may be paused or cut off. Retry wherever
@@ -620,22 +617,24 @@ impl RaftNode {
             Ok(reply) => {
                 let reply = reply.into_inner();
                 if !reply.error.is_empty() {
-                    return Err(Redirect::Fail(RaftNodeError::Indeterminate(reply.error)));
+                    return Err(Redirect::Fail(RaftNodeError::Indeterminate(
+                        UnknownOutcome::Leader(reply.error),
+                    )));
                 }
                 if reply.response.is_empty() {
                     return Err(Redirect::To(reply.leader_id));
                 }
                 bincode::deserialize(&reply.response).map_err(|e| {
-                    Redirect::Fail(RaftNodeError::Indeterminate(format!(
-                        "undecodable forward reply: {e}"
-                    )))
+                    Redirect::Fail(RaftNodeError::Indeterminate(
+                        UnknownOutcome::UndecodableReply(Arc::new(e)),
+                    ))
                 })
             }
             // Unreachable: retry at whoever leads next. The proposal id makes
             // a second copy harmless (the state machine applies it once).
             Err(status) if status.code() == tonic::Code::Unavailable => Err(Redirect::To(None)),
             Err(status) => Err(Redirect::Fail(RaftNodeError::Indeterminate(
-                status.to_string(),
+                UnknownOutcome::Rpc(status),
             ))),
         }
     }
@@ -700,7 +699,7 @@ impl RaftNode {
                     Err(match e {
                         // Lost leadership or its quorum: look for the leader again.
                         RaftError::APIError(_) => RaftNodeError::NoLeader,
-                        e => RaftNodeError::Raft(e.to_string()),
+                        RaftError::Fatal(e) => e.into(),
                     })
                 }
             };
@@ -708,7 +707,7 @@ impl RaftNode {
         if self.inner.faults.is_isolated() {
             return Err(RaftNodeError::Unreachable {
                 node: leader,
-                message: "isolated by fault injection".into(),
+                cause: Unreachable::Isolated,
             });
         }
         let mut client = self.peer_client(leader)?;
@@ -717,7 +716,7 @@ impl RaftNode {
             .await
             .map_err(|s| RaftNodeError::Unreachable {
                 node: leader,
-                message: s.to_string(),
+                cause: Unreachable::Rpc(s),
             })?
             .into_inner();
         if reply.leader_id != Some(leader) {
@@ -725,7 +724,7 @@ impl RaftNode {
             return Err(RaftNodeError::NoLeader);
         }
         if !reply.error.is_empty() {
-            return Err(RaftNodeError::Raft(reply.error));
+            return Err(ProtocolError::ReadIndex(reply.error).into());
         }
         Ok(reply.index)
     }
@@ -868,8 +867,7 @@ impl RaftNode {
             .inner
             .raft
             .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
-            .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+            .await?;
         Ok(committed.saturating_sub(self.inner.store.applied().log_index))
     }
 
@@ -879,8 +877,7 @@ impl RaftNode {
             .inner
             .raft
             .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
-            .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))?;
+            .await?;
         let m = self.inner.raft.metrics().borrow().clone();
         let applied = self.inner.store.applied();
         Ok(ClusterStatus {
@@ -922,7 +919,7 @@ impl RaftNode {
             .trigger()
             .snapshot()
             .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+            .map_err(RaftNodeError::from)
     }
 
     /// Stops openraft. Storage is closed when the last handle is dropped.
@@ -931,7 +928,7 @@ impl RaftNode {
             .raft
             .shutdown()
             .await
-            .map_err(|e| RaftNodeError::Raft(e.to_string()))
+            .map_err(|e| ProtocolError::Shutdown(Arc::new(e)).into())
     }
 }
 
@@ -1051,9 +1048,9 @@ mod tests {
         let mut config = RaftNodeConfig::new(1, data_dir.clone(), members);
         config.read_lease = config.election_timeout_min / 2 + Duration::from_millis(1);
         match RaftNode::start(config).await {
-            Err(RaftNodeError::Config(message)) => assert!(
-                message.contains("read lease"),
-                "unexpected message: {message}"
+            Err(RaftNodeError::Config(e @ ConfigError::ReadLeaseTooLong { .. })) => assert!(
+                e.to_string().contains("read lease"),
+                "unexpected message: {e}"
             ),
             Err(e) => panic!("expected a configuration error, got {e}"),
             Ok(_) => panic!("a lease longer than half the minimum election timeout was accepted"),

@@ -34,7 +34,7 @@ use kubestore_storage::{Command, CommandResult, NodeId, Response};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::Instrument;
 
-use crate::error::RaftNodeError;
+use crate::error::{ProtocolError, RaftNodeError};
 
 /// Most commands in one entry, so that one apply batch stays short.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -183,9 +183,9 @@ fn encoded_len(cmds: &[Command]) -> u64 {
 }
 
 fn answer_mismatch(sent: usize, answered: usize) -> Redirect {
-    let message = format!("{sent} writes were answered with {answered} responses");
-    tracing::error!(%message);
-    Redirect::Fail(RaftNodeError::Raft(message))
+    let e = ProtocolError::AnswerCount { sent, answered };
+    tracing::error!(error = %e);
+    Redirect::Fail(e.into())
 }
 
 async fn commit(submit: &impl Submit, leader: NodeId, group: Vec<Proposal>) {
@@ -210,9 +210,13 @@ async fn commit(submit: &impl Submit, leader: NodeId, group: Vec<Proposal>) {
                 result: Ok(CommandResult::Batch(responses)),
                 ..
             }) => Ok(responses),
-            Ok(other) => Err(Redirect::Fail(RaftNodeError::Raft(format!(
-                "a batch of {sent} writes was answered with {other:?}"
-            )))),
+            Ok(other) => Err(Redirect::Fail(
+                ProtocolError::BatchAnswer {
+                    sent,
+                    answer: Arc::new(other),
+                }
+                .into(),
+            )),
             Err(redirect) => Err(redirect),
         },
     };

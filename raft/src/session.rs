@@ -22,7 +22,7 @@ use std::sync::Mutex;
 
 use kubestore_storage::{ApplyError, Command, NodeId, ProposalId, Response};
 
-use crate::error::RaftNodeError;
+use crate::error::{RaftNodeError, UnknownOutcome};
 
 /// This process's proposals: which seq comes next and which are in flight.
 #[derive(Debug)]
@@ -131,9 +131,9 @@ impl Drop for InFlight<'_> {
 /// [`RaftNodeError::Indeterminate`], like any write of unknown outcome.
 pub fn settle(response: Response) -> Result<Response, RaftNodeError> {
     match &response.result {
-        Err(e @ (ApplyError::StaleProposal | ApplyError::DuplicateResponseDropped)) => {
-            Err(RaftNodeError::Indeterminate(e.to_string()))
-        }
+        Err(e @ (ApplyError::StaleProposal | ApplyError::DuplicateResponseDropped)) => Err(
+            RaftNodeError::Indeterminate(UnknownOutcome::Apply(e.clone())),
+        ),
         _ => Ok(response),
     }
 }

@@ -19,9 +19,14 @@
 //!   skipping one, and never serves a revision below the compaction point.
 //! - One keyspace: Kubernetes objects live under the kube-apiserver's etcd
 //!   keys, so REST and etcd clients see the same data at the same revisions.
-//! - Every error is a `Status` with kube's code, reason and message
-//!   ([`http::status`] is the only place that makes them); bad input never
-//!   panics or answers 500.
+//! - The domain fails in its own terms ([`kube::error::KubeError`], the
+//!   storage and Raft errors) and each protocol maps them in one place:
+//!   every REST error is a `Status` with kube's code, reason and message
+//!   ([`http::status`] is the only place that makes them), every etcd error
+//!   etcd's code and message (`etcd::status`); bad input never panics or
+//!   answers 500.
+//! - Modules depend one way: `http` and `etcd` on `kube`, never the
+//!   reverse, and no module imports one that imports it.
 //!
 //! # Layout
 //!
@@ -32,7 +37,7 @@
 //! - [`limits`]: the per-node limits of requests in flight (429 /
 //!   ResourceExhausted beyond them).
 //! - [`kube`]: types, objects, selectors, verbs as transactions, the watch
-//!   cache.
+//!   cache, and their error type.
 //! - [`http`]: routing, discovery, health, verbs, watch, Tables, Status
 //!   mapping.
 //! - [`etcd`]: the etcd v3 gRPC services (KV, Watch, Lease, Maintenance,

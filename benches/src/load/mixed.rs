@@ -782,7 +782,7 @@ async fn lister(shared: Arc<Shared>, l: u64) {
             let r = send(WHAT, req).await?;
             let served = r
                 .headers()
-                .get(kubestore_server::http::handlers::READ_HEADER)
+                .get(kubestore_server::http::metrics::READ_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
             drain(WHAT, r).await?;

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::{errors, raft_status, EtcdContext};
+use super::context::Context;
+use super::status;
 
 /// How long MemberList waits for a peer to say its client address (once
 /// per peer and process; the answer is kept).
 const CLIENT_ADDR_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
-pub struct ClusterService(pub(super) EtcdContext);
+pub struct ClusterService(pub(super) Context);
 
 fn url(addr: &str) -> String {
     if addr.contains("://") {
@@ -37,7 +38,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberAdd (membership is fixed at bootstrap)",
         ))
     }
@@ -46,7 +47,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberRemove (membership is fixed at bootstrap)",
         ))
     }
@@ -55,7 +56,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberUpdate (membership is fixed at bootstrap)",
         ))
     }
@@ -70,7 +71,7 @@ impl Cluster for ClusterService {
                 .node
                 .linearizable_barrier()
                 .await
-                .map_err(raft_status)?;
+                .map_err(status::raft)?;
         }
         // Peer URLs are the Raft membership's (peer port) addresses; client
         // URLs are where each member serves this API, which each member
@@ -110,7 +111,7 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        Err(errors::not_supported(
+        Err(status::not_supported(
             "MemberPromote (there are no learners)",
         ))
     }

@@ -12,7 +12,7 @@ use kubestore_storage::{
 };
 use tonic::Status;
 
-use super::errors;
+use super::status;
 
 pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
@@ -48,7 +48,7 @@ fn revision(r: i64) -> Option<Revision> {
 /// see [`range_read`].
 pub fn range_request(r: &pb::RangeRequest) -> Result<RangeRequest, Status> {
     if r.key.is_empty() {
-        return Err(errors::empty_key());
+        return Err(status::empty_key());
     }
     Ok(range_read(r))
 }
@@ -157,7 +157,7 @@ fn compare(c: pb::Compare) -> Result<Compare, Status> {
         Ok(CompareResult::Greater) => CompareOp::Greater,
         Ok(CompareResult::Less) => CompareOp::Less,
         Ok(CompareResult::NotEqual) => CompareOp::NotEqual,
-        Err(_) => return Err(Status::invalid_argument("unknown compare result")),
+        Err(_) => return Err(status::unknown_compare("result")),
     };
     let target = match c.target_union {
         Some(TargetUnion::Version(v)) => CompareTarget::Version(v),
@@ -172,7 +172,7 @@ fn compare(c: pb::Compare) -> Result<Compare, Status> {
             Ok(pb::compare::CompareTarget::Mod) => CompareTarget::Mod(0),
             Ok(pb::compare::CompareTarget::Value) => CompareTarget::Value(Vec::new()),
             Ok(pb::compare::CompareTarget::Lease) => CompareTarget::Lease(0),
-            Err(_) => return Err(Status::invalid_argument("unknown compare target")),
+            Err(_) => return Err(status::unknown_compare("target")),
         },
     };
     Ok(Compare {
@@ -190,7 +190,7 @@ fn op(o: pb::RequestOp, depth: usize) -> Result<Op, Status> {
         Some(Request::RequestPut(p)) => Ok(Op::Put(put_request(p))),
         Some(Request::RequestDeleteRange(d)) => Ok(Op::Delete(delete_request(d))),
         Some(Request::RequestTxn(t)) => Ok(Op::Txn(txn_at(t, depth + 1)?)),
-        None => Err(Status::invalid_argument("etcdserver: empty request op")),
+        None => Err(status::empty_request_op()),
     }
 }
 
@@ -203,7 +203,7 @@ pub fn txn(t: pb::TxnRequest) -> Result<Txn, Status> {
 
 fn txn_at(t: pb::TxnRequest, depth: usize) -> Result<Txn, Status> {
     if depth > MAX_TXN_DEPTH {
-        return Err(errors::txn_too_deep(depth));
+        return Err(status::txn_too_deep(depth));
     }
     Ok(Txn {
         compare: t
@@ -282,7 +282,7 @@ mod proptests {
     use tonic::Code;
 
     use super::*;
-    use crate::etcd::validate;
+    use crate::etcd::context::validate;
     use crate::fuzz;
     use kubestore_storage::Command;
 

@@ -2,41 +2,21 @@
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::etcdserverpb::kv_server::Kv;
-use kubestore_storage::{ApplyError, Command, CommandResult, Op, OpResponse, Revision, Txn};
+use kubestore_storage::{Command, CommandResult, Op, OpResponse, Revision, Txn};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{convert, errors, raft_status, store_status, validate, EtcdContext, MAX_REQUEST_BYTES};
-use crate::compaction::{self, CompactError};
+use super::context::{validate, Context, MAX_REQUEST_BYTES};
+use super::{convert, status};
+use crate::compaction;
 use crate::limits::RequestClass;
 
 #[derive(Debug, Clone)]
-pub struct KvService(pub(super) EtcdContext);
-
-pub(super) fn apply_status(e: ApplyError) -> Status {
-    match e {
-        ApplyError::Compacted => errors::compacted(),
-        ApplyError::FutureRevision => errors::future_revision(),
-        ApplyError::DuplicateKey => errors::duplicate_key(),
-        ApplyError::KeyNotFound => errors::key_not_found(),
-        ApplyError::LeaseNotFound => errors::lease_not_found(),
-        ApplyError::LeaseExists => errors::lease_exists(),
-        // Never reaches a client: only the lease keeper proposes expiries.
-        ApplyError::LeaseRenewed => errors::lease_not_found(),
-        // Never reaches a client: the proposer batches only batchable commands.
-        ApplyError::NotBatchable => Status::internal(e.to_string()),
-        // The write may or may not have been applied: etcd's answer for an
-        // unknown outcome.
-        ApplyError::StaleProposal | ApplyError::DuplicateResponseDropped => errors::timeout(),
-        // Never reaches a client: only `RaftNode::write` tags commands.
-        ApplyError::MalformedProposal => Status::internal(e.to_string()),
-        ApplyError::ResponseTooLarge => errors::txn_response_too_large(),
-    }
-}
+pub struct KvService(pub(super) Context);
 
 fn too_large(len: usize) -> Result<(), Status> {
     if len > MAX_REQUEST_BYTES {
-        Err(errors::request_too_large())
+        Err(status::request_too_large())
     } else {
         Ok(())
     }
@@ -51,15 +31,13 @@ impl KvService {
         let cmd = Command::Txn(txn);
         validate(&cmd)?;
         if writes && ctx.over_quota() {
-            return Err(errors::no_space());
+            return Err(status::no_space());
         }
-        let resp = ctx.node.write(cmd).await.map_err(raft_status)?;
+        let resp = ctx.node.write(cmd).await.map_err(status::raft)?;
         match resp.result {
             Ok(CommandResult::Txn(t)) => Ok((t, resp.revision.0)),
-            Ok(other) => Err(Status::internal(format!(
-                "unexpected state machine answer {other:?}"
-            ))),
-            Err(e) => Err(apply_status(e)),
+            Ok(other) => Err(status::unexpected_answer(&other)),
+            Err(e) => Err(status::apply(e)),
         }
     }
 }
@@ -87,7 +65,7 @@ impl Kv for KvService {
                 .node
                 .linearizable_barrier()
                 .await
-                .map_err(raft_status)?;
+                .map_err(status::raft)?;
         }
         // A range may scan the whole keyspace: off the async workers.
         let resp = self
@@ -96,7 +74,7 @@ impl Kv for KvService {
             .store()
             .run_blocking(move |store| store.range(&read))
             .await
-            .map_err(store_status)?;
+            .map_err(status::store)?;
         let revision = resp.revision.0;
         let mut out = convert::range_response(convert::shape_range(&req, resp));
         out.header = self.0.header(revision);
@@ -182,12 +160,7 @@ impl Kv for KvService {
         // physical by the time the response is sent (`physical` holds).
         compaction::compact(&self.0.node, revision)
             .await
-            .map_err(|e| match e {
-                CompactError::FutureRevision(_) => errors::future_revision(),
-                CompactError::AlreadyCompacted { .. } => errors::compacted(),
-                CompactError::Raft(e) => raft_status(e),
-                other => Status::internal(other.to_string()),
-            })?;
+            .map_err(status::compact)?;
         let current = self.0.node.store().applied().revision;
         Ok(Response::new(pb::CompactionResponse {
             header: self.0.header(current.max(Revision(revision)).0),

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::kv::apply_status;
-use super::{raft_status, store_status, validate, EtcdContext};
+use super::context::{validate, Context};
+use super::status;
 use crate::limits::RequestClass;
 
 /// How often the keeper looks for expired leases.
@@ -84,7 +84,7 @@ impl LeaseKeeper {
 
     /// Runs until `stop`: follows the store's leases and, on the leader,
     /// revokes the expired ones through the log.
-    pub async fn run(self, ctx: EtcdContext, mut stop: watch::Receiver<bool>) {
+    pub async fn run(self, ctx: Context, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -160,7 +160,7 @@ fn grant_command(req: &pb::LeaseGrantRequest) -> Result<Command, Status> {
 
 #[derive(Debug, Clone)]
 pub struct LeaseService {
-    pub(super) ctx: EtcdContext,
+    pub(super) ctx: Context,
     pub(super) keeper: LeaseKeeper,
 }
 
@@ -171,17 +171,13 @@ impl LeaseService {
             .node
             .write(Command::LeaseKeepAlive { id })
             .await
-            .map_err(raft_status)?;
+            .map_err(status::raft)?;
         let ttl = match resp.result {
             Ok(CommandResult::Lease(l)) => l.ttl,
             // etcd answers an unknown lease with TTL 0 on the stream.
             Err(ApplyError::LeaseNotFound) => 0,
-            Ok(other) => {
-                return Err(Status::internal(format!(
-                    "unexpected state machine answer {other:?}"
-                )))
-            }
-            Err(e) => return Err(apply_status(e)),
+            Ok(other) => return Err(status::unexpected_answer(&other)),
+            Err(e) => return Err(status::apply(e)),
         };
         Ok(pb::LeaseKeepAliveResponse {
             header: self.ctx.header(resp.revision.0),
@@ -202,7 +198,7 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let grant = grant_command(&request.into_inner())?;
-        let resp = self.ctx.node.write(grant).await.map_err(raft_status)?;
+        let resp = self.ctx.node.write(grant).await.map_err(status::raft)?;
         match resp.result {
             Ok(CommandResult::Lease(l)) => Ok(Response::new(pb::LeaseGrantResponse {
                 header: self.ctx.header(resp.revision.0),
@@ -210,10 +206,8 @@ impl Lease for LeaseService {
                 ttl: l.ttl,
                 error: String::new(),
             })),
-            Ok(other) => Err(Status::internal(format!(
-                "unexpected state machine answer {other:?}"
-            ))),
-            Err(e) => Err(apply_status(e)),
+            Ok(other) => Err(status::unexpected_answer(&other)),
+            Err(e) => Err(status::apply(e)),
         }
     }
 
@@ -229,12 +223,12 @@ impl Lease for LeaseService {
             .node
             .write(Command::LeaseRevoke { id })
             .await
-            .map_err(raft_status)?;
+            .map_err(status::raft)?;
         match resp.result {
             Ok(_) => Ok(Response::new(pb::LeaseRevokeResponse {
                 header: self.ctx.header(resp.revision.0),
             })),
-            Err(e) => Err(apply_status(e)),
+            Err(e) => Err(status::apply(e)),
         }
     }
 
@@ -279,7 +273,7 @@ impl Lease for LeaseService {
             .node
             .linearizable_barrier()
             .await
-            .map_err(raft_status)?;
+            .map_err(status::raft)?;
         let current = self.ctx.node.store().applied().revision.0;
         let id = req.id;
         // Scans the lease's attached keys: off the async workers.
@@ -289,7 +283,7 @@ impl Lease for LeaseService {
             .store()
             .run_blocking(move |s| s.lease(id))
             .await
-            .map_err(store_status)?;
+            .map_err(status::store)?;
         let resp = match found {
             Some((lease, keys)) => pb::LeaseTimeToLiveResponse {
                 header: self.ctx.header(current),
@@ -319,7 +313,7 @@ impl Lease for LeaseService {
             .node
             .linearizable_barrier()
             .await
-            .map_err(raft_status)?;
+            .map_err(status::raft)?;
         let current = self.ctx.node.store().applied().revision.0;
         let leases = self
             .ctx
@@ -327,7 +321,7 @@ impl Lease for LeaseService {
             .store()
             .run_blocking(|s| s.leases())
             .await
-            .map_err(store_status)?
+            .map_err(status::store)?
             .into_iter()
             .map(|l| pb::LeaseStatus { id: l.id })
             .collect();

@@ -21,7 +21,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{errors, raft_status, store_status, EtcdContext, Fnv64, ETCD_VERSION};
+use super::context::{Context, Fnv64, ETCD_VERSION};
+use super::status;
 use crate::limits::RequestClass;
 
 /// Bytes per Snapshot response.
@@ -60,36 +61,24 @@ enum SnapshotError {
     Inconsistent(String),
 }
 
-impl From<SnapshotError> for Status {
-    fn from(e: SnapshotError) -> Self {
-        match e {
-            SnapshotError::Store(e) => store_status(e),
-            other => Status::internal(other.to_string()),
-        }
-    }
-}
-
 /// The etcd Maintenance service of one node.
 #[derive(Debug, Clone)]
 pub struct MaintenanceService {
-    ctx: EtcdContext,
+    ctx: Context,
     /// Slots for the calls that read the whole keyspace.
     heavy: Arc<Semaphore>,
 }
 
 impl MaintenanceService {
-    pub(super) fn new(ctx: EtcdContext) -> Self {
-        Self {
-            ctx: ctx.clone(),
-            heavy: ctx.maintenance_slots.clone(),
-        }
+    pub(super) fn new(ctx: Context, heavy: Arc<Semaphore>) -> Self {
+        Self { ctx, heavy }
     }
 
     /// A slot for a keyspace-wide call, or etcd's "too many requests".
     fn heavy_slot(&self) -> Result<OwnedSemaphorePermit, Status> {
         self.heavy.clone().try_acquire_owned().map_err(|_| {
             tracing::debug!("maintenance call refused: {MAX_MAINTENANCE_INFLIGHT} in flight");
-            errors::too_many_requests()
+            status::too_many_requests()
         })
     }
 
@@ -127,7 +116,7 @@ impl MaintenanceService {
                 })
             })
             .await
-            .map_err(store_status)
+            .map_err(status::store)
     }
 
     fn alarms(&self) -> Vec<pb::AlarmMember> {
@@ -155,7 +144,7 @@ impl Maintenance for MaintenanceService {
         if req.action != pb::alarm_request::AlarmAction::Get as i32 {
             // Alarms here are derived from the quota, not stored: they clear
             // themselves once the database is below it again.
-            return Err(errors::not_supported("activating or deactivating alarms"));
+            return Err(status::not_supported("activating or deactivating alarms"));
         }
         let current = self.ctx.node.store().applied().revision.0;
         Ok(Response::new(pb::AlarmResponse {
@@ -169,7 +158,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let st = self.ctx.node.status().await.map_err(raft_status)?;
+        let st = self.ctx.node.status().await.map_err(status::raft)?;
         let size = self.ctx.node.store().size_on_disk() as i64;
         let errors = self
             .alarms()
@@ -287,7 +276,10 @@ impl Maintenance for MaintenanceService {
                 Err(SnapshotError::ClientGone) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "etcd snapshot failed");
-                    Err(Status::from(e))
+                    Err(match e {
+                        SnapshotError::Store(e) => status::store(e),
+                        other => status::internal(&other),
+                    })
                 }
             };
             let _ = tx.blocking_send(last);
@@ -299,14 +291,14 @@ impl Maintenance for MaintenanceService {
         &self,
         _request: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        Err(errors::not_supported("MoveLeader"))
+        Err(status::not_supported("MoveLeader"))
     }
 
     async fn downgrade(
         &self,
         _request: Request<pb::DowngradeRequest>,
     ) -> Result<Response<pb::DowngradeResponse>, Status> {
-        Err(errors::not_supported("Downgrade"))
+        Err(status::not_supported("Downgrade"))
     }
 }
 

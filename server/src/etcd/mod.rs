@@ -9,13 +9,17 @@
 //! revokes are log entries too; the leader expires leases (see `lease`). Every response carries
 //! etcd's `ResponseHeader`, and every error etcd's gRPC code and message,
 //! so etcd clients (etcdctl, client-go's etcd3 storage, the etcd-client
-//! crate) react as they do against etcd.
+//! crate) react as they do against etcd. `status` is the one place that
+//! makes those errors: storage's, Raft's and apply's errors map there, in
+//! etcd's words (its `rpctypes`).
 
 mod cluster;
+mod context;
 mod convert;
 mod kv;
 mod lease;
 mod maintenance;
+mod status;
 mod watch;
 
 use kubestore_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
@@ -23,47 +27,17 @@ use kubestore_proto::etcd::etcdserverpb::kv_server::KvServer;
 use kubestore_proto::etcd::etcdserverpb::lease_server::LeaseServer;
 use kubestore_proto::etcd::etcdserverpb::maintenance_server::MaintenanceServer;
 use kubestore_proto::etcd::etcdserverpb::watch_server::WatchServer;
-use kubestore_proto::etcd::etcdserverpb::ResponseHeader;
-use kubestore_raft::{RaftNode, RaftNodeError};
-use kubestore_storage::{Command, InvalidCommand, Limits, StoreError};
-use std::time::Duration;
-use tonic::Status;
+use kubestore_raft::RaftNode;
 
-/// The etcd server version kubestore reports (clients gate features on it).
-pub const ETCD_VERSION: &str = "3.5.16";
-/// The cluster version (major.minor) etcd reports beside it.
-pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
-/// etcd's default `--max-request-bytes` (1.5 MiB), on a request's encoded
-/// size; the command it becomes is held to [`Limits::ETCD`] (its op count,
-/// `--max-txn-ops`, and its keys and values, at most this many bytes).
-pub const MAX_REQUEST_BYTES: usize = Limits::ETCD.max_command_bytes;
+use context::Context;
+pub use context::{EtcdOptions, ETCD_CLUSTER_VERSION, ETCD_VERSION, MAX_REQUEST_BYTES};
 
-/// Settings of the etcd front end (`--etcd-progress-notify-seconds`,
-/// `--quota-backend-bytes`).
-#[derive(Debug, Clone)]
-pub struct EtcdOptions {
-    /// How often a watch created with `progress_notify` gets a progress
-    /// response while idle (etcd's default is 10 minutes).
-    pub progress_notify_interval: Duration,
-    /// Refuse writes once the database is larger than this (etcd's
-    /// `--quota-backend-bytes`); the NOSPACE alarm is raised.
-    pub quota_bytes: u64,
-    /// Requests in flight, shared with the REST front end.
-    pub limits: crate::limits::InflightLimits,
-}
-
-/// What every etcd service of a node shares.
+/// The etcd front end of a node: the services' shared [`Context`], the
+/// lease keeper, and the slots of the keyspace-wide Maintenance calls.
 #[derive(Debug, Clone)]
 pub struct EtcdContext {
-    node: RaftNode,
-    options: EtcdOptions,
+    ctx: Context,
     keeper: lease::LeaseKeeper,
-    /// Turns true when the node shuts down: long-lived streams (watch,
-    /// keep-alive) end so the gRPC server's graceful shutdown can finish.
-    stop: tokio::sync::watch::Receiver<bool>,
-    /// Derived once from the membership (fixed at bootstrap), not per
-    /// response.
-    cluster_id: std::sync::Arc<std::sync::OnceLock<u64>>,
     /// Slots of the Maintenance calls that read the whole keyspace (Hash,
     /// HashKV, Snapshot): [`maintenance::MAX_MAINTENANCE_INFLIGHT`].
     maintenance_slots: std::sync::Arc<tokio::sync::Semaphore>,
@@ -76,90 +50,41 @@ impl EtcdContext {
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Self {
-            node,
-            options,
+            ctx: Context::new(node, options, stop),
             keeper: lease::LeaseKeeper::default(),
-            stop,
-            cluster_id: std::sync::Arc::default(),
             maintenance_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
                 maintenance::MAX_MAINTENANCE_INFLIGHT,
             )),
         }
     }
 
-    /// Takes an in-flight slot for a unary request, or refuses it with
-    /// etcd's `ResourceExhausted` "too many requests".
-    fn admit(&self, class: crate::limits::RequestClass) -> Result<crate::limits::Admitted, Status> {
-        self.options
-            .limits
-            .admit(class)
-            .map_err(|_| errors::too_many_requests())
-    }
-
-    /// Resolves once the node is shutting down.
-    async fn stopped(&self) {
-        let mut stop = self.stop.clone();
-        let _ = stop.wait_for(|s| *s).await;
-    }
-
     /// Runs the lease keeper (expiry on the leader) until the node stops.
     pub async fn run_lease_keeper(self) {
-        let stop = self.stop.clone();
-        self.keeper.clone().run(self, stop).await
-    }
-
-    /// A stable id for the cluster: derived from its initial members, so
-    /// every node reports the same one.
-    fn cluster_id(&self) -> u64 {
-        if let Some(id) = self.cluster_id.get() {
-            return *id;
-        }
-        let members = self.node.members();
-        let mut h = Fnv64::default();
-        for (id, addr) in &members {
-            h.write(&id.to_be_bytes());
-            h.write(addr.as_bytes());
-        }
-        // Kept once the membership is known (it is fixed from then on).
-        if members.is_empty() {
-            h.finish()
-        } else {
-            *self.cluster_id.get_or_init(|| h.finish())
-        }
-    }
-
-    /// The header of a response served at `revision`.
-    fn header(&self, revision: u64) -> Option<ResponseHeader> {
-        Some(ResponseHeader {
-            cluster_id: self.cluster_id(),
-            member_id: self.node.id(),
-            revision: revision as i64,
-            raft_term: self.node.current_term(),
-        })
-    }
-
-    /// The NOSPACE alarm is raised while the database exceeds the quota.
-    fn over_quota(&self) -> bool {
-        self.node.store().size_on_disk() > self.options.quota_bytes
+        let stop = self.ctx.stop.clone();
+        self.keeper.run(self.ctx, stop).await
     }
 
     /// The tonic services of the etcd API, to add to the node's gRPC server.
     pub fn services(&self) -> EtcdServices {
         let limit = MAX_REQUEST_BYTES + 1024 * 1024;
+        let ctx = &self.ctx;
         EtcdServices {
-            kv: KvServer::new(kv::KvService(self.clone()))
+            kv: KvServer::new(kv::KvService(ctx.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
-            watch: WatchServer::new(watch::WatchService(self.clone()))
+            watch: WatchServer::new(watch::WatchService(ctx.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
             lease: LeaseServer::new(lease::LeaseService {
-                ctx: self.clone(),
+                ctx: ctx.clone(),
                 keeper: self.keeper.clone(),
             }),
-            maintenance: MaintenanceServer::new(maintenance::MaintenanceService::new(self.clone()))
-                .max_encoding_message_size(usize::MAX),
-            cluster: ClusterServer::new(cluster::ClusterService(self.clone())),
+            maintenance: MaintenanceServer::new(maintenance::MaintenanceService::new(
+                ctx.clone(),
+                self.maintenance_slots.clone(),
+            ))
+            .max_encoding_message_size(usize::MAX),
+            cluster: ClusterServer::new(cluster::ClusterService(ctx.clone())),
         }
     }
 }
@@ -172,168 +97,4 @@ pub struct EtcdServices {
     pub lease: LeaseServer<lease::LeaseService>,
     pub maintenance: MaintenanceServer<maintenance::MaintenanceService>,
     pub cluster: ClusterServer<cluster::ClusterService>,
-}
-
-/// etcd's error statuses (its `rpctypes`), by the message clients match.
-pub mod errors {
-    use tonic::{Code, Status};
-
-    pub fn compacted() -> Status {
-        Status::new(
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision has been compacted",
-        )
-    }
-    pub fn future_revision() -> Status {
-        Status::new(
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision is a future revision",
-        )
-    }
-    pub fn no_space() -> Status {
-        Status::new(
-            Code::ResourceExhausted,
-            "etcdserver: mvcc: database space exceeded",
-        )
-    }
-    pub fn lease_not_found() -> Status {
-        Status::new(Code::NotFound, "etcdserver: requested lease not found")
-    }
-    pub fn lease_exists() -> Status {
-        Status::new(Code::FailedPrecondition, "etcdserver: lease already exists")
-    }
-    pub fn lease_ttl_too_large() -> Status {
-        Status::new(Code::OutOfRange, "etcdserver: too large lease TTL")
-    }
-    pub fn too_many_ops() -> Status {
-        Status::new(
-            Code::InvalidArgument,
-            "etcdserver: too many operations in txn request",
-        )
-    }
-    pub fn duplicate_key() -> Status {
-        Status::new(
-            Code::InvalidArgument,
-            "etcdserver: duplicate key given in txn request",
-        )
-    }
-    pub fn key_not_found() -> Status {
-        Status::new(Code::InvalidArgument, "etcdserver: key not found")
-    }
-    pub fn empty_key() -> Status {
-        Status::new(Code::InvalidArgument, "etcdserver: key is not provided")
-    }
-    pub fn request_too_large() -> Status {
-        Status::new(Code::InvalidArgument, "etcdserver: request is too large")
-    }
-    /// etcd has no answer of its own for this (it would try to send the
-    /// response and fail on gRPC's message limit, `ResourceExhausted`):
-    /// the ranges of a Txn return more than apply holds for one command
-    /// (`kubestore_storage::apply::MAX_TXN_RANGE_BYTES`).
-    pub fn txn_response_too_large() -> Status {
-        Status::new(
-            Code::ResourceExhausted,
-            format!(
-                "etcdserver: txn range response is too large (over {} bytes); \
-                 use a limit, or a Range outside the txn",
-                kubestore_storage::apply::MAX_TXN_RANGE_BYTES
-            ),
-        )
-    }
-    pub fn no_leader() -> Status {
-        Status::new(Code::Unavailable, "etcdserver: no leader")
-    }
-    pub fn too_many_requests() -> Status {
-        Status::resource_exhausted("etcdserver: too many requests")
-    }
-    pub fn timeout() -> Status {
-        Status::new(Code::Unavailable, "etcdserver: request timed out")
-    }
-    pub fn txn_too_deep(depth: usize) -> Status {
-        Status::new(
-            Code::InvalidArgument,
-            format!(
-                "kubestore: txn nested {depth} levels deep, at most {}",
-                kubestore_storage::MAX_TXN_DEPTH
-            ),
-        )
-    }
-    pub fn not_supported(what: &str) -> Status {
-        Status::new(
-            Code::Unimplemented,
-            format!("kubestore: {what} is not supported"),
-        )
-    }
-}
-
-/// Checks a command the etcd API is about to propose against etcd's limits
-/// ([`Limits::ETCD`]), with etcd's errors. The leader checks every
-/// forwarded command the same way (with the node's limits, which are at
-/// least these), so this is the front end's answer, not the only check.
-fn validate(cmd: &Command) -> Result<(), Status> {
-    cmd.validate(&Limits::ETCD).map_err(invalid_status)
-}
-
-fn invalid_status(e: InvalidCommand) -> Status {
-    match e {
-        InvalidCommand::TooManyOps { .. } => errors::too_many_ops(),
-        InvalidCommand::TooDeep { depth, .. } => errors::txn_too_deep(depth),
-        InvalidCommand::TooLarge { .. } => errors::request_too_large(),
-        InvalidCommand::EmptyKey => errors::empty_key(),
-        InvalidCommand::LeaseTtlTooLarge { .. } => errors::lease_ttl_too_large(),
-        // Not reachable from a client request (the front end picks the id
-        // and raises small TTLs; clients send no batches or tags).
-        e @ (InvalidCommand::LeaseTtlTooSmall { .. }
-        | InvalidCommand::NoLeaseId
-        | InvalidCommand::BatchTooLarge { .. }
-        | InvalidCommand::NotBatchable(_)
-        | InvalidCommand::MalformedProposal) => {
-            Status::invalid_argument(format!("etcdserver: {e}"))
-        }
-    }
-}
-
-fn raft_status(e: RaftNodeError) -> Status {
-    match e {
-        RaftNodeError::NoLeader => errors::no_leader(),
-        RaftNodeError::Timeout(_) | RaftNodeError::Indeterminate(_) => errors::timeout(),
-        RaftNodeError::Unreachable { .. } => errors::no_leader(),
-        RaftNodeError::ShuttingDown => Status::unavailable("etcdserver: server stopped"),
-        RaftNodeError::InvalidCommand(e) => invalid_status(e),
-        other => Status::internal(other.to_string()),
-    }
-}
-
-fn store_status(e: StoreError) -> Status {
-    match e {
-        StoreError::Compacted { .. } => errors::compacted(),
-        StoreError::FutureRevision { .. } => errors::future_revision(),
-        StoreError::Installing => Status::unavailable("etcdserver: a snapshot is being installed"),
-        other => Status::internal(other.to_string()),
-    }
-}
-
-/// FNV-1a, 64 bit: a stable hash across processes and versions (std's
-/// hasher is neither), for the cluster id and HashKV. Hand-written: eight
-/// lines, where a crate would add a dependency for one function.
-#[derive(Debug, Clone, Copy)]
-struct Fnv64(u64);
-
-impl Default for Fnv64 {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv64 {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    fn finish(self) -> u64 {
-        self.0
-    }
 }

@@ -29,7 +29,8 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{convert, EtcdContext};
+use super::context::Context;
+use super::convert;
 
 /// Responses buffered per stream before its watchers wait.
 const STREAM_QUEUE: usize = 64;
@@ -42,7 +43,7 @@ const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 const STREAM_WIDE_ID: i64 = -1;
 
 #[derive(Debug, Clone)]
-pub struct WatchService(pub(super) EtcdContext);
+pub struct WatchService(pub(super) Context);
 
 type Outbound = mpsc::Sender<Result<pb::WatchResponse, Status>>;
 
@@ -73,7 +74,7 @@ impl Watch for WatchService {
 type Delivered = Arc<Mutex<BTreeMap<i64, u64>>>;
 
 struct Session {
-    ctx: EtcdContext,
+    ctx: Context,
     tx: Outbound,
     watchers: HashMap<i64, JoinHandle<()>>,
     next_id: i64,
@@ -241,7 +242,7 @@ impl Session {
 }
 
 struct Follower {
-    ctx: EtcdContext,
+    ctx: Context,
     tx: Outbound,
     delivered: Delivered,
     spec: Spec,

@@ -15,8 +15,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use super::status::ApiError;
-use super::AppState;
+use crate::http::state::AppState;
+use crate::http::status::{self, ApiError};
 
 /// The faults a node is under; in a `POST`, the ones to change.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct FaultSettings {
 /// `GET /debug/faults`.
 pub async fn current(State(state): State<AppState>) -> Response {
     if !state.fault_injection {
-        return super::not_found().await;
+        return status::page_not_found().await;
     }
     in_force(&state)
 }
@@ -38,7 +38,7 @@ pub async fn current(State(state): State<AppState>) -> Response {
 /// `POST /debug/faults`.
 pub async fn inject(State(state): State<AppState>, body: axum::body::Bytes) -> Response {
     if !state.fault_injection {
-        return super::not_found().await;
+        return status::page_not_found().await;
     }
     let change: FaultSettings = match serde_json::from_slice(&body) {
         Ok(c) => c,

@@ -12,9 +12,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use crate::http::negotiate::{self, Rendering};
-use crate::http::status::{ApiError, FieldCause};
-use crate::http::{discovery, metrics, protobuf, table, watch, AppState};
+use crate::http::patch::{self, PatchKind};
+use crate::http::state::AppState;
+use crate::http::status::ApiError;
+use crate::http::{discovery, metrics, protobuf, table, watch};
 use crate::kube::cache::CachedObject;
+use crate::kube::error::FieldCause;
 use crate::kube::object::{self, UpdateScope};
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
@@ -266,8 +269,7 @@ async fn dispatch(
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
             let patched =
-                crate::http::patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object)
-                    .await?;
+                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object).await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         (&Method::DELETE, Some(name)) => {
@@ -331,8 +333,7 @@ async fn status_subresource(
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
             let patched =
-                crate::http::patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status)
-                    .await?;
+                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status).await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         m => Err(ApiError::MethodNotAllowed(format!(
@@ -343,13 +344,11 @@ async fn status_subresource(
     }
 }
 
-/// The `X-Kubestore-Read` header: how a read was served (see
-/// [`ReadPath`]), so benchmarks and tests can tell.
-pub const READ_HEADER: &str = "x-kubestore-read";
-
 fn with_read_path(mut resp: Response, served: ReadPath) -> Response {
-    resp.headers_mut()
-        .insert(READ_HEADER, HeaderValue::from_static(served.as_str()));
+    resp.headers_mut().insert(
+        metrics::READ_HEADER,
+        HeaderValue::from_static(served.as_str()),
+    );
     resp
 }
 
@@ -445,7 +444,7 @@ fn resolve_create_name(
         _ => Err(ApiError::invalid(
             rt,
             "",
-            vec![crate::http::status::FieldCause::required(
+            vec![FieldCause::required(
                 "metadata.name",
                 "name or generateName is required",
             )],
@@ -498,13 +497,6 @@ fn delete_preconditions(body: &[u8]) -> Result<Preconditions, ApiError> {
         }
     }
     Ok(pre)
-}
-
-/// The patch formats kubestore applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
-    Json,
-    Merge,
 }
 
 /// The request's media type without parameters, lower-cased ("" if none).
@@ -801,7 +793,10 @@ mod proptests {
             })
     }
 
-    fn assert_client_error(e: &ApiError) -> Result<(), TestCaseError> {
+    /// Checks the error as it goes on the wire (a domain error through
+    /// `status`'s mapping).
+    fn assert_client_error(e: &(impl Clone + Into<ApiError>)) -> Result<(), TestCaseError> {
+        let e: ApiError = e.clone().into();
         prop_assert!(
             !e.code().is_server_error(),
             "a client's input answered {}: {e}",

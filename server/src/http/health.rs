@@ -31,7 +31,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::http::AppState;
+use crate::http::state::AppState;
 
 /// Most committed entries a ready node may still have to apply.
 pub const MAX_APPLY_LAG: u64 = 1_000;

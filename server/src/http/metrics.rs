@@ -15,13 +15,19 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::http::AppState;
-use crate::limits::RequestClass;
+use kubestore_raft::RaftNode;
+
+use crate::limits::{InflightLimits, RequestClass};
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+
+/// The `X-Kubestore-Read` header: how a read was served
+/// (`kube::store::ReadPath`), so benchmarks and tests can tell. Handlers
+/// set it; the metrics layer reads it as a label.
+pub const READ_HEADER: &str = "x-kubestore-read";
 
 /// The verb a handler served, attached to its response for the metrics layer.
 #[derive(Debug, Clone, Copy)]
@@ -95,17 +101,17 @@ impl Metrics {
 
 /// The layer that times every request and counts it under the verb its
 /// handler reported (`other` for non-resource paths).
-pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn track(State(metrics): State<Metrics>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let resp = next.run(req).await;
     let verb = resp.extensions().get::<Verb>().map_or("other", |v| v.0);
     let read = resp
         .headers()
-        .get(crate::http::handlers::READ_HEADER)
+        .get(READ_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("none")
         .to_string();
-    state.metrics.record(
+    metrics.record(
         verb,
         read,
         resp.status().as_u16(),
@@ -114,12 +120,13 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
     resp
 }
 
-/// `GET /metrics`.
-pub async fn serve(State(state): State<AppState>) -> Response {
+/// The `/metrics` page: the request series, then the node's Raft, store
+/// and in-flight gauges.
+pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Response {
     let mut out = String::new();
-    state.metrics.render(&mut out);
-    let applied = state.node.store().applied();
-    let leader = state.node.current_leader();
+    metrics.render(&mut out);
+    let applied = node.store().applied();
+    let leader = node.current_leader();
     let gauges = [
         (
             "kubestore_store_revision",
@@ -139,7 +146,7 @@ pub async fn serve(State(state): State<AppState>) -> Response {
         (
             "kubestore_raft_is_leader",
             "1 if this node is the Raft leader.",
-            f64::from(u8::from(leader == Some(state.node.id()))),
+            f64::from(u8::from(leader == Some(node.id()))),
         ),
         (
             "kubestore_raft_has_leader",
@@ -149,7 +156,7 @@ pub async fn serve(State(state): State<AppState>) -> Response {
         (
             "kubestore_store_size_bytes",
             "Approximate size of the database on disk.",
-            state.node.store().size_on_disk() as f64,
+            node.store().size_on_disk() as f64,
         ),
     ];
     for (name, help, value) in gauges {
@@ -163,14 +170,14 @@ pub async fn serve(State(state): State<AppState>) -> Response {
         "kubestore_requests_rejected_total",
         "API requests (REST and etcd) refused over the in-flight limit.",
         "counter",
-        |class| state.limits.rejected(class),
+        |class| limits.rejected(class),
     );
     write_per_class(
         &mut out,
         "kubestore_requests_inflight",
         "API requests (REST and etcd, watches exempt) being served now.",
         "gauge",
-        |class| u64::try_from(state.limits.in_flight(class)).unwrap_or(u64::MAX),
+        |class| u64::try_from(limits.in_flight(class)).unwrap_or(u64::MAX),
     );
     let mut resp = (StatusCode::OK, out).into_response();
     resp.headers_mut().insert(

@@ -1,5 +1,11 @@
 //! The Kubernetes REST front end (axum): routing, discovery, health, the
 //! verbs, and the one mapping of errors to `Status` objects.
+//!
+//! Dependencies run one way: this file (the router) uses every handler
+//! module; `handlers` uses `patch`, `watch`, `table`, `negotiate`,
+//! `protobuf`, `discovery` and `metrics`; those use `state` (the
+//! [`AppState`] handlers share) and `status`; `metrics` and `status` use
+//! nothing else of `http`. Nothing in `kube` imports `http`.
 
 pub mod discovery;
 pub mod faults;
@@ -11,6 +17,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod pull_stream;
 pub mod serve;
+pub mod state;
 pub mod status;
 pub mod table;
 pub mod watch;
@@ -21,30 +28,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 
-use kubestore_raft::RaftNode;
-
-use crate::kube::store::KubeStore;
 use crate::limits::RequestClass;
 
-/// Everything a request handler may touch.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    pub node: RaftNode,
-    pub kube: KubeStore,
-    /// Largest request body accepted; larger ones get `413`.
-    pub max_body_bytes: usize,
-    /// How often a watch with `allowWatchBookmarks` gets a bookmark.
-    pub bookmark_interval: std::time::Duration,
-    /// Request counters and latencies for `/metrics`.
-    pub metrics: metrics::Metrics,
-    /// Turns true when the node shuts down: open watches end, so the
-    /// server's graceful shutdown can finish.
-    pub stop: tokio::sync::watch::Receiver<bool>,
-    /// `/debug/faults` is served (`--fault-injection`).
-    pub fault_injection: bool,
-    /// Requests in flight, shared with the etcd front end.
-    pub limits: crate::limits::InflightLimits,
-}
+pub use state::AppState;
 
 /// The whole REST surface of a node.
 pub fn router(state: AppState) -> Router {
@@ -56,7 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz/{check}", get(health::readyz_check))
         .route("/healthz", get(health::healthz))
         .route("/debug/cluster", get(debug_cluster))
-        .route("/metrics", get(metrics::serve))
+        .route("/metrics", get(serve_metrics))
         .route("/debug/compact", axum::routing::post(debug_compact))
         .route("/debug/faults", get(faults::current).post(faults::inject))
         .route("/openapi/v3", get(discovery::openapi_index))
@@ -66,10 +52,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/{*rest}", any(handlers::api))
         .route("/apis", any(handlers::api))
         .route("/apis/{*rest}", any(handlers::api))
-        .fallback(not_found)
+        .fallback(status::page_not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            state.metrics.clone(),
             metrics::track,
         ))
         .with_state(state)
@@ -115,6 +101,11 @@ async fn admit(
     }
 }
 
+/// `GET /metrics`.
+async fn serve_metrics(State(state): State<AppState>) -> Response {
+    metrics::render(&state.metrics, &state.node, &state.limits)
+}
+
 async fn openapi_core(Path(version): Path<String>) -> Response {
     discovery::openapi_group_version("", &version).unwrap_or_else(IntoResponse::into_response)
 }
@@ -123,23 +114,13 @@ async fn openapi_group(Path((group, version)): Path<(String, String)>) -> Respon
     discovery::openapi_group_version(&group, &version).unwrap_or_else(IntoResponse::into_response)
 }
 
-/// Unknown non-resource paths: plain text, as kube answers them.
-async fn not_found() -> Response {
-    let mut resp = (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
 /// `POST /debug/compact?revision=N`: compact history to `N` on every node,
 /// through the log (an operator's and the tests' on-demand compaction).
 async fn debug_compact(
     State(state): State<AppState>,
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    use crate::compaction::{self, CompactError};
+    use crate::compaction;
     let revision = match q.get("revision").map(|r| r.parse::<u64>()) {
         Some(Ok(r)) => r,
         _ => {
@@ -159,11 +140,7 @@ async fn debug_compact(
             );
             resp
         }
-        Err(CompactError::Raft(e)) => status::ApiError::from(e).into_response(),
-        Err(e @ (CompactError::FutureRevision(_) | CompactError::AlreadyCompacted { .. })) => {
-            status::ApiError::BadRequest(e.to_string()).into_response()
-        }
-        Err(e) => status::ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => status::ApiError::from(e).into_response(),
     }
 }
 

@@ -7,12 +7,19 @@
 
 use serde_json::Value;
 
-use crate::http::handlers::PatchKind;
-use crate::http::status::{ApiError, FieldCause};
-use crate::http::AppState;
+use crate::http::state::AppState;
+use crate::http::status::ApiError;
+use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::object::{self, UpdateScope};
 use crate::kube::resources::ResourceType;
 use crate::kube::store::Freshness;
+
+/// The patch formats kubestore applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+}
 
 /// How many times a patch without its own precondition is re-applied when
 /// another writer changed the object in between.
@@ -46,10 +53,10 @@ pub async fn apply(
             .clone();
         let (obj, own_precondition) = patch_object(rt, ns, name, current, &patch, copy_limit)?;
         match state.kube.update_in(rt, ns, name, obj, scope).await {
-            Err(ApiError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {
+            Err(KubeError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {
                 continue
             }
-            other => return other,
+            other => return Ok(other?),
         }
     }
 }

@@ -1,60 +1,18 @@
 //! The one place where errors become Kubernetes `Status` objects on the
 //! wire: code, reason, message and details exactly as kube words them.
+//!
+//! [`ApiError`] is the answer as sent: the domain's errors
+//! ([`KubeError`], and through it storage's and Raft's) plus the ones only
+//! HTTP has (no such path, method, media type, body size, the in-flight
+//! limit). `From<KubeError>` is the one mapping from the domain; Raft's
+//! errors map by class (retryable: 503, outcome unknown: 504, fatal: 500).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::resources::ResourceType;
-
-/// One field problem of an `Invalid` error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldCause {
-    /// `FieldValueInvalid`, `FieldValueRequired`, ...
-    pub reason: &'static str,
-    pub field: String,
-    /// The full message, `metadata.name: Invalid value: "x": ...`.
-    pub message: String,
-}
-
-impl FieldCause {
-    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
-        Self {
-            reason: "FieldValueInvalid",
-            field: field.to_string(),
-            message: format!("Invalid value: {}: {detail}", json!(value)),
-        }
-    }
-
-    pub fn required(field: &str, detail: &str) -> Self {
-        Self {
-            reason: "FieldValueRequired",
-            field: field.to_string(),
-            message: format!("Required value: {detail}"),
-        }
-    }
-
-    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
-        let list: Vec<String> = supported.iter().map(|s| json!(s).to_string()).collect();
-        Self {
-            reason: "FieldValueNotSupported",
-            field: field.to_string(),
-            message: format!(
-                "Unsupported value: {}: supported values: {}",
-                json!(value),
-                list.join(", ")
-            ),
-        }
-    }
-
-    pub fn forbidden(field: &str, detail: &str) -> Self {
-        Self {
-            reason: "FieldValueForbidden",
-            field: field.to_string(),
-            message: format!("Forbidden: {detail}"),
-        }
-    }
-}
 
 /// Every error the Kubernetes front end answers with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -135,47 +93,13 @@ fn join_causes(causes: &[FieldCause]) -> String {
 }
 
 impl ApiError {
-    pub fn not_found(rt: &ResourceType, name: &str) -> Self {
-        ApiError::NotFound {
-            resource: rt.group_resource(),
-            name: name.to_string(),
-        }
-    }
-
-    pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
-        ApiError::AlreadyExists {
-            resource: rt.group_resource(),
-            name: name.to_string(),
-        }
-    }
-
-    /// The optimistic-concurrency failure of an update or delete.
-    pub fn conflict(rt: &ResourceType, name: &str) -> Self {
-        ApiError::Conflict {
-            resource: rt.group_resource(),
-            name: name.to_string(),
-            detail: "the object has been modified; please apply your changes to the latest version and try again"
-                .to_string(),
-        }
-    }
-
     pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<FieldCause>) -> Self {
-        ApiError::Invalid {
-            kind: rt.group_kind(),
-            group: rt.group.to_string(),
-            name: name.to_string(),
-            causes,
-        }
+        KubeError::invalid(rt, name, causes).into()
     }
 
     /// kube's 422 for invalid list/watch options (kind `ListOptions`).
     pub fn invalid_list_options(causes: Vec<FieldCause>) -> Self {
-        ApiError::Invalid {
-            kind: "ListOptions.meta.k8s.io".into(),
-            group: "meta.k8s.io".into(),
-            name: String::new(),
-            causes,
-        }
+        KubeError::invalid_list_options(causes).into()
     }
 
     pub fn code(&self) -> StatusCode {
@@ -328,11 +252,76 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Unknown non-resource paths: plain text, not a `Status`, as kube answers
+/// them.
+pub async fn page_not_found() -> Response {
+    let mut resp = (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// The one mapping of the Kubernetes layer's errors to the wire.
+impl From<KubeError> for ApiError {
+    fn from(e: KubeError) -> Self {
+        match e {
+            KubeError::NotFound { resource, name } => ApiError::NotFound { resource, name },
+            KubeError::AlreadyExists { resource, name } => {
+                ApiError::AlreadyExists { resource, name }
+            }
+            KubeError::Conflict {
+                resource,
+                name,
+                detail,
+            } => ApiError::Conflict {
+                resource,
+                name,
+                detail,
+            },
+            KubeError::Invalid {
+                kind,
+                group,
+                name,
+                causes,
+            } => ApiError::Invalid {
+                kind,
+                group,
+                name,
+                causes,
+            },
+            KubeError::BadRequest(message) => ApiError::BadRequest(message),
+            KubeError::Forbidden {
+                resource,
+                name,
+                message,
+            } => ApiError::Forbidden {
+                resource,
+                name,
+                message,
+            },
+            KubeError::Expired(message) => ApiError::Expired(message),
+            KubeError::ExpiredContinue { message, token } => {
+                ApiError::ExpiredContinue { message, token }
+            }
+            KubeError::TooLargeResourceVersion { requested, current } => {
+                ApiError::TooLargeResourceVersion { requested, current }
+            }
+            KubeError::Unavailable(message) => ApiError::ServiceUnavailable(message),
+            KubeError::Raft(e) => ApiError::from(e),
+            KubeError::Internal(message) => ApiError::Internal(message),
+        }
+    }
+}
+
+/// Raft's errors by class: retryable is `503`, an unknown outcome `504`, a
+/// command over the limits `413`/`400`, anything fatal `500`.
 impl From<kubestore_raft::RaftNodeError> for ApiError {
     fn from(e: kubestore_raft::RaftNodeError) -> Self {
         use kubestore_raft::RaftNodeError as E;
         match e {
-            E::NoLeader | E::Unreachable { .. } | E::ShuttingDown => {
+            e if e.is_retryable() => {
                 ApiError::ServiceUnavailable(format!("the store is unavailable: {e}"))
             }
             E::Indeterminate(detail) => ApiError::Timeout(format!(
@@ -345,19 +334,31 @@ impl From<kubestore_raft::RaftNodeError> for ApiError {
                 ApiError::RequestEntityTooLarge(max)
             }
             E::InvalidCommand(invalid) => ApiError::BadRequest(invalid.to_string()),
-            other => ApiError::Internal(other.to_string()),
+            fatal => ApiError::Internal(fatal.to_string()),
         }
     }
 }
 
+/// A compaction asked for on `/debug/compact`: a revision out of range is
+/// the caller's mistake (400).
+impl From<crate::compaction::CompactError> for ApiError {
+    fn from(e: crate::compaction::CompactError) -> Self {
+        use crate::compaction::CompactError as E;
+        match e {
+            E::Raft(e) => ApiError::from(e),
+            e @ (E::FutureRevision(_) | E::AlreadyCompacted { .. }) => {
+                ApiError::BadRequest(e.to_string())
+            }
+            e => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// A storage error outside the Kubernetes layer (a watch's catch-up read):
+/// mapped as the Kubernetes layer maps it.
 impl From<kubestore_storage::StoreError> for ApiError {
     fn from(e: kubestore_storage::StoreError) -> Self {
-        match e {
-            kubestore_storage::StoreError::Installing => {
-                ApiError::ServiceUnavailable(e.to_string())
-            }
-            other => ApiError::Internal(other.to_string()),
-        }
+        KubeError::from(e).into()
     }
 }
 
@@ -369,7 +370,7 @@ mod tests {
     #[test]
     fn not_found_matches_kube() {
         let rt = resources::find("apps", "v1", "deployments").expect("deployments");
-        let s = ApiError::not_found(rt, "web").to_status();
+        let s = ApiError::from(KubeError::not_found(rt, "web")).to_status();
         assert_eq!(s["code"], 404);
         assert_eq!(s["reason"], "NotFound");
         assert_eq!(s["message"], "deployments.apps \"web\" not found");
@@ -399,6 +400,32 @@ mod tests {
         );
         assert_eq!(s["details"]["causes"][0]["reason"], "FieldValueInvalid");
         assert_eq!(s["details"]["kind"], "ConfigMap");
+    }
+
+    #[test]
+    fn a_compacted_read_is_gone_wherever_it_happens() {
+        let e = kubestore_storage::StoreError::Compacted {
+            requested: kubestore_storage::Revision(3),
+            compacted: kubestore_storage::Revision(5),
+        };
+        let s = ApiError::from(KubeError::from(e)).to_status();
+        assert_eq!(s["code"], 410);
+        assert_eq!(s["reason"], "Expired");
+    }
+
+    #[test]
+    fn raft_errors_map_by_class() {
+        use kubestore_raft::{RaftNodeError, UnknownOutcome};
+        let code = |e: RaftNodeError| ApiError::from(KubeError::from(e)).code().as_u16();
+        assert_eq!(code(RaftNodeError::NoLeader), 503);
+        assert_eq!(code(RaftNodeError::ShuttingDown), 503);
+        assert_eq!(code(RaftNodeError::Timeout("a read index")), 504);
+        assert_eq!(
+            code(RaftNodeError::Indeterminate(UnknownOutcome::Leader(
+                "x".into()
+            ))),
+            504
+        );
     }
 
     #[test]

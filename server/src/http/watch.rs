@@ -39,9 +39,11 @@ use serde_json::{json, Value};
 
 use crate::http::negotiate::Rendering;
 use crate::http::pull_stream::{Outbox, PullStream};
-use crate::http::status::{ApiError, FieldCause};
-use crate::http::{table, AppState};
+use crate::http::state::AppState;
+use crate::http::status::ApiError;
+use crate::http::table;
 use crate::kube::cache::{BehindRing, CachedEvent, CachedObject, WatchEventType};
+use crate::kube::error::FieldCause;
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
 
@@ -262,8 +264,8 @@ impl Watcher {
         self.send_line(chunk).await
     }
 
-    async fn send_error(&self, err: ApiError) {
-        self.send("ERROR", err.to_status()).await;
+    async fn send_error(&self, err: impl Into<ApiError>) {
+        self.send("ERROR", err.into().to_status()).await;
     }
 
     fn bookmark(&self, revision: u64) -> Value {

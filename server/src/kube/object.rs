@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::http::status::{ApiError, FieldCause};
+use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::resources::{NameRule, ResourceType};
 
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -14,12 +14,12 @@ const MAX_LABEL_LEN: usize = 63;
 
 /// Parses a request body into a JSON object of the type `rt`, checking
 /// `kind`/`apiVersion` when present (kube defaults them from the URL).
-pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Map<String, Value>, KubeError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
+        KubeError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
     })?;
     let Value::Object(mut obj) = value else {
-        return Err(ApiError::BadRequest(format!(
+        return Err(KubeError::BadRequest(format!(
             "{} in version \"{}\" cannot be handled as a {}: the body is not a JSON object",
             rt.kind, rt.version, rt.kind
         )));
@@ -28,7 +28,7 @@ pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Map<String, Value>,
         None => {}
         Some(Value::String(v)) if *v == rt.api_version() => {}
         Some(other) => {
-            return Err(ApiError::BadRequest(format!(
+            return Err(KubeError::BadRequest(format!(
                 "the API version in the data ({}) does not match the expected API version ({})",
                 other.as_str().unwrap_or("<not a string>"),
                 rt.api_version()
@@ -39,7 +39,7 @@ pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Map<String, Value>,
         None => {}
         Some(Value::String(k)) if k == rt.kind => {}
         Some(other) => {
-            return Err(ApiError::BadRequest(format!(
+            return Err(KubeError::BadRequest(format!(
                 "{} in version \"{}\" cannot be handled as a {}: the kind in the data ({}) does not match the expected kind ({})",
                 rt.kind,
                 rt.version,
@@ -55,7 +55,7 @@ pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Map<String, Value>,
         }
         Some(Value::Object(_)) => {}
         Some(_) => {
-            return Err(ApiError::BadRequest(format!(
+            return Err(KubeError::BadRequest(format!(
                 "{} in version \"{}\" cannot be handled as a {}: metadata must be an object",
                 rt.kind, rt.version, rt.kind
             )))
@@ -152,7 +152,7 @@ pub fn validate_object_meta(
     rt: &ResourceType,
     name: &str,
     namespace: Option<&str>,
-) -> Result<(), ApiError> {
+) -> Result<(), KubeError> {
     let mut causes = Vec::new();
     if let Err(detail) = validate_name(rt.name_rule, name) {
         causes.push(FieldCause::invalid("metadata.name", name, &detail));
@@ -170,7 +170,7 @@ pub fn validate_object_meta(
     if causes.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid(rt, name, causes))
+        Err(KubeError::invalid(rt, name, causes))
     }
 }
 
@@ -339,19 +339,19 @@ mod tests {
         assert!(decode_body(cm, br#"{"metadata":{"name":"a"}}"#).is_ok());
         assert!(matches!(
             decode_body(cm, br#"{"kind":"Pod","metadata":{}}"#),
-            Err(ApiError::BadRequest(_))
+            Err(KubeError::BadRequest(_))
         ));
         assert!(matches!(
             decode_body(cm, br#"{"apiVersion":"apps/v1"}"#),
-            Err(ApiError::BadRequest(_))
+            Err(KubeError::BadRequest(_))
         ));
         assert!(matches!(
             decode_body(cm, b"{not json"),
-            Err(ApiError::BadRequest(_))
+            Err(KubeError::BadRequest(_))
         ));
         assert!(matches!(
             decode_body(cm, b"[1]"),
-            Err(ApiError::BadRequest(_))
+            Err(KubeError::BadRequest(_))
         ));
     }
 

@@ -9,7 +9,7 @@
 use base64::Engine as _;
 use serde_json::json;
 
-use crate::http::status::ApiError;
+use crate::kube::error::KubeError;
 
 const TOKEN_VERSION: &str = "meta.k8s.io/v1";
 
@@ -29,8 +29,8 @@ impl ContinueToken {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body)
     }
 
-    pub fn decode(token: &str) -> Result<Self, ApiError> {
-        let bad = |why: &str| ApiError::BadRequest(format!("invalid continue token: {why}"));
+    pub fn decode(token: &str) -> Result<Self, KubeError> {
+        let bad = |why: &str| KubeError::BadRequest(format!("invalid continue token: {why}"));
         let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(token.trim_end_matches('='))
             .map_err(|_| bad("continue key is not valid base64"))?;
@@ -64,13 +64,13 @@ pub struct PageRequest {
 }
 
 /// kube's message for a continue token whose revision was compacted.
-pub fn expired_continue(next: Option<String>) -> ApiError {
+pub fn expired_continue(next: Option<String>) -> KubeError {
     let message = if next.is_some() {
         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
     } else {
         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."
     };
-    ApiError::ExpiredContinue {
+    KubeError::ExpiredContinue {
         message: message.into(),
         token: next,
     }
@@ -105,7 +105,7 @@ mod tests {
                 .encode(r#"{"v":"x","rv":1,"start":"a"}"#),
         ] {
             assert!(
-                matches!(ContinueToken::decode(bad), Err(ApiError::BadRequest(_))),
+                matches!(ContinueToken::decode(bad), Err(KubeError::BadRequest(_))),
                 "{bad}"
             );
         }
@@ -148,7 +148,7 @@ mod proptests {
                         prop_assert!(!t.start.contains(".."));
                         prop_assert!(t.revision != Some(0));
                     }
-                    Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_)), "{e:?}"),
+                    Err(e) => prop_assert!(matches!(e, KubeError::BadRequest(_)), "{e:?}"),
                 }
             }
         }

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::http::status::ApiError;
+use crate::kube::error::KubeError;
 use crate::kube::resources::ResourceType;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,11 +42,11 @@ impl Selectors {
         rt: &ResourceType,
         label: Option<&str>,
         field: Option<&str>,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, KubeError> {
         Ok(Self {
             labels: match label {
                 Some(s) => parse_labels(s).map_err(|e| {
-                    ApiError::BadRequest(format!("unable to parse requirement: {e}"))
+                    KubeError::BadRequest(format!("unable to parse requirement: {e}"))
                 })?,
                 None => Vec::new(),
             },
@@ -108,7 +108,7 @@ fn supported_fields(rt: &ResourceType) -> &'static [&'static str] {
     }
 }
 
-fn parse_fields(rt: &ResourceType, s: &str) -> Result<Vec<FieldReq>, ApiError> {
+fn parse_fields(rt: &ResourceType, s: &str) -> Result<Vec<FieldReq>, KubeError> {
     let mut out = Vec::new();
     for part in split_unescaped(s, ',') {
         let part = part.trim();
@@ -122,7 +122,7 @@ fn parse_fields(rt: &ResourceType, s: &str) -> Result<Vec<FieldReq>, ApiError> {
         } else if let Some(i) = part.find('=') {
             (&part[..i], &part[i + 1..], true)
         } else {
-            return Err(ApiError::BadRequest(format!(
+            return Err(KubeError::BadRequest(format!(
                 "invalid field selector: {part:?}: no operator"
             )));
         };
@@ -133,7 +133,7 @@ fn parse_fields(rt: &ResourceType, s: &str) -> Result<Vec<FieldReq>, ApiError> {
             } else {
                 format!("\"{path}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
             };
-            return Err(ApiError::BadRequest(message));
+            return Err(KubeError::BadRequest(message));
         }
         out.push(FieldReq {
             path: path.to_string(),
@@ -352,7 +352,7 @@ mod tests {
         assert!(!sel("", "metadata.namespace!=d").matches(&obj));
         let cm = resources::find("", "v1", "configmaps").expect("cm");
         match Selectors::parse(cm, None, Some("spec.x=1")) {
-            Err(ApiError::BadRequest(m)) => {
+            Err(KubeError::BadRequest(m)) => {
                 assert!(m.contains("is not a known field selector"), "{m}")
             }
             other => panic!("{other:?}"),
@@ -427,7 +427,7 @@ mod proptests {
                         let _ = s.matches(&obj);
                         let _ = s.required_name();
                     }
-                    Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_)), "{e:?}"),
+                    Err(e) => prop_assert!(matches!(e, KubeError::BadRequest(_)), "{e:?}"),
                 }
             }
         }

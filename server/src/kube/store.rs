@@ -17,8 +17,8 @@ use kubestore_storage::{
     Op, OpResponse, PutRequest, RangeRequest, Response, Revision, Txn, TxnResponse,
 };
 
-use crate::http::status::ApiError;
 use crate::kube::cache::{CachedObject, Objects, WatchCache};
+use crate::kube::error::KubeError;
 use crate::kube::object::{self, UpdateScope};
 use crate::kube::paging::{self, ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
@@ -125,23 +125,13 @@ fn range_one(key: &str) -> Op {
     })
 }
 
-/// A read at a compacted revision: kube's 410 for lists from storage.
-fn list_too_old(e: kubestore_storage::StoreError) -> ApiError {
-    match e {
-        kubestore_storage::StoreError::Compacted { .. } => {
-            ApiError::Expired("The resourceVersion for the provided list is too old.".into())
-        }
-        other => ApiError::from(other),
-    }
-}
-
-fn txn_result(resp: Response) -> Result<(TxnResponse, Revision), ApiError> {
+fn txn_result(resp: Response) -> Result<(TxnResponse, Revision), KubeError> {
     match resp.result {
         Ok(CommandResult::Txn(t)) => Ok((t, resp.revision)),
-        Ok(other) => Err(ApiError::Internal(format!(
+        Ok(other) => Err(KubeError::Internal(format!(
             "unexpected state machine answer {other:?}"
         ))),
-        Err(e) => Err(ApiError::Internal(e.to_string())),
+        Err(e) => Err(KubeError::Internal(e.to_string())),
     }
 }
 
@@ -191,11 +181,11 @@ impl KubeStore {
 
     /// Waits (3 s at most) for this node's watch cache to reach revision
     /// `rv`; then `504` Too large resource version, as kube answers.
-    pub async fn wait_for_revision(&self, rv: u64) -> Result<(), ApiError> {
+    pub async fn wait_for_revision(&self, rv: u64) -> Result<(), KubeError> {
         if self.cache.wait_for(rv, TOO_LARGE_WAIT).await {
             Ok(())
         } else {
-            Err(ApiError::TooLargeResourceVersion {
+            Err(KubeError::TooLargeResourceVersion {
                 requested: rv,
                 current: self.cache.revision(),
             })
@@ -204,22 +194,20 @@ impl KubeStore {
 
     /// A linearizable read point: the barrier, then the cache caught up to
     /// it. Returns the revision to read at.
-    pub async fn quorum_revision(&self) -> Result<u64, ApiError> {
+    pub async fn quorum_revision(&self) -> Result<u64, KubeError> {
         let applied = self.node.linearizable_barrier().await?;
         if !self
             .cache
             .wait_for(applied.revision.0, CACHE_CATCH_UP)
             .await
         {
-            return Err(ApiError::from(RaftNodeError::Timeout(
-                "the watch cache to reach the read barrier",
-            )));
+            return Err(RaftNodeError::Timeout("the watch cache to reach the read barrier").into());
         }
         Ok(applied.revision.0)
     }
 
     /// Where a read of `freshness` finds the type's objects.
-    async fn view(&self, rt: &ResourceType, freshness: Freshness) -> Result<View, ApiError> {
+    async fn view(&self, rt: &ResourceType, freshness: Freshness) -> Result<View, KubeError> {
         let current = |served| {
             let (objects, revision) = self.cache.current(rt);
             View::Cached {
@@ -257,7 +245,7 @@ impl KubeStore {
         }
     }
 
-    fn read_key(&self, key: &str) -> Result<(Option<KeyValue>, Revision), ApiError> {
+    fn read_key(&self, key: &str) -> Result<(Option<KeyValue>, Revision), KubeError> {
         let resp = self.node.store().range(&RangeRequest {
             range: KeyRange::single(key.as_bytes().to_vec()),
             ..RangeRequest::default()
@@ -277,7 +265,7 @@ impl KubeStore {
         ns: Option<&str>,
         name: &str,
         freshness: Freshness,
-    ) -> Result<(Arc<CachedObject>, ReadPath), ApiError> {
+    ) -> Result<(Arc<CachedObject>, ReadPath), KubeError> {
         let key = rt.key(ns, name);
         match self.view(rt, freshness).await? {
             View::Cached {
@@ -285,22 +273,18 @@ impl KubeStore {
             } => objects
                 .get(&key)
                 .map(|o| (o.clone(), served))
-                .ok_or_else(|| ApiError::not_found(rt, name)),
+                .ok_or_else(|| KubeError::not_found(rt, name)),
             View::History(rv) => {
-                let resp = self
-                    .node
-                    .store()
-                    .range(&RangeRequest {
-                        range: KeyRange::single(key.into_bytes()),
-                        revision: Some(Revision(rv)),
-                        ..RangeRequest::default()
-                    })
-                    .map_err(list_too_old)?;
+                let resp = self.node.store().range(&RangeRequest {
+                    range: KeyRange::single(key.into_bytes()),
+                    revision: Some(Revision(rv)),
+                    ..RangeRequest::default()
+                })?;
                 resp.kvs
                     .first()
                     .and_then(|kv| CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0))
                     .map(|o| (Arc::new(o), ReadPath::History))
-                    .ok_or_else(|| ApiError::not_found(rt, name))
+                    .ok_or_else(|| KubeError::not_found(rt, name))
             }
         }
     }
@@ -313,7 +297,7 @@ impl KubeStore {
         ns: Option<&str>,
         freshness: Freshness,
         selectors: &Selectors,
-    ) -> Result<Listed, ApiError> {
+    ) -> Result<Listed, KubeError> {
         self.list_page(rt, ns, freshness, selectors, &PageRequest::default())
             .await
     }
@@ -330,7 +314,7 @@ impl KubeStore {
         freshness: Freshness,
         selectors: &Selectors,
         page: &PageRequest,
-    ) -> Result<Listed, ApiError> {
+    ) -> Result<Listed, KubeError> {
         let prefix = rt.collection_prefix(ns);
         let (start, view) = match &page.token {
             Some(t) => {
@@ -399,7 +383,7 @@ impl KubeStore {
         rv: u64,
         selectors: &Selectors,
         page: &PageRequest,
-    ) -> Result<(Vec<Arc<CachedObject>>, Option<String>, Option<u64>), ApiError> {
+    ) -> Result<(Vec<Arc<CachedObject>>, Option<String>, Option<u64>), KubeError> {
         let mut start = start.into_bytes();
         let end = kubestore_storage::prefix_end(prefix.as_bytes());
         let limit = page.limit;
@@ -434,7 +418,7 @@ impl KubeStore {
                         });
                         paging::expired_continue(fresh)
                     }
-                    other => list_too_old(other),
+                    other => KubeError::from(other),
                 })?;
             let total = resp.count;
             let mut taken = 0u64;
@@ -477,7 +461,7 @@ impl KubeStore {
         ns: Option<&str>,
         name: &str,
         obj: Map<String, Value>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, KubeError> {
         let key = rt.key(ns, name);
         let mut compare = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, 0)];
         let mut failure = vec![range_one(&key)];
@@ -517,13 +501,13 @@ impl KubeStore {
                     .and_then(Value::as_str)
                     == ours
             {
-                return stored.ok_or_else(|| ApiError::Internal("stored object vanished".into()));
+                return stored.ok_or_else(|| KubeError::Internal("stored object vanished".into()));
             }
-            return Err(ApiError::already_exists(rt, name));
+            return Err(KubeError::already_exists(rt, name));
         }
         match ns {
-            Some(ns) => Err(ApiError::not_found(resources::namespaces(), ns)),
-            None => Err(ApiError::Internal(
+            Some(ns) => Err(KubeError::not_found(resources::namespaces(), ns)),
+            None => Err(KubeError::Internal(
                 "create guard failed without a cause".into(),
             )),
         }
@@ -539,7 +523,7 @@ impl KubeStore {
         ns: Option<&str>,
         name: &str,
         obj: Map<String, Value>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, KubeError> {
         self.update_in(rt, ns, name, obj, UpdateScope::Object).await
     }
 
@@ -552,12 +536,12 @@ impl KubeStore {
         name: &str,
         obj: Map<String, Value>,
         scope: UpdateScope,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, KubeError> {
         let key = rt.key(ns, name);
         let wanted_rv = match object::meta_str(&obj, "resourceVersion") {
             None | Some("") => None,
             Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
-                ApiError::BadRequest(format!(
+                KubeError::BadRequest(format!(
                     "invalid resourceVersion {rv:?}: must be an unsigned integer"
                 ))
             })?),
@@ -568,7 +552,7 @@ impl KubeStore {
         let mut next = self.read_key(&key)?.0;
         for _ in 0..UPDATE_RETRIES {
             let Some(current) = next.take() else {
-                return Err(ApiError::not_found(rt, name));
+                return Err(KubeError::not_found(rt, name));
             };
             let old = match serde_json::from_slice::<Value>(&current.value) {
                 Ok(Value::Object(o)) => o,
@@ -596,13 +580,13 @@ impl KubeStore {
                 return Ok(Value::Object(new));
             }
             if wanted_rv.is_some() && !range_kvs(&resp, 0).is_empty() {
-                return Err(ApiError::conflict(rt, name));
+                return Err(KubeError::conflict(rt, name));
             }
             // Lost a race with another writer: retry on the state the guard
             // saw (absent = deleted meanwhile = 404).
             next = range_kvs(&resp, 0).first().cloned();
         }
-        Err(ApiError::conflict(rt, name))
+        Err(KubeError::conflict(rt, name))
     }
 
     /// Deletes one object and returns its last state. Deleting a namespace
@@ -614,9 +598,9 @@ impl KubeStore {
         ns: Option<&str>,
         name: &str,
         pre: &Preconditions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, KubeError> {
         if rt.plural == "namespaces" && SYSTEM_NAMESPACES.contains(&name) {
-            return Err(ApiError::Forbidden {
+            return Err(KubeError::Forbidden {
                 resource: rt.group_resource(),
                 name: name.to_string(),
                 message: format!(
@@ -629,7 +613,7 @@ impl KubeStore {
         let mut next = self.read_key(&key)?.0;
         for _ in 0..UPDATE_RETRIES {
             let Some(current) = next.take() else {
-                return Err(ApiError::not_found(rt, name));
+                return Err(KubeError::not_found(rt, name));
             };
             let last = Self::decode(rt, &current).unwrap_or_else(|| json!({}));
             if let Some(uid) = &pre.uid {
@@ -638,7 +622,7 @@ impl KubeStore {
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 if actual != uid {
-                    return Err(ApiError::Conflict {
+                    return Err(KubeError::Conflict {
                         resource: rt.group_resource(),
                         name: name.to_string(),
                         detail: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
@@ -672,11 +656,11 @@ impl KubeStore {
                 return Ok(last);
             }
             if pre.resource_version.is_some() && !range_kvs(&resp, 0).is_empty() {
-                return Err(ApiError::conflict(rt, name));
+                return Err(KubeError::conflict(rt, name));
             }
             next = range_kvs(&resp, 0).first().cloned();
         }
-        Err(ApiError::conflict(rt, name))
+        Err(KubeError::conflict(rt, name))
     }
 
     /// Deletes every object of a collection matching `selectors` and returns
@@ -691,7 +675,7 @@ impl KubeStore {
         rt: &ResourceType,
         ns: Option<&str>,
         selectors: &Selectors,
-    ) -> Result<Listed, ApiError> {
+    ) -> Result<Listed, KubeError> {
         for _ in 0..UPDATE_RETRIES {
             let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
             let mut compare = Vec::new();
@@ -719,7 +703,7 @@ impl KubeStore {
                         Ok(last) => {
                             deleted.extend(CachedObject::from_value(last.clone()).map(Arc::new))
                         }
-                        Err(ApiError::NotFound { .. }) => {}
+                        Err(KubeError::NotFound { .. }) => {}
                         Err(e) => return Err(e),
                     }
                     continue;
@@ -763,7 +747,7 @@ impl KubeStore {
                 });
             }
         }
-        Err(ApiError::Conflict {
+        Err(KubeError::Conflict {
             resource: rt.group_resource(),
             name: String::new(),
             detail: "the collection kept changing; try again".into(),
@@ -772,7 +756,7 @@ impl KubeStore {
 
     /// Creates `default`, `kube-system` and `kube-public` if they do not
     /// exist (idempotent: a guard per namespace, one transaction).
-    pub async fn ensure_system_namespaces(&self) -> Result<(), ApiError> {
+    pub async fn ensure_system_namespaces(&self) -> Result<(), KubeError> {
         let rt = resources::namespaces();
         let mut ops = Vec::new();
         for name in SYSTEM_NAMESPACES {
