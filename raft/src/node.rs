@@ -97,7 +97,7 @@ pub fn command_limits(max_command_bytes: usize) -> Limits {
 }
 
 impl RaftNodeConfig {
-    /// Defaults for a node: 100 ms heartbeats, 0.3–0.6 s elections (a dead
+    /// Defaults for a node: 200 ms heartbeats, 0.3–0.6 s elections (a dead
     /// leader is replaced after openraft's leader lease, the maximum
     /// election timeout, plus one election timeout: 0.9–1.2 s), a 150 ms
     /// read lease.
@@ -107,7 +107,7 @@ impl RaftNodeConfig {
             data_dir,
             members,
             client_addr: None,
-            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_interval: Duration::from_millis(200),
             election_timeout_min: Duration::from_millis(300),
             election_timeout_max: Duration::from_millis(600),
             snapshot_after_entries: 10_000,

@@ -12,11 +12,11 @@ use kubestore_storage::NodeId;
 /// Default body limit: kube's own limit for a request body is 3 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Milliseconds between the leader's heartbeats by default (etcd's
-/// `--heartbeat-interval`, and etcd's default). openraft 0.9 also uses it
-/// as the timeout of every AppendEntries call, which waits for the
-/// follower's fsync: shorter makes replication on a slow disk or a loaded
-/// machine time out and retry.
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 100;
+/// `--heartbeat-interval`). openraft 0.9 also uses it as the timeout of
+/// every AppendEntries call, which waits for the follower's fsync: at 100 ms
+/// a follower whose disk took 100 ms more per fsync (the checker's slow
+/// disk) could never acknowledge an append and fell behind for good.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 200;
 /// The minimum election timeout in milliseconds by default (etcd's
 /// `--election-timeout`; etcd uses 1000). openraft 0.9 waits a randomised
 /// timeout between this and twice this, after a leader lease of twice this,
