@@ -119,6 +119,36 @@ impl RaftNodeConfig {
     }
 }
 
+/// This node's own slice of the election timeout range.
+///
+/// openraft 0.9 draws a node's randomised election timeout once, when the
+/// process starts, and keeps it. Two nodes that drew nearly the same one
+/// become candidates at nearly the same moment after every lost leader,
+/// split the vote and retry in step: the fault-schedule checker saw the
+/// two survivors of a leader's loss take 3–7 s to elect, every time it was
+/// the same leader that failed. So the range `[min, max)` is cut into one
+/// slice per member, in id order, and each node draws in the first half of
+/// its own: any two nodes' timeouts differ by at least half a slice (50 ms
+/// for three members and the defaults), far more than a vote's round trip.
+/// Each node's maximum, which openraft also uses as the lease in which its
+/// followers refuse other candidates, stays above half the minimum, so the
+/// read lease's bound still holds.
+fn election_window(config: &RaftNodeConfig) -> (Duration, Duration) {
+    let members = u32::try_from(config.members.len()).unwrap_or(1).max(1);
+    let rank = config
+        .members
+        .keys()
+        .position(|&id| id == config.id)
+        .and_then(|r| u32::try_from(r).ok())
+        .unwrap_or(0);
+    let span = config
+        .election_timeout_max
+        .saturating_sub(config.election_timeout_min);
+    let slice = span / members;
+    let min = config.election_timeout_min + slice * rank;
+    (min, min + (slice / 2).max(Duration::from_millis(1)))
+}
+
 /// A snapshot of the node's Raft view, for `/debug/cluster` and tests.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ClusterStatus {
@@ -203,11 +233,12 @@ impl RaftNode {
                 election_timeout_min: config.election_timeout_min,
             }));
         }
+        let (own_min, own_max) = election_window(&config);
         let raft_config = openraft::Config {
             cluster_name: "kubestore".into(),
             heartbeat_interval: config.heartbeat_interval.as_millis() as u64,
-            election_timeout_min: config.election_timeout_min.as_millis() as u64,
-            election_timeout_max: config.election_timeout_max.as_millis() as u64,
+            election_timeout_min: own_min.as_millis() as u64,
+            election_timeout_max: own_max.as_millis() as u64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_after_entries),
             max_in_snapshot_log_to_keep: config.log_entries_kept_after_snapshot,
             // Entries are batches of up to 1 MiB (plus one command of up
@@ -1039,6 +1070,31 @@ impl ClusterService for ClusterRpcServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_member_draws_its_election_timeout_from_its_own_slice() {
+        let members: BTreeMap<NodeId, String> =
+            (1..=3).map(|i| (i, format!("127.0.0.1:{i}"))).collect();
+        let windows: Vec<(Duration, Duration)> = (1..=3)
+            .map(|id| {
+                let config = RaftNodeConfig::new(id, PathBuf::from("d"), members.clone());
+                election_window(&config)
+            })
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            windows,
+            vec![(ms(300), ms(350)), (ms(400), ms(450)), (ms(500), ms(550))]
+        );
+        // Any two draws differ by at least 50 ms, and every node's lease
+        // (its maximum) is longer than the 150 ms read lease.
+        for pair in windows.windows(2) {
+            assert!(pair[1].0 - pair[0].1 >= ms(50));
+        }
+        assert!(windows.iter().all(|w| w.1 > ms(150)));
+        let alone = RaftNodeConfig::new(1, PathBuf::from("d"), BTreeMap::from([(1, "a".into())]));
+        assert_eq!(election_window(&alone), (ms(300), ms(450)));
+    }
 
     #[tokio::test]
     async fn a_read_lease_beyond_half_the_minimum_election_timeout_is_refused() {
