@@ -292,3 +292,55 @@ fn bench_restart_brings_a_killed_follower_and_leader_back_with_every_key() {
     }
     assert!(!out.path().join("data").exists(), "data is cleaned up");
 }
+
+#[test]
+fn bench_overload_runs_both_clusters_and_only_the_limited_one_refuses() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(kubestore_binary().expect("binary"))
+        .args([
+            "bench",
+            "overload",
+            "--no-progress",
+            "--requests",
+            "300",
+            "--clients",
+            "8",
+            "--factor",
+            "3",
+            "--seconds",
+            "1",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("kubestore bench overload");
+    assert_succeeded(&output, out.path());
+    let raw = std::fs::read(out.path().join("results.json")).expect("results.json");
+    let r: Value = serde_json::from_slice(&raw).expect("json");
+    for (run, limits) in [("with_limits", true), ("without_limits", false)] {
+        let p = &r[run];
+        assert_eq!(p["limits"], limits, "{r}");
+        assert!(
+            p["sustainable_per_second"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{r}"
+        );
+        assert!(
+            p["admitted_per_second"].as_f64().is_some_and(|v| v > 0.0),
+            "{r}"
+        );
+        assert!(
+            p["overload_peak_rss_mb"].as_f64().is_some_and(|v| v > 0.0),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        r["without_limits"]["refused"], 0,
+        "no limit, no refusal: {r}"
+    );
+    assert!(
+        r["ratios"]["with_limits"]["admitted_over_sustainable"].is_number(),
+        "{r}"
+    );
+}

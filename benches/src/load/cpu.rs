@@ -1,4 +1,4 @@
-//! CPU time spent by processes, read from `/proc`: what a store's servers
+//! CPU time and resident memory of processes, read from `/proc`: what a store's servers
 //! (and the load generator) spent per request of a workload.
 //!
 //! On a machine where the servers and the client share the cores,
@@ -11,6 +11,15 @@ use std::path::Path;
 /// `pid`, or `None` once it is gone.
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     cpu_seconds_from(&Path::new("/proc").join(pid.to_string()).join("stat"))
+}
+
+/// Resident set size of process `pid` in bytes, or `None` once it is gone.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The same for this process (the load generator).

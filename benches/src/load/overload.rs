@@ -30,6 +30,7 @@ use tokio::process::Child;
 use tonic::transport::Channel;
 
 use super::compare::{fresh_data_dir, kubestore_specs, wait_ready};
+use super::cpu::rss_bytes;
 use super::record::{latency_histogram, lock};
 use super::workload::{self, etcd_channel, Workload};
 use super::LoadArgs;
@@ -93,14 +94,6 @@ struct OpenLoop {
     outstanding: AtomicU64,
     not_sent: AtomicU64,
     first_error: std::sync::Mutex<Option<String>>,
-}
-
-/// Resident memory of `pid` in bytes, from `/proc/<pid>/status`.
-fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Samples the largest node's RSS every 100 ms until stopped; returns the peak.

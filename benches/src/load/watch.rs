@@ -29,7 +29,7 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde_json::json;
 
-use super::cpu::CpuSample;
+use super::cpu::{rss_bytes, CpuSample};
 
 /// The namespace the watch workload writes and watches.
 const NAMESPACE: &str = "bench-watch";
@@ -66,14 +66,6 @@ pub struct WatchArgs {
 /// Microseconds since `start`, never 0 (0 marks "not yet").
 fn micros_since(start: Instant) -> u64 {
     (start.elapsed().as_micros() as u64).max(1)
-}
-
-/// Resident set size of a process, in bytes (Linux `/proc`).
-fn rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 fn total_rss(pids: &[u32]) -> Option<u64> {
