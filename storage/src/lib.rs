@@ -45,6 +45,9 @@
 //! - [`command`]: the replicated command, its response and watch events.
 //! - [`apply`]: pure apply of a command against a read view.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
+//! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
+//!   event log for watches and the watch cache: batched, and reporting
+//!   compaction as an outcome of its own.
 //! - [`session`]: the proposal session table behind exactly-once apply.
 //! - [`validate`]: checks of a command on its own (op counts, nesting,
 //!   sizes, lease TTLs), run before it is proposed.
@@ -56,6 +59,7 @@
 
 pub mod apply;
 pub mod command;
+pub mod cursor;
 mod engine;
 pub mod error;
 pub mod faults;
@@ -77,6 +81,7 @@ pub use command::{
     OpResponse, ProposalId, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn,
     TxnResponse, MAX_TXN_DEPTH,
 };
+pub use cursor::{EventCursor, EventStep, EVENT_BATCH};
 pub use error::StoreError;
 pub use faults::DiskFaults;
 pub use log_store::LogStore;
@@ -184,7 +189,15 @@ impl Store {
         Ok(result)
     }
 
-    /// The events of revisions after `after`, at most `limit` revisions.
+    /// A cursor on the event log after `after`, read in batches of whole
+    /// revisions; the way to follow the log (see [`cursor`]).
+    pub fn events(&self, after: Revision) -> EventCursor {
+        EventCursor::new(self.clone(), after)
+    }
+
+    /// The events of revisions after `after`, at most `limit` revisions;
+    /// [`StoreError::Compacted`] if `after + 1` is below the compaction
+    /// point. One read; [`Store::events`] follows the log.
     pub fn events_after(
         &self,
         after: Revision,
