@@ -10,8 +10,11 @@
 //!
 //! Invariants:
 //! - The cache is fed by one task that reads the state machine's
-//!   revision-ordered event log from the cache's own revision on, so it
-//!   never skips or reorders a revision. [`WatchCache::revision`] is the
+//!   revision-ordered event log from the cache's own revision on, through
+//!   storage's event cursor (`Store::events`, one batch of revisions per
+//!   step), so it never skips or reorders a revision; when the cursor
+//!   reports that the history it needs was compacted, the cache is
+//!   rebuilt. [`WatchCache::revision`] is the
 //!   revision every type is complete up to, quiet types included: it moves
 //!   to the store's applied revision even when no event touched a type.
 //! - A type's ring holds every event of that type after its `base`
@@ -28,15 +31,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use imbl::OrdMap;
-use kubestore_storage::{Event, EventKind, KeyRange, Revision, Store, StoreError};
+use kubestore_storage::{Event, EventKind, EventStep, KeyRange, Revision, Store, StoreError};
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::kube::object;
 use crate::kube::resources::{ResourceType, RESOURCES};
 
-/// Revisions read from the event log per step while feeding the cache.
-const FEED_BATCH: usize = 512;
 /// Every key the cache mirrors starts with this.
 const REGISTRY_PREFIX: &str = "/registry/";
 
@@ -481,17 +482,18 @@ impl WatchCache {
                 self.rebuild(applied.resets)?;
                 continue;
             }
-            match self.store.events_after(Revision(revision), FEED_BATCH) {
-                Ok(batch) if batch.is_empty() => {
+            match self.store.events(Revision(revision)).next_blocking()? {
+                // Every revision up to `applied` is in the log the cursor
+                // read (and belongs to the reset generation checked above).
+                EventStep::CaughtUp { .. } => {
                     if applied.revision.0 > revision {
                         self.write().revision = applied.revision.0;
                         self.revision.send_replace(applied.revision.0);
                     }
                     return Ok(());
                 }
-                Ok(batch) => self.apply(batch),
-                Err(StoreError::Compacted { .. }) => self.rebuild(applied.resets)?,
-                Err(e) => return Err(e),
+                EventStep::Events(batch) => self.apply(batch),
+                EventStep::Compacted { .. } => self.rebuild(applied.resets)?,
             }
         }
     }
@@ -599,7 +601,7 @@ fn load(store: &Store) -> Result<Loaded, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use kubestore_storage::{Command, Entry, Op, PutRequest, StateMachine, Txn};
+    use kubestore_storage::{Command, DeleteRequest, Entry, Op, PutRequest, StateMachine, Txn};
     use openraft::storage::RaftStateMachine;
     use openraft::{CommittedLeaderId, EntryPayload, LogId};
 
@@ -672,5 +674,347 @@ mod tests {
             (vec!["a".to_string(), "b".to_string()], 2)
         );
         assert_eq!(cache.revision(), 2, "waiting readers are woken");
+    }
+
+    /// A store in a temporary directory, its state machine (entries are
+    /// applied in order, one revision per write) and a watch cache over it.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        sm: StateMachine,
+        cache: WatchCache,
+        next: u64,
+    }
+
+    fn configmaps() -> &'static ResourceType {
+        resources::find("", "v1", "configmaps").expect("configmaps")
+    }
+
+    fn secrets() -> &'static ResourceType {
+        resources::find("", "v1", "secrets").expect("secrets")
+    }
+
+    impl Fixture {
+        fn new(max_events: usize) -> Self {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (_log, sm, store) = kubestore_storage::open(dir.path()).expect("open");
+            let cache = WatchCache::new(
+                store.clone(),
+                CacheLimits {
+                    max_events,
+                    max_age: Duration::from_secs(3600),
+                },
+            );
+            // The first catch-up builds the cache (empty, at 0); the
+            // fixture's writes are then fed as events.
+            cache.catch_up().expect("start");
+            Self {
+                _dir: dir,
+                sm,
+                cache,
+                next: 1,
+            }
+        }
+
+        async fn apply(&mut self, cmd: Command) {
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), self.next),
+                payload: EntryPayload::Normal(cmd),
+            };
+            self.next += 1;
+            let responses = self.sm.apply(vec![entry]).await.expect("apply");
+            assert!(responses[0].result.is_ok(), "{:?}", responses[0]);
+        }
+
+        /// Puts object `name` of `rt` in `default` with `labels`.
+        async fn put(&mut self, rt: &ResourceType, name: &str, labels: serde_json::Value) {
+            let value = serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "labels": labels}
+            });
+            self.put_raw(&rt.key(Some("default"), name), &value.to_string())
+                .await;
+        }
+
+        async fn put_raw(&mut self, key: &str, value: &str) {
+            self.apply(Command::Txn(Txn {
+                success: vec![Op::Put(PutRequest::new(key, value))],
+                ..Txn::default()
+            }))
+            .await;
+        }
+
+        async fn delete(&mut self, rt: &ResourceType, name: &str) {
+            self.apply(Command::Txn(Txn {
+                success: vec![Op::Delete(DeleteRequest {
+                    range: KeyRange::single(rt.key(Some("default"), name)),
+                    prev_kv: false,
+                })],
+                ..Txn::default()
+            }))
+            .await;
+        }
+
+        async fn compact(&mut self, revision: u64) {
+            self.apply(Command::Compact {
+                revision: Revision(revision),
+            })
+            .await;
+        }
+
+        fn catch_up(&self) {
+            self.cache.catch_up().expect("catch up");
+        }
+
+        /// `(revision, kind, name, revision shown, name of prev)` of the
+        /// type's cached events after `after`, and the revision they are
+        /// complete to.
+        fn events_after(&self, rt: &ResourceType, after: u64, limit: usize) -> Drain {
+            let name = |o: &Arc<CachedObject>| {
+                o.object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let (events, upto) = self.cache.events_after(rt, after, limit)?;
+            let events = events
+                .iter()
+                .map(|e| {
+                    (
+                        e.revision,
+                        e.kind,
+                        e.object.as_ref().map(name).unwrap_or_default(),
+                        e.object.as_ref().map(|o| o.revision),
+                        e.prev.as_ref().map(name),
+                    )
+                })
+                .collect();
+            Ok((events, upto))
+        }
+    }
+
+    /// A drain of [`Fixture::events_after`].
+    type Drain = Result<(Vec<EventSummary>, u64), BehindRing>;
+    /// `(revision, kind, name, revision shown, name of prev)`.
+    type EventSummary = (u64, EventKind, String, Option<u64>, Option<String>);
+
+    #[tokio::test]
+    async fn the_feed_applies_events_in_order_and_keeps_the_states_on_either_side() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        f.put(cm, "a", serde_json::json!({})).await; // 1
+        f.put(cm, "b", serde_json::json!({})).await; // 2
+        f.put(cm, "a", serde_json::json!({"v": "2"})).await; // 3
+        f.delete(cm, "b").await; // 4
+        f.catch_up();
+
+        let (objects, revision) = f.cache.current(cm);
+        assert_eq!((names(&objects), revision), (vec!["a".to_string()], 4));
+        assert_eq!(objects.values().next().map(|o| o.revision), Some(3));
+
+        use EventKind::{Delete, Put};
+        let s = |v: &str| v.to_string();
+        assert_eq!(
+            f.events_after(cm, 0, 100),
+            Ok((
+                vec![
+                    (1, Put, s("a"), Some(1), None),
+                    (2, Put, s("b"), Some(2), None),
+                    (3, Put, s("a"), Some(3), Some(s("a"))),
+                    // A deletion shows the last state at its own revision.
+                    (4, Delete, s("b"), Some(4), Some(s("b"))),
+                ],
+                4
+            ))
+        );
+        assert_eq!(f.events_after(cm, 2, 100).map(|(e, _)| e.len()), Ok(2));
+        assert_eq!(f.events_after(cm, 4, 100), Ok((vec![], 4)));
+    }
+
+    #[tokio::test]
+    async fn a_quiet_type_and_writes_outside_the_registry_still_move_the_revision() {
+        let mut f = Fixture::new(100);
+        f.put(configmaps(), "a", serde_json::json!({})).await; // 1
+        f.put_raw("/not-kube/x", "1").await; // 2
+        f.put_raw(&configmaps().key(Some("default"), "junk"), "not json")
+            .await; // 3: skipped, not an object
+        f.catch_up();
+        assert_eq!(f.cache.revision(), 3);
+        let (quiet, at) = f.cache.current(secrets());
+        assert!(quiet.is_empty());
+        assert_eq!(at, 3, "the quiet type is complete up to 3");
+        assert_eq!(f.events_after(secrets(), 0, 100), Ok((vec![], 3)));
+        let (cms, _) = f.cache.current(configmaps());
+        assert_eq!(names(&cms), vec!["a".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn a_drain_never_splits_a_revision_and_says_how_far_it_is_complete() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        f.put(cm, "a", serde_json::json!({})).await; // 1
+        let both = |name: &str| {
+            Op::Put(PutRequest::new(
+                cm.key(Some("default"), name),
+                serde_json::json!({"metadata": {"name": name, "namespace": "default"}}).to_string(),
+            ))
+        };
+        f.apply(Command::Txn(Txn {
+            success: vec![both("b"), both("c")],
+            ..Txn::default()
+        }))
+        .await; // 2: two events
+        f.put(cm, "d", serde_json::json!({})).await; // 3
+        f.catch_up();
+
+        let revisions = |r: Drain| {
+            r.map(|(events, upto)| (events.iter().map(|e| e.0).collect::<Vec<_>>(), upto))
+        };
+        assert_eq!(revisions(f.events_after(cm, 0, 1)), Ok((vec![1], 1)));
+        assert_eq!(
+            revisions(f.events_after(cm, 1, 1)),
+            Ok((vec![2, 2], 2)),
+            "revision 2 whole, past the limit"
+        );
+        assert_eq!(revisions(f.events_after(cm, 2, 1)), Ok((vec![3], 3)));
+    }
+
+    #[tokio::test]
+    async fn exact_reads_come_from_the_snapshot_of_each_retained_revision() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        f.put(cm, "a", serde_json::json!({})).await; // 1
+        f.put(cm, "b", serde_json::json!({})).await; // 2
+        f.put(secrets(), "s", serde_json::json!({})).await; // 3: another type
+        f.delete(cm, "a").await; // 4
+        f.catch_up();
+
+        let at = |rev: u64| f.cache.snapshot_at(cm, rev).map(|o| names(&o));
+        assert_eq!(at(0), Some(vec![]), "the empty start is retained");
+        assert_eq!(at(1), Some(vec!["a".to_string()]));
+        assert_eq!(at(2), Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(
+            at(3),
+            Some(vec!["a".to_string(), "b".to_string()]),
+            "a revision of another type reads the last snapshot before it"
+        );
+        assert_eq!(at(4), Some(vec!["b".to_string()]));
+        assert_eq!(at(5), None, "beyond the cache's revision");
+    }
+
+    #[tokio::test]
+    async fn the_ring_drops_whole_revisions_past_its_limit_and_the_base_moves() {
+        let mut f = Fixture::new(2);
+        let cm = configmaps();
+        for name in ["a", "b", "c", "d"] {
+            f.put(cm, name, serde_json::json!({})).await; // 1..=4
+        }
+        f.catch_up();
+
+        // Two events kept: revisions 3 and 4; the snapshot of 2 is the base.
+        assert_eq!(
+            f.events_after(cm, 1, 100),
+            Err(BehindRing { base: 2 }),
+            "events after 1 are no longer all in the ring"
+        );
+        assert_eq!(
+            f.events_after(cm, 2, 100).map(|(e, upto)| (e.len(), upto)),
+            Ok((2, 4))
+        );
+        assert!(f.cache.snapshot_at(cm, 1).is_none(), "below the base");
+        assert_eq!(
+            f.cache.snapshot_at(cm, 2).map(|o| names(&o)),
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
+        // The current state is whole whatever the ring dropped.
+        assert_eq!(f.cache.current(cm).0.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn reads_below_the_compaction_point_are_refused_while_the_ring_holds_them() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        for name in ["a", "b", "c", "d"] {
+            f.put(cm, name, serde_json::json!({})).await; // 1..=4
+        }
+        f.catch_up();
+        f.compact(3).await;
+
+        assert!(f.cache.snapshot_at(cm, 2).is_none(), "compacted");
+        assert!(
+            f.cache.snapshot_at(cm, 3).is_some(),
+            "at the compaction point"
+        );
+        assert_eq!(
+            f.events_after(cm, 2, 100),
+            Err(BehindRing { base: 3 }),
+            "a watcher this old reads storage, which reports the compaction"
+        );
+        assert_eq!(f.events_after(cm, 3, 100).map(|(e, _)| e.len()), Ok(1));
+    }
+
+    #[tokio::test]
+    async fn a_cache_behind_compacted_history_is_rebuilt_at_the_current_revision() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        f.put(cm, "a", serde_json::json!({})).await; // 1
+        f.catch_up();
+        f.put(cm, "b", serde_json::json!({})).await; // 2
+        f.delete(cm, "a").await; // 3
+        f.put(cm, "c", serde_json::json!({})).await; // 4
+        f.compact(3).await; // the cache, at 1, needs 2 onwards
+
+        f.catch_up();
+        let (objects, revision) = f.cache.current(cm);
+        assert_eq!(
+            (names(&objects), revision),
+            (vec!["b".to_string(), "c".to_string()], 4)
+        );
+        assert_eq!(f.cache.revision(), 4);
+        // The rings restart at the rebuild's revision.
+        assert_eq!(f.events_after(cm, 3, 100), Err(BehindRing { base: 4 }));
+        assert_eq!(f.events_after(cm, 4, 100), Ok((vec![], 4)));
+
+        // And the feed goes on from there.
+        f.put(cm, "d", serde_json::json!({})).await; // 5
+        f.catch_up();
+        assert_eq!(f.events_after(cm, 4, 100).map(|(e, _)| e.len()), Ok(1));
+    }
+
+    #[tokio::test]
+    async fn not_older_than_reads_wait_for_the_feed_and_give_up_at_their_deadline() {
+        let mut f = Fixture::new(100);
+        f.put(configmaps(), "a", serde_json::json!({})).await; // 1
+        assert!(
+            !f.cache.wait_for(1, Duration::from_millis(1)).await,
+            "not fed yet"
+        );
+        let waiter = {
+            let cache = f.cache.clone();
+            tokio::spawn(async move { cache.wait_for(1, Duration::from_secs(30)).await })
+        };
+        f.cache.catch_up_blocking().await.expect("fed");
+        assert!(waiter.await.expect("waiter"), "woken by the feed");
+        assert!(f.cache.wait_for(0, Duration::ZERO).await, "already there");
+    }
+
+    #[tokio::test]
+    async fn the_shared_watch_line_is_the_event_and_the_object_as_json() {
+        let mut f = Fixture::new(100);
+        f.put(configmaps(), "a", serde_json::json!({"app": "x"}))
+            .await; // 1
+        f.catch_up();
+        let (objects, _) = f.cache.current(configmaps());
+        let obj = objects.values().next().expect("a").clone();
+        let line = obj.watch_line(WatchEventType::Modified);
+        assert!(line.ends_with(b"\n"));
+        let parsed: Value = serde_json::from_slice(&line).expect("json line");
+        assert_eq!(parsed["type"], "MODIFIED");
+        assert_eq!(parsed["object"], obj.object);
+        assert_eq!(parsed["object"]["metadata"]["resourceVersion"], "1");
+        assert_eq!(parsed["object"]["kind"], "ConfigMap");
+        assert_eq!(
+            line.as_ptr(),
+            obj.watch_line(WatchEventType::Modified).as_ptr(),
+            "encoded once, shared"
+        );
     }
 }
