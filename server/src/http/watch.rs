@@ -4,7 +4,9 @@
 //! pulls events after it from the watch cache's ring, woken by the cache's
 //! revision channel rather than polling; behind the ring, it reads the
 //! node's revision-ordered event log in storage (the same on every node)
-//! until it reaches the ring again. An event's line is encoded once per
+//! through storage's event cursor (`Store::events`), one batch per step,
+//! until it reaches the ring again. The cursor reports compaction as an
+//! outcome of its own, which ends the watch with `410 Expired`. An event's line is encoded once per
 //! object in the cache and shared by every watcher that sends it; whatever
 //! one drain yields goes to the socket as one chunk, so a burst costs one
 //! write. The watcher is the response body itself (a [`PullStream`]): it
@@ -34,7 +36,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use kubestore_storage::{Event, EventKind, Revision};
+use kubestore_storage::{Event, EventKind, EventStep, Revision, StoreError, EVENT_BATCH};
 use serde_json::{json, Value};
 
 use crate::http::negotiate::Rendering;
@@ -47,8 +49,6 @@ use crate::kube::error::FieldCause;
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
 
-/// Revisions read from the event log per step.
-const EVENT_BATCH: usize = 256;
 /// The longest a watch runs, whatever `timeoutSeconds` asks (a week; the
 /// client re-watches from its last revision, as after any timeout).
 const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -164,12 +164,19 @@ fn parse(q: &HashMap<String, String>) -> Result<WatchParams, ApiError> {
     })
 }
 
-/// The context a watcher needs to turn stored events into watch events.
-struct Watcher {
-    state: AppState,
+/// What a watcher sends: the objects of one type under one key prefix (a
+/// namespace, or all of them) that its selectors match. It decides, from
+/// an event's states on either side, which watch event the client sees.
+struct Scope {
     rt: &'static ResourceType,
     prefix: Vec<u8>,
     selectors: Selectors,
+}
+
+/// The context a watcher needs to turn stored events into watch events.
+struct Watcher {
+    state: AppState,
+    scope: Scope,
     rendering: Rendering,
     /// The client allows `BOOKMARK` events.
     bookmarks: bool,
@@ -196,9 +203,11 @@ pub async fn serve(
     let body = Body::from_stream(PullStream::new(move |outbox| {
         let watcher = Watcher {
             state,
-            rt,
-            prefix,
-            selectors,
+            scope: Scope {
+                rt,
+                prefix,
+                selectors,
+            },
             rendering,
             bookmarks: params.bookmarks,
             outbox,
@@ -231,7 +240,7 @@ impl Watcher {
         match self.rendering {
             Rendering::Table => {
                 let object = table::render(
-                    self.rt,
+                    self.scope.rt,
                     std::slice::from_ref(&obj.object),
                     &obj.revision.to_string(),
                     &HashMap::new(),
@@ -268,14 +277,6 @@ impl Watcher {
         self.send("ERROR", err.into().to_status()).await;
     }
 
-    fn bookmark(&self, revision: u64) -> Value {
-        json!({
-            "kind": self.rt.kind,
-            "apiVersion": self.rt.api_version(),
-            "metadata": { "resourceVersion": revision.to_string() },
-        })
-    }
-
     async fn run(self, params: WatchParams) {
         let deadline = tokio::time::Instant::now() + params.timeout;
         // Boxed: the start (a read-index round through the leader, the
@@ -308,11 +309,13 @@ impl Watcher {
         loop {
             // Drain everything the cache (or, behind its ring, storage) has.
             loop {
-                match cache.events_after(self.rt, last, EVENT_BATCH) {
+                match cache.events_after(self.scope.rt, last, EVENT_BATCH) {
                     Ok((events, upto)) => {
                         let empty = events.is_empty();
                         for event in &events {
-                            self.cached_lines(event, &mut lines);
+                            if let Some((event_type, obj)) = self.scope.cached(event) {
+                                lines.push(self.object_line(event_type, &obj));
+                            }
                         }
                         self.flush(&mut lines).await;
                         last = last.max(upto);
@@ -336,7 +339,7 @@ impl Watcher {
                 () = &mut bookmark_timer, if self.bookmarks => {
                     // `last` is the newest revision this stream has fully
                     // delivered (quiet types included): never ahead of an event.
-                    self.send("BOOKMARK", self.bookmark(last)).await;
+                    self.send("BOOKMARK", self.scope.bookmark(last)).await;
                     let next = bookmark_at(tokio::time::Instant::now() + bookmark_every);
                     bookmark_timer.as_mut().reset(next);
                 }
@@ -346,34 +349,25 @@ impl Watcher {
         }
     }
 
-    /// One batch of events after `last` from storage history, for a
-    /// watcher older than the cache's ring. The revision delivered up to,
-    /// or `None` when storage has nothing newer yet.
+    /// One batch of events after `last` from storage history (the event
+    /// cursor), for a watcher older than the cache's ring. The revision
+    /// delivered up to, or `None` when storage has nothing newer yet (or is
+    /// installing a snapshot: the cache's revision moves when it is done).
     async fn catch_up_from_history(&self, last: u64) -> Result<Option<u64>, ApiError> {
-        let read = self
-            .state
-            .node
-            .store()
-            .run_blocking(move |s| s.events_after(Revision(last), EVENT_BATCH))
-            .await;
-        match read {
-            Ok(batch) if batch.is_empty() => Ok(None),
-            Ok(batch) => {
-                let mut upto = last;
+        let mut cursor = self.state.node.store().events(Revision(last));
+        match cursor.next().await {
+            Ok(EventStep::Events(batch)) => {
                 let mut lines = Vec::new();
-                for (rev, events) in batch {
-                    for event in &events {
-                        self.stored_lines(event, &mut lines);
+                for event in batch.iter().flat_map(|(_, events)| events) {
+                    if let Some((event_type, obj)) = self.scope.stored(event) {
+                        lines.push(self.object_line(event_type, &obj));
                     }
-                    upto = rev.0;
                 }
                 self.flush(&mut lines).await;
-                Ok(Some(upto))
+                Ok(Some(cursor.after().0))
             }
-            Err(kubestore_storage::StoreError::Compacted { compacted, .. }) => {
-                Err(too_old(last, compacted.0))
-            }
-            Err(kubestore_storage::StoreError::Installing) => Ok(None),
+            Ok(EventStep::CaughtUp { .. }) | Err(StoreError::Installing) => Ok(None),
+            Ok(EventStep::Compacted { compacted, .. }) => Err(too_old(last, compacted.0)),
             Err(e) => Err(ApiError::from(e)),
         }
     }
@@ -407,13 +401,13 @@ impl Watcher {
                         return None;
                     }
                 }
-                let (objects, revision) = kube.cache().current(self.rt);
-                let prefix = String::from_utf8_lossy(&self.prefix).into_owned();
+                let (objects, revision) = kube.cache().current(self.scope.rt);
+                let prefix = String::from_utf8_lossy(&self.scope.prefix).into_owned();
                 let matching = objects
                     .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
                     .take_while(|(k, _)| k.starts_with(&prefix))
                     .map(|(_, o)| o)
-                    .filter(|o| self.selectors.matches(&o.object));
+                    .filter(|o| self.scope.selectors.matches(&o.object));
                 let mut lines = Vec::new();
                 for obj in matching {
                     lines.push(self.object_line(WatchEventType::Added, obj));
@@ -423,18 +417,21 @@ impl Watcher {
                 }
                 self.flush(&mut lines).await;
                 if streaming && self.bookmarks {
-                    let mut end = self.bookmark(revision);
-                    end["metadata"]["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
-                    self.send("BOOKMARK", end).await;
+                    self.send("BOOKMARK", self.scope.initial_events_end(revision))
+                        .await;
                 }
                 Some(revision)
             }
         }
     }
+}
 
-    /// Turns one cached event into at most one watch event line, applying
-    /// the selectors' transitions as kube does.
-    fn cached_lines(&self, event: &CachedEvent, out: &mut Vec<Bytes>) {
+impl Scope {
+    /// The watch event one cached event is for this watcher, if any: kube's
+    /// transitions through the selectors (an object that starts matching is
+    /// `ADDED`, one that stops is `DELETED` showing its last matching state
+    /// at the revision of the change; a deletion shows its tombstone).
+    fn cached(&self, event: &CachedEvent) -> Option<(WatchEventType, Arc<CachedObject>)> {
         let in_scope = |o: &&Arc<CachedObject>| o.key.as_bytes().starts_with(&self.prefix);
         let matches = |o: &&Arc<CachedObject>| self.selectors.matches(&o.object);
         let old = event.prev.as_ref().filter(in_scope).filter(matches);
@@ -442,29 +439,26 @@ impl Watcher {
             EventKind::Put => event.object.as_ref().filter(in_scope).filter(matches),
             EventKind::Delete => None,
         };
-        let line = match (old, new) {
-            (None, Some(new)) => self.object_line(WatchEventType::Added, new),
-            (Some(_), Some(new)) => self.object_line(WatchEventType::Modified, new),
+        match (old, new) {
+            (None, Some(new)) => Some((WatchEventType::Added, new.clone())),
+            (Some(_), Some(new)) => Some((WatchEventType::Modified, new.clone())),
             // The last matching state, with the revision that removed it.
             (Some(old), None) => {
                 let shown = match (event.kind, &event.object) {
-                    (EventKind::Delete, Some(tombstone)) => Some(tombstone.clone()),
-                    _ => old.at_revision(event.revision).map(Arc::new),
+                    (EventKind::Delete, Some(tombstone)) => tombstone.clone(),
+                    _ => Arc::new(old.at_revision(event.revision)?),
                 };
-                match shown {
-                    Some(obj) => self.object_line(WatchEventType::Deleted, &obj),
-                    None => return,
-                }
+                Some((WatchEventType::Deleted, shown))
             }
-            (None, None) => return,
-        };
-        out.push(line);
+            (None, None) => None,
+        }
     }
 
-    /// The same for an event read from storage history.
-    fn stored_lines(&self, event: &Event, out: &mut Vec<Bytes>) {
+    /// The same for an event read from storage history: both states are
+    /// decoded at the event's revision.
+    fn stored(&self, event: &Event) -> Option<(WatchEventType, CachedObject)> {
         if !event.kv.key.starts_with(&self.prefix) {
-            return;
+            return None;
         }
         let rev = event.kv.mod_revision.0;
         let decode = |kv: &kubestore_storage::KeyValue| {
@@ -476,13 +470,28 @@ impl Watcher {
             EventKind::Put => decode(&event.kv),
             EventKind::Delete => None,
         };
-        let line = match (old, new) {
-            (None, Some(new)) => self.object_line(WatchEventType::Added, &new),
-            (Some(_), Some(new)) => self.object_line(WatchEventType::Modified, &new),
-            (Some(old), None) => self.object_line(WatchEventType::Deleted, &old),
-            (None, None) => return,
-        };
-        out.push(line);
+        match (old, new) {
+            (None, Some(new)) => Some((WatchEventType::Added, new)),
+            (Some(_), Some(new)) => Some((WatchEventType::Modified, new)),
+            (Some(old), None) => Some((WatchEventType::Deleted, old)),
+            (None, None) => None,
+        }
+    }
+
+    /// A `BOOKMARK`'s object: the type and a revision, nothing else.
+    fn bookmark(&self, revision: u64) -> Value {
+        json!({
+            "kind": self.rt.kind,
+            "apiVersion": self.rt.api_version(),
+            "metadata": { "resourceVersion": revision.to_string() },
+        })
+    }
+
+    /// The bookmark that ends a streaming list's initial state.
+    fn initial_events_end(&self, revision: u64) -> Value {
+        let mut end = self.bookmark(revision);
+        end["metadata"]["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+        end
     }
 }
 
@@ -528,5 +537,318 @@ mod proptests {
                 Err(e) => prop_assert!(!e.code().is_server_error(), "{e:?}"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubestore_storage::KeyValue;
+
+    use super::*;
+    use crate::kube::resources;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn configmaps() -> &'static ResourceType {
+        resources::find("", "v1", "configmaps").expect("configmaps")
+    }
+
+    /// Configmaps in namespace `default` labelled `app=web`.
+    fn scope() -> Scope {
+        let rt = configmaps();
+        Scope {
+            rt,
+            prefix: rt.collection_prefix(Some("default")).into_bytes(),
+            selectors: Selectors::parse(rt, Some("app=web"), None).expect("selector"),
+        }
+    }
+
+    /// The stored value of configmap `ns/name` labelled `app`.
+    fn value(ns: &str, name: &str, app: &str) -> Vec<u8> {
+        json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}}})
+            .to_string()
+            .into_bytes()
+    }
+
+    fn cached(ns: &str, name: &str, app: &str, revision: u64) -> Arc<CachedObject> {
+        let key = configmaps().key(Some(ns), name);
+        Arc::new(
+            CachedObject::decode(
+                configmaps(),
+                key.as_bytes(),
+                &value(ns, name, app),
+                revision,
+            )
+            .expect("an object"),
+        )
+    }
+
+    /// A put of `ns/name` at revision 5 from `before` (the previous label,
+    /// if it existed) to `after`.
+    fn cached_put(ns: &str, name: &str, before: Option<&str>, after: &str) -> CachedEvent {
+        CachedEvent {
+            revision: 5,
+            kind: EventKind::Put,
+            object: Some(cached(ns, name, after, 5)),
+            prev: before.map(|app| cached(ns, name, app, 3)),
+        }
+    }
+
+    /// What a scope makes of an event: its type, the object's name and
+    /// the resourceVersion shown.
+    fn seen(
+        found: Option<(WatchEventType, impl std::ops::Deref<Target = CachedObject>)>,
+    ) -> Option<(&'static str, String, String)> {
+        found.map(|(event_type, obj)| {
+            let meta = &obj.object["metadata"];
+            (
+                event_type.as_str(),
+                meta["name"].as_str().unwrap_or("").to_string(),
+                meta["resourceVersion"].as_str().unwrap_or("").to_string(),
+            )
+        })
+    }
+
+    fn stored_kv(ns: &str, name: &str, app: &str, revision: u64) -> KeyValue {
+        KeyValue {
+            key: configmaps().key(Some(ns), name).into_bytes(),
+            create_revision: Revision(3),
+            mod_revision: Revision(revision),
+            version: 1,
+            value: value(ns, name, app),
+            lease: 0,
+        }
+    }
+
+    fn stored_put(ns: &str, name: &str, before: Option<&str>, after: &str) -> Event {
+        Event {
+            kind: EventKind::Put,
+            kv: stored_kv(ns, name, after, 5),
+            prev_kv: before.map(|app| stored_kv(ns, name, app, 3)),
+        }
+    }
+
+    fn s(v: &str) -> String {
+        v.to_string()
+    }
+
+    #[test]
+    fn the_start_follows_resource_version_and_send_initial_events() {
+        let start = |pairs: &[(&str, &str)]| parse(&query(pairs)).map(|p| p.start);
+        assert_eq!(
+            start(&[]).ok(),
+            Some(Start::State {
+                linearizable: true,
+                at_least: None,
+                streaming: false
+            }),
+            "unset: the state at a linearizable revision"
+        );
+        assert_eq!(
+            start(&[("resourceVersion", "0")]).ok(),
+            Some(Start::State {
+                linearizable: false,
+                at_least: None,
+                streaming: false
+            }),
+            "0: this node's state"
+        );
+        assert_eq!(
+            start(&[("resourceVersion", "7")]).ok(),
+            Some(Start::After(7))
+        );
+        assert_eq!(
+            start(&[
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "NotOlderThan"),
+                ("resourceVersion", "7"),
+            ])
+            .ok(),
+            Some(Start::State {
+                linearizable: false,
+                at_least: Some(7),
+                streaming: true
+            })
+        );
+        assert_eq!(
+            start(&[
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "NotOlderThan"),
+            ])
+            .ok(),
+            Some(Start::State {
+                linearizable: true,
+                at_least: None,
+                streaming: true
+            })
+        );
+    }
+
+    #[test]
+    fn inconsistent_watch_options_are_the_clients_mistake() {
+        let code = |pairs: &[(&str, &str)]| parse(&query(pairs)).err().map(|e| e.code());
+        assert_eq!(
+            code(&[("resourceVersionMatch", "NotOlderThan")]),
+            Some(StatusCode::UNPROCESSABLE_ENTITY),
+            "a match without sendInitialEvents"
+        );
+        assert_eq!(
+            code(&[("sendInitialEvents", "true")]),
+            Some(StatusCode::UNPROCESSABLE_ENTITY),
+            "sendInitialEvents without NotOlderThan"
+        );
+        assert_eq!(
+            code(&[
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "Exact")
+            ]),
+            Some(StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        assert_eq!(
+            code(&[("resourceVersion", "x")]),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            code(&[("timeoutSeconds", "-1")]),
+            Some(StatusCode::BAD_REQUEST)
+        );
+    }
+
+    #[test]
+    fn timeouts_are_capped_and_bookmarks_are_opt_in() {
+        let p = parse(&query(&[("timeoutSeconds", "10")])).expect("parse");
+        assert_eq!(p.timeout, Duration::from_secs(10));
+        assert!(!p.bookmarks);
+        let p = parse(&query(&[("timeoutSeconds", "99999999999")])).expect("parse");
+        assert_eq!(p.timeout, MAX_WATCH_TIMEOUT);
+        let p = parse(&query(&[])).expect("parse");
+        assert!(p.timeout >= MIN_REQUEST_TIMEOUT && p.timeout <= 2 * MIN_REQUEST_TIMEOUT);
+        let p = parse(&query(&[("allowWatchBookmarks", "true")])).expect("parse");
+        assert!(p.bookmarks);
+        let p = parse(&query(&[("allowWatchBookmarks", "false")])).expect("parse");
+        assert!(!p.bookmarks);
+    }
+
+    #[test]
+    fn a_cached_change_is_seen_through_the_selectors() {
+        let scope = scope();
+        assert_eq!(
+            seen(scope.cached(&cached_put("default", "a", None, "web"))),
+            Some(("ADDED", s("a"), s("5")))
+        );
+        assert_eq!(
+            seen(scope.cached(&cached_put("default", "a", Some("web"), "web"))),
+            Some(("MODIFIED", s("a"), s("5")))
+        );
+        assert_eq!(
+            seen(scope.cached(&cached_put("default", "a", Some("db"), "web"))),
+            Some(("ADDED", s("a"), s("5"))),
+            "starts matching"
+        );
+        assert_eq!(
+            seen(scope.cached(&cached_put("default", "a", Some("web"), "db"))),
+            Some(("DELETED", s("a"), s("5"))),
+            "stops matching: the last matching state at the change's revision"
+        );
+        assert_eq!(
+            seen(scope.cached(&cached_put("default", "a", Some("db"), "db"))),
+            None
+        );
+        assert_eq!(
+            seen(scope.cached(&cached_put("other", "a", None, "web"))),
+            None,
+            "another namespace"
+        );
+    }
+
+    #[test]
+    fn a_cached_deletion_shows_its_tombstone() {
+        let scope = scope();
+        let deletion = |app: &str| CachedEvent {
+            revision: 6,
+            kind: EventKind::Delete,
+            object: Some(cached("default", "a", app, 6)),
+            prev: Some(cached("default", "a", app, 5)),
+        };
+        assert_eq!(
+            seen(scope.cached(&deletion("web"))),
+            Some(("DELETED", s("a"), s("6")))
+        );
+        assert_eq!(seen(scope.cached(&deletion("db"))), None, "never matched");
+    }
+
+    #[test]
+    fn a_stored_change_is_seen_as_the_cached_one_would_be() {
+        let scope = scope();
+        let both = |ns: &str, before: Option<&str>, after: &str| {
+            (
+                seen(
+                    scope
+                        .stored(&stored_put(ns, "a", before, after))
+                        .map(|(t, o)| (t, Box::new(o))),
+                ),
+                seen(scope.cached(&cached_put(ns, "a", before, after))),
+            )
+        };
+        for (ns, before, after) in [
+            ("default", None, "web"),
+            ("default", Some("web"), "web"),
+            ("default", Some("db"), "web"),
+            ("default", Some("web"), "db"),
+            ("default", Some("db"), "db"),
+            ("other", None, "web"),
+        ] {
+            let (stored, cached) = both(ns, before, after);
+            assert_eq!(stored, cached, "{ns} {before:?} -> {after}");
+        }
+
+        let deletion = Event {
+            kind: EventKind::Delete,
+            kv: KeyValue {
+                value: Vec::new(),
+                ..stored_kv("default", "a", "web", 6)
+            },
+            prev_kv: Some(stored_kv("default", "a", "web", 5)),
+        };
+        assert_eq!(
+            seen(scope.stored(&deletion).map(|(t, o)| (t, Box::new(o)))),
+            Some(("DELETED", s("a"), s("6"))),
+            "the last state, at the deletion's revision"
+        );
+    }
+
+    #[test]
+    fn bookmarks_carry_only_the_type_and_a_revision() {
+        let scope = scope();
+        assert_eq!(
+            scope.bookmark(42),
+            json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "42"}})
+        );
+        let end = scope.initial_events_end(42);
+        assert_eq!(end["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            end["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+    }
+
+    #[test]
+    fn a_compacted_start_is_an_expired_error_event() {
+        let line = event_line("ERROR", too_old(3, 7).to_status());
+        assert!(line.ends_with(b"\n"), "one event per line");
+        let event: Value = serde_json::from_slice(&line).expect("json");
+        assert_eq!(event["type"], "ERROR");
+        assert_eq!(event["object"]["kind"], "Status");
+        assert_eq!(event["object"]["code"], 410);
+        assert_eq!(event["object"]["reason"], "Expired");
+        assert_eq!(
+            event["object"]["message"],
+            "too old resource version: 3 (7)"
+        );
     }
 }
