@@ -7,9 +7,12 @@
 //!
 //! [`chaos`] is the fault-schedule checker built on it (`kubestore-chaos`).
 //!
-//! Waiting is event-driven where the harness can see events (Raft metrics,
-//! applied state); across processes it polls `/debug/cluster`, the only
-//! signal a separate process gives.
+//! Waiting is event-driven where the harness can see events: convergence
+//! and compaction of in-process nodes are awaited on their applied-state
+//! channels ([`TestCluster::wait_converged`],
+//! [`TestCluster::wait_compacted`]). Raft's own view (leaders, terms) and
+//! every node of a process cluster are seen only through `/debug/cluster`,
+//! which [`TestCluster::wait_for`] polls until its deadline.
 
 pub mod chaos;
 pub mod kube;
@@ -21,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use kubestore_server::{RunningNode, ServeConfig};
+use kubestore_storage::AppliedState;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -434,20 +438,88 @@ impl TestCluster {
     /// Waits until every running node has applied the same log index and
     /// reports the same revision.
     pub async fn wait_converged(&self, timeout: Duration) -> anyhow::Result<u64> {
+        let what = "all nodes at the same applied index and revision";
+        let same = |s: &[AppliedState]| {
+            s.iter()
+                .all(|x| (x.log_index, x.revision) == (s[0].log_index, s[0].revision))
+        };
+        if let Some(states) = self.wait_applied(what, timeout, same).await {
+            return Ok(states?[0].revision.0);
+        }
         let statuses = self
-            .wait_for(
-                "all nodes at the same applied index and revision",
-                timeout,
-                |s| {
-                    let a = (&s[0]["applied_index"], &s[0]["revision"]);
-                    s.iter().all(|x| (&x["applied_index"], &x["revision"]) == a)
-                        && s.len() == self.ids().iter().filter(|id| self.is_running(**id)).count()
-                },
-            )
+            .wait_for(what, timeout, |s| {
+                let a = (&s[0]["applied_index"], &s[0]["revision"]);
+                s.iter().all(|x| (&x["applied_index"], &x["revision"]) == a)
+                    && s.len() == self.ids().iter().filter(|id| self.is_running(**id)).count()
+            })
             .await?;
         statuses[0]["revision"]
             .as_u64()
             .ok_or_else(|| anyhow!("no revision"))
+    }
+
+    /// Waits until every running node has compacted its history to at
+    /// least `revision`.
+    pub async fn wait_compacted(&self, revision: u64, timeout: Duration) -> anyhow::Result<()> {
+        let what = format!("every node compacted to {revision}");
+        let done = |s: &[AppliedState]| s.iter().all(|x| x.compacted.0 >= revision);
+        if let Some(states) = self.wait_applied(&what, timeout, done).await {
+            return states.map(drop);
+        }
+        self.wait_for(&what, timeout, |s| {
+            s.iter()
+                .all(|x| x["compacted_revision"].as_u64() >= Some(revision))
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Waits until `pred` holds for the applied states of every running
+    /// node, woken by the nodes' applied-state channels rather than by a
+    /// timer. Only for a cluster whose running nodes are all in this
+    /// process (`None` otherwise: a separate process's state is seen only
+    /// through `/debug/cluster`, see [`TestCluster::wait_for`]).
+    async fn wait_applied<F>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> Option<anyhow::Result<Vec<AppliedState>>>
+    where
+        F: Fn(&[AppliedState]) -> bool,
+    {
+        let mut channels = Vec::new();
+        for slot in self.nodes.iter().filter(|n| self.is_running(n.id)) {
+            match &slot.slot {
+                Slot::InProcess(Some(node)) => channels.push(node.raft.store().subscribe()),
+                _ => return None,
+            }
+        }
+        if channels.is_empty() {
+            return None;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        Some(loop {
+            // Marked seen before the check: a change after it wakes the wait.
+            let states: Vec<AppliedState> = channels
+                .iter_mut()
+                .map(|c| *c.borrow_and_update())
+                .collect();
+            if pred(&states) {
+                break Ok(states);
+            }
+            let changed =
+                futures::future::select_all(channels.iter_mut().map(|c| Box::pin(c.changed())));
+            match tokio::time::timeout_at(deadline, changed).await {
+                Ok((Ok(()), _, _)) => {}
+                Ok((Err(_), _, _)) => break Err(anyhow!("a node stopped while waiting for {what}")),
+                Err(_) => {
+                    break Err(anyhow!(
+                        "timed out after {timeout:?} waiting for {what}; last applied states: {states:?}"
+                    ))
+                }
+            }
+        })
     }
 
     /// Stops a node abruptly: an in-process node loses its servers and Raft

@@ -129,16 +129,9 @@ async fn kube_rs_reflector_converges_through_writes_compactions_and_a_restart() 
     write_round(clients(&c), 10).await;
     let compacted = compact_now(&c).await;
     c.restart(watched).await.expect("restart");
-    c.wait_for(
-        "the restarted node applied the compaction",
-        Duration::from_secs(30),
-        |s| {
-            s.iter()
-                .all(|x| x["compacted_revision"].as_u64() >= Some(compacted))
-        },
-    )
-    .await
-    .expect("compacted everywhere");
+    c.wait_compacted(compacted, Duration::from_secs(30))
+        .await
+        .expect("the restarted node applied the compaction too");
     write_round(clients(&c), 11).await;
 
     // Phase 3: the reflector's store equals a fresh linearizable list.

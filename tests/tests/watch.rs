@@ -350,19 +350,9 @@ async fn the_leader_compacts_periodically_by_age() {
         .await
         .expect("create")
         .rv();
-    c.wait_for(
-        "periodic compaction past the write",
-        Duration::from_secs(30),
-        |s| {
-            s.iter().all(|x| {
-                x["compacted_revision"]
-                    .as_u64()
-                    .is_some_and(|r| r >= written)
-            })
-        },
-    )
-    .await
-    .expect("compacted by age");
+    c.wait_compacted(written, Duration::from_secs(30))
+        .await
+        .expect("periodic compaction past the write, by age");
     c.shutdown().await;
 }
 
