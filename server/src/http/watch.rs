@@ -6,10 +6,12 @@
 //! node's revision-ordered event log in storage (the same on every node)
 //! through storage's event cursor (`Store::events`), one batch per step,
 //! until it reaches the ring again. The cursor reports compaction as an
-//! outcome of its own, which ends the watch with `410 Expired`. An event's line is encoded once per
-//! object in the cache and shared by every watcher that sends it; whatever
-//! one drain yields goes to the socket as one chunk, so a burst costs one
-//! write. The watcher is the response body itself (a [`PullStream`]): it
+//! outcome of its own, which ends the watch with `410 Expired`. What a
+//! watcher sends of a change (its namespace and selectors) is decided by
+//! its [`Scope`], alike for cached and stored events. An event's line is
+//! encoded once per object in the cache and shared by every watcher that
+//! sends it; whatever one drain yields goes to the socket as one chunk, so
+//! a burst costs one write. The watcher is the response body itself (a [`PullStream`]): it
 //! runs on the task hyper already has for the connection or HTTP/2
 //! stream, only when the client can take more, with no task or channel of
 //! its own, and it ends when the client goes away. A slow watcher only
