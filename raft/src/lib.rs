@@ -43,7 +43,14 @@
 //!
 //! # Layout
 //!
-//! - [`node`]: start/bootstrap, write forwarding, read barrier, status.
+//! - [`node`]: the node's core: start/bootstrap, configuration, leader
+//!   tracking, membership, status.
+//! - `forward`: writes from any node: propose or forward to the leader,
+//!   deadlines, retry at the next leader.
+//! - `read_index`: linearizable reads: the leader's lease or a quorum
+//!   round, a follower's `ReadIndex` RPC, the wait for the local apply.
+//! - [`cluster_rpc`]: the `ClusterService` peers call on the peer port
+//!   (forwarded writes, read indexes, client address).
 //! - [`network`]: the tonic transport and fault injection.
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
@@ -55,12 +62,15 @@
 //!   ([`RaftNodeError::is_outcome_unknown`]), refused before proposal
 //!   (`InvalidCommand`) and fatal ([`RaftNodeError::is_fatal`]).
 
+pub mod cluster_rpc;
 pub mod error;
+mod forward;
 mod lease;
 pub mod network;
 pub mod node;
 mod propose;
 mod read;
+mod read_index;
 pub mod session;
 
 pub use error::{ConfigError, ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
