@@ -169,7 +169,7 @@ impl RaftNode {
         let call = client.forward(ForwardRequest { command });
         let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, call).await else {
             // No answer: the leader may be paused or cut off. Retry wherever
-            // leadership goes (see the crate docs on why a retry is safe).
+            // leadership goes: the proposal id makes a second copy harmless.
             return Err(Redirect::To(None));
         };
         match answer {

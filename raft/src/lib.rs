@@ -8,7 +8,10 @@
 //! # Invariants
 //!
 //! - A write is acknowledged only once its entry is committed on a quorum
-//!   (openraft) and applied on the node that answers.
+//!   (openraft) and applied on the leader that proposed it: its response is
+//!   that apply's. A follower that forwarded it passes the leader's
+//!   response on and may not have applied the entry itself yet; a read
+//!   that must see it goes through [`RaftNode::linearizable_barrier`].
 //! - Writes arriving at a follower are forwarded to the leader internally.
 //!   An attempt is retried at the next leader when the target answered
 //!   "not the leader", was unreachable, did not answer within
@@ -17,7 +20,10 @@
 //!   `ProposalId` ([`session::ClientSession`]), and the state machine
 //!   applies a `Command::Tagged` proposal at most once (see
 //!   `kubestore_storage::session`), so a retry never applies a write twice,
-//!   whatever the command and whatever the timing.
+//!   whatever the command and whatever the timing. This safety is the
+//!   proposal id's alone: it does not rest on what the command does (a
+//!   blind etcd put or a lease keep-alive has no precondition to stop a
+//!   second copy), nor on anything a front end adds.
 //! - Once an attempt may have reached a leader, a write that does not end
 //!   in an answer is reported as unknown ([`RaftNodeError::Timeout`] or
 //!   [`RaftNodeError::Indeterminate`]), never as a definite failure.
@@ -31,7 +37,8 @@
 //!   follower's).
 //!   A leader that confirmed its leadership with a quorum less than its
 //!   read lease ago answers read indexes without another round; the lease
-//!   is a quarter of the followers' refusal to vote (see `lease`).
+//!   is at most half the minimum election timeout, and so under half of
+//!   any follower's refusal to vote (see `lease`).
 //!
 //! - Commands are validated before they are proposed
 //!   ([`kubestore_storage::Command::validate`] against

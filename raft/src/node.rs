@@ -97,9 +97,10 @@ pub fn command_limits(max_command_bytes: usize) -> Limits {
 }
 
 impl RaftNodeConfig {
-    /// Defaults for a node: 200 ms heartbeats, 0.3–0.6 s elections (a dead
-    /// leader is replaced after openraft's leader lease, the maximum
-    /// election timeout, plus one election timeout: 0.9–1.2 s), a 150 ms
+    /// Defaults for a node: 200 ms heartbeats, a 0.3–0.6 s election
+    /// timeout range (each member draws from its own slice of it, see
+    /// `election_window`; a dead leader is replaced once a follower's
+    /// lease, its maximum, and then its own timeout have passed), a 150 ms
     /// read lease.
     pub fn new(id: NodeId, data_dir: PathBuf, members: BTreeMap<NodeId, String>) -> Self {
         Self {
