@@ -18,7 +18,7 @@ use std::time::Duration;
 use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
 use kubestore_proto::raft::raft_service_server::RaftServiceServer;
 use kubestore_proto::raft::ClientAddrRequest;
-use kubestore_storage::{Limits, Node, NodeId, Store, TypeConfig};
+use kubestore_storage::{Limits, LogIndex, Node, NodeId, Revision, Store, TypeConfig};
 use openraft::error::RaftError;
 use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
@@ -157,13 +157,13 @@ pub struct ClusterStatus {
     pub leader_id: Option<NodeId>,
     pub state: String,
     pub term: u64,
-    pub last_log_index: u64,
-    pub committed_index: u64,
-    pub applied_index: u64,
-    pub revision: u64,
-    pub compacted_revision: u64,
-    pub snapshot_index: Option<u64>,
-    pub purged_index: Option<u64>,
+    pub last_log_index: LogIndex,
+    pub committed_index: LogIndex,
+    pub applied_index: LogIndex,
+    pub revision: Revision,
+    pub compacted_revision: Revision,
+    pub snapshot_index: Option<LogIndex>,
+    pub purged_index: Option<LogIndex>,
     pub members: Vec<Member>,
     /// Read-index rounds this node ran as the leader.
     pub read_index_rounds: u64,
@@ -565,7 +565,7 @@ impl RaftNode {
             .raft
             .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
             .await?;
-        Ok(committed.saturating_sub(self.inner.store.applied().log_index))
+        Ok(committed.saturating_sub(self.inner.store.applied().log_index.0))
     }
 
     /// The node's Raft view right now.
@@ -589,13 +589,13 @@ impl RaftNode {
             }
             .into(),
             term: m.current_term,
-            last_log_index: m.last_log_index.unwrap_or(0),
-            committed_index: committed,
-            applied_index: m.last_applied.map_or(0, |l| l.index),
-            revision: applied.revision.0,
-            compacted_revision: applied.compacted.0,
-            snapshot_index: m.snapshot.map(|l| l.index),
-            purged_index: m.purged.map(|l| l.index),
+            last_log_index: LogIndex(m.last_log_index.unwrap_or(0)),
+            committed_index: LogIndex(committed),
+            applied_index: LogIndex(m.last_applied.map_or(0, |l| l.index)),
+            revision: applied.revision,
+            compacted_revision: applied.compacted,
+            snapshot_index: m.snapshot.map(|l| LogIndex(l.index)),
+            purged_index: m.purged.map(|l| LogIndex(l.index)),
             members: m
                 .membership_config
                 .nodes()

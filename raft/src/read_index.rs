@@ -13,7 +13,7 @@
 use std::sync::atomic::Ordering;
 
 use kubestore_proto::raft::ReadIndexRequest;
-use kubestore_storage::{AppliedState, NodeId};
+use kubestore_storage::{AppliedState, LogIndex, NodeId};
 use openraft::error::RaftError;
 use openraft::ServerState;
 use tracing::{instrument, Instrument};
@@ -120,7 +120,7 @@ impl RaftNode {
         let index = tokio::time::timeout(self.inner.request_timeout, self.read_index())
             .await
             .map_err(|_| RaftNodeError::Timeout("a read index"))??;
-        self.wait_applied(index).await
+        self.wait_applied(LogIndex(index)).await
     }
 
     /// A read index for a read that begins now: from the lease when this
@@ -177,7 +177,7 @@ impl RaftNode {
     }
 
     /// Waits until this node has applied log `index`.
-    pub async fn wait_applied(&self, index: u64) -> Result<AppliedState, RaftNodeError> {
+    pub async fn wait_applied(&self, index: LogIndex) -> Result<AppliedState, RaftNodeError> {
         let mut applied = self.inner.store.subscribe();
         let outcome = match tokio::time::timeout(
             self.inner.request_timeout,

@@ -15,6 +15,7 @@ use crate::command::{
     PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
 };
 use crate::error::StoreError;
+use crate::ids::LeaseId;
 use crate::session::{Recorded, SessionState, SessionUpdate};
 use crate::NodeId;
 
@@ -76,9 +77,9 @@ pub trait MvccRead {
     fn current_revision(&self) -> Revision;
     fn compacted_revision(&self) -> Revision;
     /// Lease `id`, if it exists.
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError>;
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError>;
     /// The keys attached to lease `id`, in key order.
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError>;
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError>;
     /// The proposal session of origin node `origin`, if it has one.
     fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError>;
     /// What `origin`'s session recorded of its proposal `seq`.
@@ -200,9 +201,9 @@ pub struct Applied {
     /// Set when the command compacts history to this revision.
     pub compact_to: Option<Revision>,
     /// Final state of each changed lease (`None` = gone).
-    pub leases: BTreeMap<i64, Option<LeaseRecord>>,
+    pub leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
     /// Lease attachments: `(lease, key)` → attached (`true`) or detached.
-    pub attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    pub attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// The change a tagged command made to its origin's session.
     pub session: Option<SessionUpdate>,
     /// Bytes of key-values its ranges returned ([`kv_bytes`]), counted
@@ -277,8 +278,8 @@ struct BatchView<'v, V> {
     /// Each writing command's key states at its revision, in order, for
     /// reads at a revision inside the batch.
     history: Vec<(Revision, KeyStates)>,
-    leases: BTreeMap<i64, Option<LeaseRecord>>,
-    attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
+    attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     sessions: BTreeMap<NodeId, SessionOverlay>,
 }
 
@@ -408,14 +409,14 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         self.base.compacted_revision()
     }
 
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
         match self.leases.get(&id) {
             Some(lease) => Ok(*lease),
             None => self.base.lease(id),
         }
     }
 
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut keys: std::collections::BTreeSet<Vec<u8>> =
             self.base.lease_keys(id)?.into_iter().collect();
         for ((lease, key), attached) in self.attachments.range((id, Vec::new())..) {
@@ -572,7 +573,7 @@ fn apply_within(
 /// A deterministic refusal: no change, no new revision.
 /// Deletes lease `id` (known to exist) and every key attached to it, in
 /// one revision (none if it held no key).
-fn revoke(view: &impl MvccRead, current: Revision, id: i64) -> Result<Applied, StoreError> {
+fn revoke(view: &impl MvccRead, current: Revision, id: LeaseId) -> Result<Applied, StoreError> {
     let mut run = TxnRun::new(view, current, 0);
     let mut deleted = 0;
     for key in view.lease_keys(id)? {
@@ -737,7 +738,7 @@ struct TxnRun<'v, V> {
     revision: Revision,
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
     events: Vec<Event>,
-    attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// Bytes of range results it may still return.
     budget: usize,
 }
@@ -755,14 +756,14 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
     }
 
     /// Moves `key` from lease `from` to lease `to` (0 = none).
-    fn reattach(&mut self, key: &[u8], from: i64, to: i64) {
+    fn reattach(&mut self, key: &[u8], from: LeaseId, to: LeaseId) {
         if from == to {
             return;
         }
-        if from != 0 {
+        if !from.is_none() {
             self.attachments.insert((from, key.to_vec()), false);
         }
-        if to != 0 {
+        if !to.is_none() {
             self.attachments.insert((to, key.to_vec()), true);
         }
     }
@@ -878,10 +879,14 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
             (Some(prev), true) => prev.lease,
             _ => req.lease,
         };
-        if lease != 0 && self.view.lease(lease)?.is_none() {
+        if !lease.is_none() && self.view.lease(lease)?.is_none() {
             return Err(TxnError::Refused(ApplyError::LeaseNotFound));
         }
-        self.reattach(&req.key, prev.as_ref().map_or(0, |p| p.lease), lease);
+        self.reattach(
+            &req.key,
+            prev.as_ref().map_or(LeaseId::NONE, |p| p.lease),
+            lease,
+        );
         let kv = KeyValue {
             key: req.key.clone(),
             create_revision: prev.as_ref().map_or(self.revision, |p| p.create_revision),
@@ -915,7 +920,7 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
         };
         let deleted = victims.len() as u64;
         for prev in &victims {
-            self.reattach(&prev.key, prev.lease, 0);
+            self.reattach(&prev.key, prev.lease, LeaseId::NONE);
             self.writes.insert(prev.key.clone(), None);
             self.events.push(Event {
                 kind: EventKind::Delete,
@@ -960,9 +965,9 @@ fn compare_one(kv: Option<&KeyValue>, cmp: &Compare) -> bool {
     use std::cmp::Ordering;
     let ord: Ordering = match &cmp.target {
         CompareTarget::Version(v) => kv.map_or(0, |kv| kv.version).cmp(v),
-        CompareTarget::Create(r) => kv.map_or(0, |kv| kv.create_revision.0).cmp(r),
-        CompareTarget::Mod(r) => kv.map_or(0, |kv| kv.mod_revision.0).cmp(r),
-        CompareTarget::Lease(l) => kv.map_or(0, |kv| kv.lease).cmp(l),
+        CompareTarget::Create(r) => kv.map_or(Revision::ZERO, |kv| kv.create_revision).cmp(r),
+        CompareTarget::Mod(r) => kv.map_or(Revision::ZERO, |kv| kv.mod_revision).cmp(r),
+        CompareTarget::Lease(l) => kv.map_or(LeaseId::NONE, |kv| kv.lease).cmp(l),
         CompareTarget::Value(v) => match kv {
             Some(kv) => kv.value.as_slice().cmp(v.as_slice()),
             // etcd: a value compare against a missing key is false.
@@ -989,7 +994,7 @@ mod tests {
         revision: Revision,
         sessions: BTreeMap<NodeId, SessionState>,
         records: BTreeMap<(NodeId, u64), Recorded>,
-        leases: BTreeMap<i64, LeaseRecord>,
+        leases: BTreeMap<LeaseId, LeaseRecord>,
     }
 
     impl MemView {
@@ -1072,10 +1077,10 @@ mod tests {
         fn compacted_revision(&self) -> Revision {
             Revision::ZERO
         }
-        fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+        fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
             Ok(self.leases.get(&id).copied())
         }
-        fn lease_keys(&self, _id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        fn lease_keys(&self, _id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
             Ok(Vec::new())
         }
         fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
@@ -1221,7 +1226,7 @@ mod tests {
                 compare: vec![Compare {
                     range: KeyRange::prefix("empty/"),
                     op,
-                    target: CompareTarget::Mod(rev),
+                    target: CompareTarget::Mod(Revision(rev)),
                 }],
                 success: vec![Op::Put(PutRequest::new("x", "1"))],
                 failure: vec![],
@@ -1493,23 +1498,35 @@ mod tests {
     #[test]
     fn an_expiry_decided_before_a_renewal_is_refused() {
         let mut view = MemView::default();
-        let granted = view.run(Command::LeaseGrant { id: 7, ttl: 10 });
+        let granted = view.run(Command::LeaseGrant {
+            id: LeaseId(7),
+            ttl: 10,
+        });
         assert!(granted.response.result.is_ok());
         // A leader's clock ran out at renewal count 0; meanwhile the
         // majority committed a keep-alive.
-        view.run(Command::LeaseKeepAlive { id: 7 });
-        let stale = view.run(Command::LeaseExpire { id: 7, renewals: 0 });
+        view.run(Command::LeaseKeepAlive { id: LeaseId(7) });
+        let stale = view.run(Command::LeaseExpire {
+            id: LeaseId(7),
+            renewals: 0,
+        });
         assert_eq!(stale.response.result, Err(ApplyError::LeaseRenewed));
         assert!(stale.leases.is_empty(), "a refused expiry changes no lease");
-        assert_eq!(view.leases.get(&7).map(|l| l.renewals), Some(1));
+        assert_eq!(view.leases.get(&LeaseId(7)).map(|l| l.renewals), Some(1));
         // Decided on the current count, the expiry revokes.
-        let expired = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
+        let expired = view.run(Command::LeaseExpire {
+            id: LeaseId(7),
+            renewals: 1,
+        });
         assert_eq!(
             expired.response.result,
             Ok(CommandResult::LeaseRevoked { deleted: 0 })
         );
         assert!(view.leases.is_empty());
-        let gone = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
+        let gone = view.run(Command::LeaseExpire {
+            id: LeaseId(7),
+            renewals: 1,
+        });
         assert_eq!(gone.response.result, Err(ApplyError::LeaseNotFound));
     }
 
@@ -1735,7 +1752,7 @@ mod tests {
                     Op::Put(PutRequest {
                         key,
                         value,
-                        lease,
+                        lease: LeaseId(lease),
                         prev_kv: f[0],
                         ignore_value: f[1],
                         ignore_lease: f[2],
@@ -1758,10 +1775,10 @@ mod tests {
             );
             let target = prop_oneof![
                 number().prop_map(CompareTarget::Version),
-                revision().prop_map(CompareTarget::Create),
-                revision().prop_map(CompareTarget::Mod),
+                revision().prop_map(|r| CompareTarget::Create(Revision(r))),
+                revision().prop_map(|r| CompareTarget::Mod(Revision(r))),
                 key().prop_map(CompareTarget::Value),
-                number().prop_map(CompareTarget::Lease),
+                number().prop_map(|l| CompareTarget::Lease(LeaseId(l))),
             ];
             (range(), op, target)
                 .prop_map(|(range, op, target)| Compare { range, op, target })
@@ -1800,10 +1817,10 @@ mod tests {
             prop_oneof![
                 6 => txn().prop_map(Command::Txn),
                 1 => revision().prop_map(|r| Command::Compact { revision: Revision(r) }),
-                2 => (1i64..4, number()).prop_map(|(id, ttl)| Command::LeaseGrant { id, ttl }),
-                1 => (1i64..4).prop_map(|id| Command::LeaseRevoke { id }),
-                1 => (1i64..4).prop_map(|id| Command::LeaseKeepAlive { id }),
-                1 => (1i64..4, 0u64..3).prop_map(|(id, renewals)| Command::LeaseExpire { id, renewals }),
+                2 => (1i64..4, number()).prop_map(|(id, ttl)| Command::LeaseGrant { id: LeaseId(id), ttl }),
+                1 => (1i64..4).prop_map(|id| Command::LeaseRevoke { id: LeaseId(id) }),
+                1 => (1i64..4).prop_map(|id| Command::LeaseKeepAlive { id: LeaseId(id) }),
+                1 => (1i64..4, 0u64..3).prop_map(|(id, renewals)| Command::LeaseExpire { id: LeaseId(id), renewals }),
             ]
         }
 

@@ -14,30 +14,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::ids::{LeaseId, Revision};
+
 // Byte strings are `serde_bytes`: bincode then reads and writes them as
 // one copy instead of byte by byte through a sequence visitor (the same
 // encoding on disk and on the wire: a length, then the bytes).
-
-/// A position in the one revision log: the `resourceVersion` clients see.
-/// Revision 0 means "nothing written yet"; the first write is revision 1.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
-pub struct Revision(pub u64);
-
-impl Revision {
-    pub const ZERO: Revision = Revision(0);
-
-    pub fn next(self) -> Revision {
-        Revision(self.0 + 1)
-    }
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// One key's state as of its last modification (etcd's `mvccpb.KeyValue`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,8 +33,8 @@ pub struct KeyValue {
     pub version: i64,
     #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
-    /// Attached lease id, 0 for none.
-    pub lease: i64,
+    /// Attached lease, [`LeaseId::NONE`] for none.
+    pub lease: LeaseId,
 }
 
 impl KeyValue {
@@ -66,7 +47,7 @@ impl KeyValue {
             mod_revision: revision,
             version: 0,
             value: Vec::new(),
-            lease: 0,
+            lease: LeaseId::NONE,
         }
     }
 }
@@ -187,11 +168,11 @@ pub enum CompareTarget {
     /// Number of modifications since creation (0 when absent).
     Version(i64),
     /// Creation revision (0 when absent).
-    Create(u64),
+    Create(Revision),
     /// Last modification revision (0 when absent).
-    Mod(u64),
+    Mod(Revision),
     Value(#[serde(with = "serde_bytes")] Vec<u8>),
-    Lease(i64),
+    Lease(LeaseId),
 }
 
 /// A guard of a transaction, checked against every key of `range` (all must
@@ -204,19 +185,23 @@ pub struct Compare {
 }
 
 impl Compare {
-    pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: u64) -> Self {
+    pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: impl Into<Revision>) -> Self {
         Self {
             range: KeyRange::single(key),
             op,
-            target: CompareTarget::Mod(rev),
+            target: CompareTarget::Mod(rev.into()),
         }
     }
 
-    pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: u64) -> Self {
+    pub fn create_revision(
+        key: impl Into<Vec<u8>>,
+        op: CompareOp,
+        rev: impl Into<Revision>,
+    ) -> Self {
         Self {
             range: KeyRange::single(key),
             op,
-            target: CompareTarget::Create(rev),
+            target: CompareTarget::Create(rev.into()),
         }
     }
 }
@@ -227,7 +212,7 @@ pub struct PutRequest {
     pub key: Vec<u8>,
     #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
-    pub lease: i64,
+    pub lease: LeaseId,
     pub prev_kv: bool,
     /// Keep the current value (etcd `ignore_value`); the key must exist.
     pub ignore_value: bool,
@@ -240,7 +225,7 @@ impl PutRequest {
         Self {
             key: key.into(),
             value: value.into(),
-            lease: 0,
+            lease: LeaseId::NONE,
             prev_kv: false,
             ignore_value: false,
             ignore_lease: false,
@@ -354,7 +339,7 @@ impl<'de> Deserialize<'de> for Txn {
 /// so the record holds no time: only the TTL and how often it was renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
-    pub id: i64,
+    pub id: LeaseId,
     /// Seconds the lease lives after a grant or a renewal.
     pub ttl: i64,
     /// Bumped by every keep-alive: a change restarts the TTL on every node.
@@ -390,16 +375,16 @@ pub enum Command {
     },
     /// Create lease `id` (refused if it exists).
     LeaseGrant {
-        id: i64,
+        id: LeaseId,
         ttl: i64,
     },
     /// Delete lease `id` and every key attached to it, in one revision.
     LeaseRevoke {
-        id: i64,
+        id: LeaseId,
     },
     /// Renew lease `id` (no new revision).
     LeaseKeepAlive {
-        id: i64,
+        id: LeaseId,
     },
     /// Expire lease `id` as [`Command::LeaseRevoke`] does, but only if it
     /// was renewed exactly `renewals` times: the count its proposer saw
@@ -409,7 +394,7 @@ pub enum Command {
     /// decided on a stale view never revokes a lease the majority kept
     /// alive.
     LeaseExpire {
-        id: i64,
+        id: LeaseId,
         renewals: u64,
     },
     /// Several commands proposed together as one log entry (group commit):
@@ -606,7 +591,7 @@ mod tests {
             floor: 15,
             cmd: Box::new(cmd),
         };
-        let keep_alive = tag(Command::LeaseKeepAlive { id: 9 });
+        let keep_alive = tag(Command::LeaseKeepAlive { id: LeaseId(9) });
         assert!(keep_alive.is_batchable());
         assert!(!tag(Command::Compact {
             revision: Revision(3)
@@ -698,7 +683,7 @@ mod tests {
             mod_revision: Revision(9),
             version: 4,
             value: vec![0, 1, 2, 255, 128],
-            lease: 7,
+            lease: LeaseId(7),
         };
         let plain = PlainKeyValue {
             key: kv.key.clone(),
@@ -706,7 +691,7 @@ mod tests {
             mod_revision: kv.mod_revision,
             version: kv.version,
             value: kv.value.clone(),
-            lease: kv.lease,
+            lease: kv.lease.0,
         };
         let encoded = bincode::serialize(&kv).expect("encode");
         assert_eq!(encoded, bincode::serialize(&plain).expect("encode plain"));

@@ -42,6 +42,8 @@
 //! - [`schema`]: column families, key encodings, format version (the only
 //!   place that knows the on-disk layout).
 //! - `engine`: the only module that names RocksDB.
+//! - [`ids`]: revisions, log indexes, lease ids and member ids, the
+//!   numbers at the crate's boundary, each its own type.
 //! - [`command`]: the replicated command, its response and watch events.
 //! - [`apply`]: pure apply of a command against a read view.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
@@ -59,6 +61,7 @@ pub mod command;
 mod engine;
 pub mod error;
 pub mod faults;
+pub mod ids;
 pub mod log_store;
 pub mod mvcc;
 mod purge;
@@ -79,6 +82,7 @@ pub use command::{
 };
 pub use error::StoreError;
 pub use faults::DiskFaults;
+pub use ids::{LeaseId, LogIndex, NodeId};
 pub use log_store::LogStore;
 pub use state_machine::{AppliedState, StateMachine};
 pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
@@ -86,8 +90,6 @@ pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
 /// A lease and the keys attached to it, in key order.
 pub type LeaseWithKeys = (LeaseRecord, Vec<Vec<u8>>);
 
-/// A node's identity in the Raft group.
-pub type NodeId = u64;
 /// What openraft knows of a member: its peer address (`--peer-addr`).
 pub type Node = openraft::BasicNode;
 
@@ -205,7 +207,7 @@ impl Store {
     }
 
     /// Lease `id` and the keys attached to it, if it exists.
-    pub fn lease(&self, id: i64) -> Result<Option<LeaseWithKeys>, StoreError> {
+    pub fn lease(&self, id: LeaseId) -> Result<Option<LeaseWithKeys>, StoreError> {
         use apply::MvccRead;
         self.consistent(|| {
             self.engine.with_snapshot(|view| {
@@ -235,7 +237,7 @@ impl Store {
         batch.put(
             schema::Cf::RaftMeta,
             schema::RAFT_LIVENESS_PROBE,
-            &self.applied().log_index.to_be_bytes(),
+            &self.applied().log_index.0.to_be_bytes(),
         )?;
         self.engine.write(batch, true)
     }

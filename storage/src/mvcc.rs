@@ -26,6 +26,7 @@ use crate::apply::{Applied, MvccRead, Visit};
 use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision};
 use crate::engine::{Batch, Engine, Scan, SnapshotView};
 use crate::error::StoreError;
+use crate::ids::LeaseId;
 use crate::schema::{self, Cf};
 use crate::session::{self, Recorded, SessionState};
 use crate::NodeId;
@@ -211,14 +212,14 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
         self.compacted
     }
 
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
         match self.src.get(Cf::Leases, &schema::lease_key(id))? {
             Some(v) => Ok(Some(bincode::deserialize(&v)?)),
             None => Ok(None),
         }
     }
 
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
         let prefix = schema::lease_attachment_prefix(id);
         let end = crate::command::prefix_end(&prefix);
         let mut keys = Vec::new();

@@ -36,6 +36,8 @@ pub const CF_SM_META: &str = "sm_meta";
 pub const CF_LEASES: &str = "leases";
 pub const CF_SESSIONS: &str = "sessions";
 
+use crate::ids::LeaseId;
+
 /// A column family. The engine maps each to its RocksDB handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cf {
@@ -123,9 +125,9 @@ pub const SM_SNAPSHOT_META: &[u8] = b"snapshot_meta";
 pub const SM_INSTALLING: &[u8] = b"installing";
 
 /// The `leases` row of lease `id`.
-pub fn lease_key(id: i64) -> [u8; 9] {
+pub fn lease_key(id: LeaseId) -> [u8; 9] {
     let mut k = [b'L'; 9];
-    k[1..].copy_from_slice(&id.to_be_bytes());
+    k[1..].copy_from_slice(&id.0.to_be_bytes());
     k
 }
 
@@ -135,17 +137,17 @@ pub const LEASE_RECORDS_START: [u8; 1] = [b'L'];
 pub const LEASE_RECORDS_END: [u8; 1] = [b'L' + 1];
 
 /// The `leases` row recording that `key` is attached to lease `id`.
-pub fn lease_attachment_key(id: i64, key: &[u8]) -> Vec<u8> {
+pub fn lease_attachment_key(id: LeaseId, key: &[u8]) -> Vec<u8> {
     let mut k = lease_attachment_prefix(id);
     k.extend_from_slice(key);
     k
 }
 
 /// The prefix of every attachment row of lease `id`.
-pub fn lease_attachment_prefix(id: i64) -> Vec<u8> {
+pub fn lease_attachment_prefix(id: LeaseId) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(b'K');
-    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&id.0.to_be_bytes());
     k
 }
 

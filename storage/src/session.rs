@@ -49,6 +49,7 @@ use crate::apply::{MvccRead, Visit};
 use crate::command::{KeyRange, KeyValue, LeaseRecord, Response, Revision};
 use crate::engine::{Batch, Engine};
 use crate::error::StoreError;
+use crate::ids::LeaseId;
 use crate::mvcc::Source;
 use crate::schema::{self, Cf};
 use crate::NodeId;
@@ -268,11 +269,11 @@ impl<V: MvccRead> MvccRead for WithSessions<'_, V> {
         self.base.compacted_revision()
     }
 
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
         self.base.lease(id)
     }
 
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
         self.base.lease_keys(id)
     }
 

@@ -34,7 +34,7 @@ use crate::mvcc::{self, MvccReader};
 use crate::purge::PurgeHorizon;
 use crate::schema::{self, Cf};
 use crate::session::{SessionTable, WithSessions};
-use crate::{Entry, Node, NodeId, TypeConfig};
+use crate::{Entry, LogIndex, Node, NodeId, TypeConfig};
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
 /// The magic of snapshots of storage format 1, which had no version field.
@@ -55,7 +55,7 @@ const INSTALL_BATCH_ROWS: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AppliedState {
     /// Index of the last applied log entry (0 before any).
-    pub log_index: u64,
+    pub log_index: LogIndex,
     /// The store's current revision.
     pub revision: Revision,
     /// The revision history is compacted to.
@@ -241,7 +241,7 @@ fn read_applied_state(
     resets: u64,
 ) -> Result<AppliedState, StoreError> {
     Ok(AppliedState {
-        log_index: last_applied.map_or(0, |l| l.index),
+        log_index: LogIndex(last_applied.map_or(0, |l| l.index)),
         revision: mvcc::read_revision(engine, schema::SM_REVISION)?,
         compacted: mvcc::read_revision(engine, schema::SM_COMPACTED)?,
         resets,

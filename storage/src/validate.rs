@@ -86,7 +86,7 @@ impl Command {
                 check_size(self.payload_bytes(), limits)
             }
             Command::LeaseGrant { id, ttl } => {
-                if *id == 0 {
+                if id.is_none() {
                     return Err(InvalidCommand::NoLeaseId);
                 }
                 if *ttl > MAX_LEASE_TTL {
@@ -236,7 +236,9 @@ fn txn_bytes(txn: &Txn) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Compare, CompareOp, DeleteRequest, ProposalId, PutRequest, Revision};
+    use crate::command::{
+        Compare, CompareOp, DeleteRequest, LeaseId, ProposalId, PutRequest, Revision,
+    };
 
     const LIMITS: Limits = Limits {
         max_txn_ops: 3,
@@ -391,7 +393,10 @@ mod tests {
 
     #[test]
     fn lease_grants_are_within_etcd_ttls_and_name_a_lease() {
-        let grant = |id, ttl| Command::LeaseGrant { id, ttl };
+        let grant = |id, ttl| Command::LeaseGrant {
+            id: LeaseId(id),
+            ttl,
+        };
         assert_eq!(grant(7, MIN_LEASE_TTL).validate(&LIMITS), Ok(()));
         assert_eq!(grant(7, MAX_LEASE_TTL).validate(&LIMITS), Ok(()));
         assert_eq!(
@@ -409,7 +414,10 @@ mod tests {
             grant(0, 10).validate(&LIMITS),
             Err(InvalidCommand::NoLeaseId)
         );
-        assert_eq!(Command::LeaseKeepAlive { id: 3 }.validate(&LIMITS), Ok(()));
+        assert_eq!(
+            Command::LeaseKeepAlive { id: LeaseId(3) }.validate(&LIMITS),
+            Ok(())
+        );
     }
 
     #[test]
