@@ -69,6 +69,8 @@
 //!   ([`RaftNodeError::is_outcome_unknown`]), refused before proposal
 //!   (`InvalidCommand`) and fatal ([`RaftNodeError::is_fatal`]).
 
+#![warn(missing_docs)]
+
 pub mod cluster_rpc;
 pub mod error;
 mod forward;

@@ -41,6 +41,7 @@ pub const PEER_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1_500);
 /// How a node joins and runs its Raft group.
 #[derive(Debug, Clone)]
 pub struct RaftNodeConfig {
+    /// This node's member id (`--id`).
     pub id: NodeId,
     /// Where this node keeps its RocksDB database and snapshots.
     pub data_dir: PathBuf,
@@ -52,8 +53,13 @@ pub struct RaftNodeConfig {
     /// Where this node's clients reach its gRPC API (the etcd API), as
     /// peers report it ([`RaftNode::member_client_addrs`]); `None`: nowhere.
     pub client_addr: Option<String>,
+    /// How often the leader sends heartbeats; openraft 0.9 also times out
+    /// every AppendEntries after one interval.
     pub heartbeat_interval: Duration,
+    /// The low end of the cluster's election timeout range; each member
+    /// draws from its own slice of the range (`election_window`).
     pub election_timeout_min: Duration,
+    /// The high end (exclusive) of the cluster's election timeout range.
     pub election_timeout_max: Duration,
     /// Build a snapshot (and purge the log before it) after this many entries.
     pub snapshot_after_entries: u64,
@@ -153,17 +159,29 @@ fn election_window(config: &RaftNodeConfig) -> (Duration, Duration) {
 /// A snapshot of the node's Raft view, for `/debug/cluster` and tests.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ClusterStatus {
+    /// This node's id.
     pub node_id: NodeId,
+    /// The leader this node knows of, if any.
     pub leader_id: Option<NodeId>,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
     pub state: String,
+    /// The Raft term this node is in.
     pub term: u64,
+    /// The index of the last entry in this node's log (0: empty).
     pub last_log_index: LogIndex,
+    /// The highest index this node knows to be committed.
     pub committed_index: LogIndex,
+    /// The last index this node's state machine applied.
     pub applied_index: LogIndex,
+    /// The store's current revision.
     pub revision: Revision,
+    /// The store's compaction point.
     pub compacted_revision: Revision,
+    /// The last index the current snapshot covers, if there is one.
     pub snapshot_index: Option<LogIndex>,
+    /// The last index purged from the log, if any was.
     pub purged_index: Option<LogIndex>,
+    /// Every member of the current membership.
     pub members: Vec<Member>,
     /// Read-index rounds this node ran as the leader.
     pub read_index_rounds: u64,
@@ -171,9 +189,13 @@ pub struct ClusterStatus {
     pub leased_read_indexes: u64,
 }
 
+/// One member of the Raft group, as the membership records it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Member {
+    /// Its member id.
     pub id: NodeId,
+    /// Its peer address (`--peer-addr`), where its Raft and cluster
+    /// services are.
     pub addr: String,
 }
 
@@ -320,6 +342,7 @@ impl RaftNode {
         Ok(node)
     }
 
+    /// This node's member id.
     pub fn id(&self) -> NodeId {
         self.inner.id
     }
@@ -344,6 +367,8 @@ impl RaftNode {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
+    /// The leader this node knows of now, if any (it may have been deposed
+    /// since; writes and read indexes find out and retry).
     pub fn current_leader(&self) -> Option<NodeId> {
         self.inner.raft.metrics().borrow().current_leader
     }

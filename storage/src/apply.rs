@@ -74,7 +74,9 @@ pub trait MvccRead {
         let at = self.scan(&req.range, req.revision, &mut |kv| Ok(shaper.push(kv)))?;
         Ok(shaper.finish(at))
     }
+    /// The view's current revision: the last one written.
     fn current_revision(&self) -> Revision;
+    /// The view's compaction point: reads below it fail.
     fn compacted_revision(&self) -> Revision;
     /// Lease `id`, if it exists.
     fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError>;
@@ -193,6 +195,8 @@ fn merge_scan<'o>(
 /// The outcome of applying one command.
 #[derive(Debug, Default)]
 pub struct Applied {
+    /// The answer to the command (its revision, and what it did or why it
+    /// was refused).
     pub response: Response,
     /// Final state of each written key (`None` = deleted), in key order.
     pub writes: BTreeMap<Vec<u8>, Option<KeyValue>>,

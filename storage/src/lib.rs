@@ -56,6 +56,8 @@
 //! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
 //!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
 
+#![warn(missing_docs)]
+
 pub mod apply;
 pub mod command;
 mod engine;
@@ -106,6 +108,8 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// One Raft log entry of kubestore (a [`Command`], a membership change or a
+/// blank entry).
 pub type Entry = openraft::Entry<TypeConfig>;
 
 /// A cheap, cloneable read handle on the store, for the front ends.

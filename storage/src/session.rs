@@ -62,7 +62,10 @@ pub const MAX_RECORDED_RESPONSE_BYTES: u64 = 64 * 1024;
 /// which seq that process has finished with every proposal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SessionState {
+    /// The boot epoch of the origin's live process (the newest seen).
     pub epoch: u64,
+    /// Every seq of that process below this is finished: its copies are
+    /// refused as stale.
     pub floor: u64,
 }
 
@@ -92,6 +95,7 @@ impl Recorded {
 /// the entry's write batch in order with the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionUpdate {
+    /// The node whose session changes.
     pub origin: NodeId,
     /// The session after the command.
     pub state: SessionState,

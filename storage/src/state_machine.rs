@@ -65,6 +65,7 @@ pub struct AppliedState {
     pub resets: u64,
 }
 
+/// The last applied membership, as openraft stores it in the state machine.
 pub type SmMembership = StoredMembership<NodeId, Node>;
 
 /// The state machine. openraft owns it; readers use [`crate::Store`].
