@@ -408,7 +408,7 @@ pub struct LeaseRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProposalId {
     /// The node whose process made the proposal.
-    pub origin: crate::NodeId,
+    pub origin: crate::ids::NodeId,
     /// That process's boot epoch: strictly greater for every later process
     /// of the node (`Store::boot_epoch`).
     pub epoch: u64,

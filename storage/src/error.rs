@@ -1,6 +1,6 @@
 //! The storage layer's one error type.
 
-use crate::command::Revision;
+use crate::ids::{NodeId, Revision};
 
 /// Every way a storage operation can fail: the engine or the disk (fatal
 /// to the node's Raft core when it happens in the log store or apply), or a
@@ -71,9 +71,9 @@ impl StoreError {
     /// Converts into openraft's error, attributing it to `subject`/`verb`.
     pub(crate) fn into_raft(
         self,
-        subject: openraft::ErrorSubject<crate::NodeId>,
+        subject: openraft::ErrorSubject<NodeId>,
         verb: openraft::ErrorVerb,
-    ) -> openraft::StorageError<crate::NodeId> {
+    ) -> openraft::StorageError<NodeId> {
         openraft::StorageIOError::new(subject, verb, openraft::AnyError::new(&self)).into()
     }
 }

@@ -67,10 +67,13 @@ pub mod ids;
 pub mod log_store;
 pub mod mvcc;
 mod purge;
+pub mod raft_types;
 pub mod schema;
 pub mod session;
+mod session_table;
 pub mod state_machine;
 pub mod validate;
+pub mod view;
 
 use std::path::Path;
 
@@ -86,31 +89,12 @@ pub use error::StoreError;
 pub use faults::DiskFaults;
 pub use ids::{LeaseId, LogIndex, NodeId};
 pub use log_store::LogStore;
+pub use raft_types::{Entry, Node, TypeConfig};
 pub use state_machine::{AppliedState, StateMachine};
 pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
 
 /// A lease and the keys attached to it, in key order.
 pub type LeaseWithKeys = (LeaseRecord, Vec<Vec<u8>>);
-
-/// What openraft knows of a member: its peer address (`--peer-addr`).
-pub type Node = openraft::BasicNode;
-
-openraft::declare_raft_types!(
-    /// The openraft type configuration of kubestore. It lives next to the
-    /// replicated command so `raft` can depend on `storage` without a cycle.
-    pub TypeConfig:
-        D = Command,
-        R = Response,
-        NodeId = NodeId,
-        Node = Node,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
-        AsyncRuntime = openraft::TokioRuntime,
-);
-
-/// One Raft log entry of kubestore (a [`Command`], a membership change or a
-/// blank entry).
-pub type Entry = openraft::Entry<TypeConfig>;
 
 /// A cheap, cloneable read handle on the store, for the front ends.
 #[derive(Clone)]
@@ -135,7 +119,7 @@ impl Store {
     /// A range read from one consistent point in time; see [`mvcc`] for the
     /// revision rules and errors.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        use apply::MvccRead;
+        use view::MvccRead;
         self.consistent(|| {
             self.engine
                 .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
@@ -153,7 +137,7 @@ impl Store {
     ) -> Result<T, E> {
         let before = self.installs.stable().ok_or(StoreError::Installing)?;
         let result = self.engine.with_snapshot(|view| {
-            let src: &dyn mvcc::Source = view;
+            let src: &dyn engine::Source = view;
             read(&ReadView {
                 reader: mvcc::MvccReader::new(src)?,
             })
@@ -212,7 +196,7 @@ impl Store {
 
     /// Lease `id` and the keys attached to it, if it exists.
     pub fn lease(&self, id: LeaseId) -> Result<Option<LeaseWithKeys>, StoreError> {
-        use apply::MvccRead;
+        use view::MvccRead;
         self.consistent(|| {
             self.engine.with_snapshot(|view| {
                 let reader = mvcc::MvccReader::new(view)?;
@@ -266,18 +250,18 @@ impl Store {
 
 /// One consistent point-in-time view of the store ([`Store::read_view`]).
 pub struct ReadView<'a> {
-    reader: mvcc::MvccReader<'a, dyn mvcc::Source + 'a>,
+    reader: mvcc::MvccReader<'a, dyn engine::Source + 'a>,
 }
 
 impl ReadView<'_> {
     /// The revision the view is current at.
     pub fn revision(&self) -> Revision {
-        apply::MvccRead::current_revision(&self.reader)
+        view::MvccRead::current_revision(&self.reader)
     }
 
     /// The compaction point of the view.
     pub fn compacted(&self) -> Revision {
-        apply::MvccRead::compacted_revision(&self.reader)
+        view::MvccRead::compacted_revision(&self.reader)
     }
 
     /// Visits the key-values of `range` at `at` (`None`: the view's
@@ -289,7 +273,7 @@ impl ReadView<'_> {
         at: Option<Revision>,
         mut visit: impl FnMut(KeyValue) -> Result<std::ops::ControlFlow<()>, StoreError>,
     ) -> Result<Revision, StoreError> {
-        apply::MvccRead::scan(&self.reader, range, at, &mut visit)
+        view::MvccRead::scan(&self.reader, range, at, &mut visit)
     }
 }
 

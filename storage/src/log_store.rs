@@ -19,9 +19,10 @@ use tracing::instrument;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
+use crate::ids::NodeId;
 use crate::purge::PurgeHorizon;
+use crate::raft_types::{Entry, TypeConfig};
 use crate::schema::{self, Cf};
-use crate::{Entry, NodeId, TypeConfig};
 
 /// openraft's log store over the shared engine. Cheap to clone: openraft
 /// takes one clone as the reader used by replication.

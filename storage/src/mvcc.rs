@@ -22,38 +22,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{Applied, MvccRead, Visit};
+use crate::apply::Applied;
 use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision};
-use crate::engine::{Batch, Engine, Scan, SnapshotView};
+use crate::engine::{Batch, Engine, Source};
 use crate::error::StoreError;
 use crate::ids::LeaseId;
+use crate::ids::NodeId;
 use crate::schema::{self, Cf};
 use crate::session::{self, Recorded, SessionState};
-use crate::NodeId;
-
-/// Something rows can be read from: the live engine or a point-in-time view.
-pub(crate) trait Source {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
-}
-
-impl Source for Engine {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Engine::get(self, cf, key)
-    }
-    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
-        Engine::scan(self, cf, start, end)
-    }
-}
-
-impl Source for SnapshotView<'_> {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        SnapshotView::get(self, cf, key)
-    }
-    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
-        SnapshotView::scan(self, cf, start, end)
-    }
-}
+use crate::view::{MvccRead, Visit};
 
 pub(crate) fn read_revision<S: Source + ?Sized>(
     src: &S,

@@ -30,11 +30,12 @@ use crate::command::{Response, Revision};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
+use crate::ids::{LogIndex, NodeId};
 use crate::mvcc::{self, MvccReader};
 use crate::purge::PurgeHorizon;
+use crate::raft_types::{Entry, Node, TypeConfig};
 use crate::schema::{self, Cf};
-use crate::session::{SessionTable, WithSessions};
-use crate::{Entry, LogIndex, Node, NodeId, TypeConfig};
+use crate::session_table::{SessionTable, WithSessions};
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
 /// The magic of snapshots of storage format 1, which had no version field.
@@ -189,7 +190,7 @@ impl StateMachine {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
                 let reader = MvccReader::new(&self.engine)?;
-                let compacted = crate::apply::MvccRead::compacted_revision(&reader);
+                let compacted = crate::view::MvccRead::compacted_revision(&reader);
                 let view = WithSessions::new(&reader, &self.sessions);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 for one in &applied {
