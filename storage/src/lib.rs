@@ -39,22 +39,32 @@
 //!
 //! # Layout
 //!
-//! - [`schema`]: column families, key encodings, format version (the only
-//!   place that knows the on-disk layout).
-//! - `engine`: the only module that names RocksDB.
+//! In dependency order: each module imports only from those above it
+//! (no import cycles; this file, the facade and [`Store`], from any).
+//!
 //! - [`ids`]: revisions, log indexes, lease ids and member ids, the
 //!   numbers at the crate's boundary, each its own type.
 //! - [`command`]: the replicated command, its response and watch events.
-//! - [`apply`]: pure apply of a command against a read view.
-//! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
-//! - [`session`]: the proposal session table behind exactly-once apply.
+//! - [`error`]: [`StoreError`], the crate's one error type.
+//! - [`schema`]: column families, key encodings, format version (the only
+//!   place that knows the on-disk layout).
 //! - [`validate`]: checks of a command on its own (op counts, nesting,
 //!   sizes, lease TTLs), run before it is proposed.
-//! - [`log_store`] / [`state_machine`]: the openraft storage traits.
-//! - `purge`: the purge horizon, which keeps the log from being purged past
-//!   the snapshot on disk (openraft 0.9 purges before an install finishes).
+//! - `engine`: the only module that names RocksDB (and `Source`: rows read
+//!   from the live engine or a point-in-time view).
 //! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
 //!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
+//! - [`session`]: the rules and rows of the proposal session table behind
+//!   exactly-once apply.
+//! - [`view`]: [`view::MvccRead`], the read view apply decides against.
+//! - [`apply`]: pure apply of a command against a read view.
+//! - `session_table`: the state machine's in-memory mirror of the session
+//!   table, and the view apply sees it through.
+//! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
+//! - [`raft_types`]: openraft's type configuration ([`TypeConfig`]).
+//! - `purge`: the purge horizon, which keeps the log from being purged past
+//!   the snapshot on disk (openraft 0.9 purges before an install finishes).
+//! - [`log_store`] / [`state_machine`]: the openraft storage traits.
 
 #![warn(missing_docs)]
 
