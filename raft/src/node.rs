@@ -91,7 +91,7 @@ pub const MAX_REPLICATED_TXN_OPS: usize = 1 << 20;
 
 /// The limits on commands for a node whose front ends send commands of up
 /// to `max_command_bytes` of keys and values: any number of batches the
-/// proposer makes ([`crate::propose`]: at most its command count, and at
+/// proposer makes (`crate::propose`: at most its command count, and at
 /// most its byte threshold plus the one command that crossed it).
 pub fn command_limits(max_command_bytes: usize) -> Limits {
     Limits {

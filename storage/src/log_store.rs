@@ -304,9 +304,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| log_err(e, ErrorVerb::Delete))
     }
 
-    /// Purges through the [`PurgeHorizon`]: at once as far as the current
+    /// Purges through the `PurgeHorizon`: at once as far as the current
     /// snapshot covers, the rest when a newer snapshot is in place (see
-    /// [`crate::purge`] for why openraft's request cannot be done as asked).
+    /// `crate::purge` for why openraft's request cannot be done as asked).
     #[instrument(level = "debug", skip(self))]
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         self.horizon

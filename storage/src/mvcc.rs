@@ -4,7 +4,7 @@
 //!
 //! Layout (see [`crate::schema`]): `kv` holds each live key's latest state;
 //! `history` holds one row per (key, revision) that touched it, `None` for a
-//! deletion; `events` holds what each revision changed, as [`StoredEvent`]s
+//! deletion; `events` holds what each revision changed, as `StoredEvent`s
 //! that point into `history` rather than repeat its values (a put's value is
 //! written to the state machine twice, `kv` and `history`, not four times).
 //!
