@@ -27,7 +27,12 @@ pub enum RaftNodeError {
     NoLeader,
     /// Retryable: the leader (or the peer asked) could not be reached.
     #[error("node {node} could not be reached: {cause}")]
-    Unreachable { node: NodeId, cause: Unreachable },
+    Unreachable {
+        /// The node that could not be reached.
+        node: NodeId,
+        /// Why not.
+        cause: Unreachable,
+    },
     /// Retryable elsewhere: this node is stopping.
     #[error("the node is shutting down")]
     ShuttingDown,
@@ -101,11 +106,20 @@ pub enum UnknownOutcome {
 /// A configuration [`crate::RaftNode::start`] refuses.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConfigError {
+    /// This node's id is not among the members it was given.
     #[error("node {id} is not among the members {members:?}")]
-    NotAMember { id: NodeId, members: Vec<NodeId> },
+    NotAMember {
+        /// This node's id.
+        id: NodeId,
+        /// The members' ids.
+        members: Vec<NodeId>,
+    },
+    /// A read lease too long to be safe (see the `lease` module).
     #[error("the read lease ({lease:?}) must be at most half the minimum election timeout ({election_timeout_min:?})")]
     ReadLeaseTooLong {
+        /// The read lease asked for.
         lease: std::time::Duration,
+        /// The minimum election timeout; the lease may be half of it.
         election_timeout_min: std::time::Duration,
     },
     /// openraft's own check of its settings.
@@ -116,13 +130,24 @@ pub enum ConfigError {
 /// A broken exchange between nodes or inside the proposer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProtocolError {
+    /// A batch got a different number of answers than it had writes.
     #[error("{sent} writes were answered with {answered} responses")]
-    AnswerCount { sent: usize, answered: usize },
+    AnswerCount {
+        /// Writes sent.
+        sent: usize,
+        /// Responses received.
+        answered: usize,
+    },
+    /// A batch was answered with something other than one response per
+    /// write.
     #[error("a batch of {sent} writes was answered with {answer:?}")]
     BatchAnswer {
+        /// Writes sent.
         sent: usize,
+        /// The answer received.
         answer: Arc<kubestore_storage::Response>,
     },
+    /// A command to forward did not encode.
     #[error("encoding a command: {0}")]
     Encode(Arc<bincode::Error>),
     /// openraft refused a client write for a reason other than "not the

@@ -1,7 +1,8 @@
 //! The leader's read lease: read indexes without a heartbeat round.
 //!
 //! A leader confirms its leadership for a read by sending a heartbeat round
-//! and waiting for a quorum to answer (see [`crate::read`]). Every voter
+//! and waiting for a quorum to answer (see `crate::read_index`; concurrent
+//! readers share rounds, `crate::read`). Every voter
 //! that accepts a heartbeat refuses to vote for anyone else for openraft's
 //! follower lease (`election_timeout_max`) from the moment it received it,
 //! and a voter does not start an election of its own before that lease and
@@ -12,8 +13,10 @@
 //! The lease records that: a leader whose round began at `t` in term `T`
 //! may answer read indexes on its own until `t + duration`, as long as it is
 //! still the leader of term `T`. `duration` is well below the followers'
-//! lease (by default half the minimum election timeout, a quarter of
-//! theirs), which is the margin for the clocks' rates to differ. The clocks
+//! lease (at most half the minimum election timeout, which
+//! [`crate::RaftNode::start`] enforces; by default 150 ms against
+//! followers' leases of 350 to 550 ms for three members), which is the
+//! margin for the clocks' rates to differ. The clocks
 //! are monotonic; their absolute values never cross a machine.
 //!
 //! A voter that restarts forgets its refusal to vote, but that does not let

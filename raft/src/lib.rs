@@ -8,7 +8,10 @@
 //! # Invariants
 //!
 //! - A write is acknowledged only once its entry is committed on a quorum
-//!   (openraft) and applied on the node that answers.
+//!   (openraft) and applied on the leader that proposed it: its response is
+//!   that apply's. A follower that forwarded it passes the leader's
+//!   response on and may not have applied the entry itself yet; a read
+//!   that must see it goes through [`RaftNode::linearizable_barrier`].
 //! - Writes arriving at a follower are forwarded to the leader internally.
 //!   An attempt is retried at the next leader when the target answered
 //!   "not the leader", was unreachable, did not answer within
@@ -17,7 +20,10 @@
 //!   `ProposalId` ([`session::ClientSession`]), and the state machine
 //!   applies a `Command::Tagged` proposal at most once (see
 //!   `kubestore_storage::session`), so a retry never applies a write twice,
-//!   whatever the command and whatever the timing.
+//!   whatever the command and whatever the timing. This safety is the
+//!   proposal id's alone: it does not rest on what the command does (a
+//!   blind etcd put or a lease keep-alive has no precondition to stop a
+//!   second copy), nor on anything a front end adds.
 //! - Once an attempt may have reached a leader, a write that does not end
 //!   in an answer is reported as unknown ([`RaftNodeError::Timeout`] or
 //!   [`RaftNodeError::Indeterminate`]), never as a definite failure.
@@ -31,7 +37,8 @@
 //!   follower's).
 //!   A leader that confirmed its leadership with a quorum less than its
 //!   read lease ago answers read indexes without another round; the lease
-//!   is a quarter of the followers' refusal to vote (see `lease`).
+//!   is at most half the minimum election timeout, and so under half of
+//!   any follower's refusal to vote (see `lease`).
 //!
 //! - Commands are validated before they are proposed
 //!   ([`kubestore_storage::Command::validate`] against
@@ -43,7 +50,14 @@
 //!
 //! # Layout
 //!
-//! - [`node`]: start/bootstrap, write forwarding, read barrier, status.
+//! - [`node`]: the node's core: start/bootstrap, configuration, leader
+//!   tracking, membership, status.
+//! - `forward`: writes from any node: propose or forward to the leader,
+//!   deadlines, retry at the next leader.
+//! - `read_index`: linearizable reads: the leader's lease or a quorum
+//!   round, a follower's `ReadIndex` RPC, the wait for the local apply.
+//! - [`cluster_rpc`]: the `ClusterService` peers call on the peer port
+//!   (forwarded writes, read indexes, client address).
 //! - [`network`]: the tonic transport and fault injection.
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
@@ -55,12 +69,17 @@
 //!   ([`RaftNodeError::is_outcome_unknown`]), refused before proposal
 //!   (`InvalidCommand`) and fatal ([`RaftNodeError::is_fatal`]).
 
+#![warn(missing_docs)]
+
+pub mod cluster_rpc;
 pub mod error;
+mod forward;
 mod lease;
 pub mod network;
 pub mod node;
 mod propose;
 mod read;
+mod read_index;
 pub mod session;
 
 pub use error::{ConfigError, ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};

@@ -43,6 +43,7 @@ impl Faults {
         self.isolated.store(isolated, Ordering::SeqCst);
     }
 
+    /// Whether the node is cut off now.
     pub fn is_isolated(&self) -> bool {
         self.isolated.load(Ordering::SeqCst)
     }

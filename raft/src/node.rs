@@ -1,7 +1,13 @@
-//! A kubestore Raft node: storage + openraft + the node-to-node services,
-//! with the two operations the front ends need: [`RaftNode::write`] (from
-//! any node; followers forward to the leader) and
-//! [`RaftNode::linearizable_barrier`] (from any node).
+//! The Raft node's core: [`RaftNode::start`] (storage, openraft,
+//! bootstrap of the static membership), its configuration, leader
+//! tracking, membership and client addresses, and status for `/readyz`,
+//! `/livez` and `/debug/cluster`.
+//!
+//! The two operations the front ends need live beside it:
+//! [`RaftNode::write`] in `forward.rs` (from any node; followers
+//! forward to the leader) and [`RaftNode::linearizable_barrier`] in
+//! `read_index.rs` (from any node). What peers call on this node is
+//! served by [`crate::cluster_rpc`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -10,26 +16,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
-use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::raft_service_server::RaftServiceServer;
-use kubestore_proto::raft::{
-    ClientAddrRequest, ClientAddrResponse, ForwardRequest, ForwardResponse, ReadIndexRequest,
-    ReadIndexResponse,
-};
-use kubestore_storage::{
-    AppliedState, Command, CommandResult, Limits, Node, NodeId, Response, Store, TypeConfig,
-};
-use openraft::error::{ClientWriteError, RaftError};
+use kubestore_proto::raft::ClientAddrRequest;
+use kubestore_storage::{Limits, LogIndex, Node, NodeId, Revision, Store, TypeConfig};
+use openraft::error::RaftError;
 use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
-use tracing::{instrument, Instrument};
+use tracing::instrument;
 
-use crate::error::{ConfigError, ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
-use crate::lease::{Leased, ReadLease};
+use crate::error::{ConfigError, ProtocolError, RaftNodeError, Unreachable};
+use crate::lease::ReadLease;
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
-use crate::propose::{Proposer, Redirect, Submit, MAX_BATCH, MAX_BATCH_BYTES};
+use crate::propose::{Proposer, MAX_BATCH, MAX_BATCH_BYTES};
 use crate::read::ReadBarrier;
-use crate::session::{settle, ClientSession};
+use crate::session::ClientSession;
 
 /// How long one attempt at the leader (a forwarded write, a read-index
 /// request) may go unanswered before the caller looks for the leader again
@@ -41,6 +41,7 @@ pub const PEER_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1_500);
 /// How a node joins and runs its Raft group.
 #[derive(Debug, Clone)]
 pub struct RaftNodeConfig {
+    /// This node's member id (`--id`).
     pub id: NodeId,
     /// Where this node keeps its RocksDB database and snapshots.
     pub data_dir: PathBuf,
@@ -52,8 +53,13 @@ pub struct RaftNodeConfig {
     /// Where this node's clients reach its gRPC API (the etcd API), as
     /// peers report it ([`RaftNode::member_client_addrs`]); `None`: nowhere.
     pub client_addr: Option<String>,
+    /// How often the leader sends heartbeats; openraft 0.9 also times out
+    /// every AppendEntries after one interval.
     pub heartbeat_interval: Duration,
+    /// The low end of the cluster's election timeout range; each member
+    /// draws from its own slice of the range (`election_window`).
     pub election_timeout_min: Duration,
+    /// The high end (exclusive) of the cluster's election timeout range.
     pub election_timeout_max: Duration,
     /// Build a snapshot (and purge the log before it) after this many entries.
     pub snapshot_after_entries: u64,
@@ -85,7 +91,7 @@ pub const MAX_REPLICATED_TXN_OPS: usize = 1 << 20;
 
 /// The limits on commands for a node whose front ends send commands of up
 /// to `max_command_bytes` of keys and values: any number of batches the
-/// proposer makes ([`crate::propose`]: at most its command count, and at
+/// proposer makes (`crate::propose`: at most its command count, and at
 /// most its byte threshold plus the one command that crossed it).
 pub fn command_limits(max_command_bytes: usize) -> Limits {
     Limits {
@@ -97,9 +103,10 @@ pub fn command_limits(max_command_bytes: usize) -> Limits {
 }
 
 impl RaftNodeConfig {
-    /// Defaults for a node: 200 ms heartbeats, 0.3–0.6 s elections (a dead
-    /// leader is replaced after openraft's leader lease, the maximum
-    /// election timeout, plus one election timeout: 0.9–1.2 s), a 150 ms
+    /// Defaults for a node: 200 ms heartbeats, a 0.3–0.6 s election
+    /// timeout range (each member draws from its own slice of it, see
+    /// `election_window`; a dead leader is replaced once a follower's
+    /// lease, its maximum, and then its own timeout have passed), a 150 ms
     /// read lease.
     pub fn new(id: NodeId, data_dir: PathBuf, members: BTreeMap<NodeId, String>) -> Self {
         Self {
@@ -152,17 +159,29 @@ fn election_window(config: &RaftNodeConfig) -> (Duration, Duration) {
 /// A snapshot of the node's Raft view, for `/debug/cluster` and tests.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ClusterStatus {
+    /// This node's id.
     pub node_id: NodeId,
+    /// The leader this node knows of, if any.
     pub leader_id: Option<NodeId>,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
     pub state: String,
+    /// The Raft term this node is in.
     pub term: u64,
-    pub last_log_index: u64,
-    pub committed_index: u64,
-    pub applied_index: u64,
-    pub revision: u64,
-    pub compacted_revision: u64,
-    pub snapshot_index: Option<u64>,
-    pub purged_index: Option<u64>,
+    /// The index of the last entry in this node's log (0: empty).
+    pub last_log_index: LogIndex,
+    /// The highest index this node knows to be committed.
+    pub committed_index: LogIndex,
+    /// The last index this node's state machine applied.
+    pub applied_index: LogIndex,
+    /// The store's current revision.
+    pub revision: Revision,
+    /// The store's compaction point.
+    pub compacted_revision: Revision,
+    /// The last index the current snapshot covers, if there is one.
+    pub snapshot_index: Option<LogIndex>,
+    /// The last index purged from the log, if any was.
+    pub purged_index: Option<LogIndex>,
+    /// Every member of the current membership.
     pub members: Vec<Member>,
     /// Read-index rounds this node ran as the leader.
     pub read_index_rounds: u64,
@@ -170,40 +189,52 @@ pub struct ClusterStatus {
     pub leased_read_indexes: u64,
 }
 
+/// One member of the Raft group, as the membership records it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Member {
+    /// Its member id.
     pub id: NodeId,
+    /// Its peer address (`--peer-addr`), where its Raft and cluster
+    /// services are.
     pub addr: String,
 }
 
-struct Inner {
-    id: NodeId,
-    raft: Raft<TypeConfig>,
-    store: Store,
-    faults: Faults,
-    request_timeout: Duration,
-    election_timeout_max: Duration,
-    peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
+/// The state behind every clone of a [`RaftNode`]; the forwarding, read
+/// index and cluster RPC modules reach it through [`RaftNode::inner`].
+pub(crate) struct Inner {
+    pub(crate) id: NodeId,
+    pub(crate) raft: Raft<TypeConfig>,
+    pub(crate) store: Store,
+    pub(crate) faults: Faults,
+    pub(crate) request_timeout: Duration,
+    pub(crate) election_timeout_max: Duration,
+    pub(crate) peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     /// This node's client address ([`RaftNodeConfig::client_addr`]).
-    client_addr: Option<String>,
+    pub(crate) client_addr: Option<String>,
     /// Peers' client addresses, as they answered `ClientAddr` (fixed for a
     /// process's life, so kept once learned).
-    peer_client_addrs: Mutex<HashMap<NodeId, String>>,
-    barrier: ReadBarrier,
-    lease: ReadLease,
-    read_index_rounds: AtomicU64,
-    leased_read_indexes: AtomicU64,
-    proposer: Proposer,
+    pub(crate) peer_client_addrs: Mutex<HashMap<NodeId, String>>,
+    pub(crate) barrier: ReadBarrier,
+    pub(crate) lease: ReadLease,
+    pub(crate) read_index_rounds: AtomicU64,
+    pub(crate) leased_read_indexes: AtomicU64,
+    pub(crate) proposer: Proposer,
     /// This process's proposal ids (exactly-once writes).
-    session: ClientSession,
+    pub(crate) session: ClientSession,
     /// [`RaftNodeConfig::command_limits`].
-    command_limits: Limits,
+    pub(crate) command_limits: Limits,
 }
+
+/// The proposer's handle on its node ([`crate::propose::Submit`] is
+/// implemented for it with the forwarding code); weak, so that the
+/// batching task does not keep a shut-down node alive.
+#[derive(Clone)]
+pub(crate) struct WeakNode(pub(crate) std::sync::Weak<Inner>);
 
 /// A running Raft node. Cheap to clone.
 #[derive(Clone)]
 pub struct RaftNode {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for RaftNode {
@@ -311,6 +342,7 @@ impl RaftNode {
         Ok(node)
     }
 
+    /// This node's member id.
     pub fn id(&self) -> NodeId {
         self.inner.id
     }
@@ -335,14 +367,8 @@ impl RaftNode {
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// Write forwarding, read index and client address, to be served on the
-    /// node's peer port.
-    pub fn cluster_service(&self) -> ClusterServiceServer<ClusterRpcServer> {
-        ClusterServiceServer::new(ClusterRpcServer { node: self.clone() })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
-    }
-
+    /// The leader this node knows of now, if any (it may have been deposed
+    /// since; writes and read indexes find out and retry).
     pub fn current_leader(&self) -> Option<NodeId> {
         self.inner.raft.metrics().borrow().current_leader
     }
@@ -433,91 +459,10 @@ impl RaftNode {
         outcome
     }
 
-    /// Commits `cmd` through the leader and returns the state machine's
-    /// response. Called on a follower, the command is forwarded to the
-    /// leader; the client never sees a redirect.
-    /// A command that does not meet [`RaftNodeConfig::command_limits`] is
-    /// refused at once ([`RaftNodeError::InvalidCommand`]), unproposed.
-    #[instrument(skip_all, fields(node = self.inner.id, cmd = %cmd, proposal))]
-    pub async fn write(&self, cmd: Command) -> Result<Response, RaftNodeError> {
-        cmd.validate(&self.inner.command_limits)?;
-        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
-        let mut leader_hint = self.current_leader();
-        // Once an attempt may have reached a leader, a failure no longer
-        // proves the write did not commit: it is answered as unknown.
-        let mut attempted = false;
-        // One proposal id for every attempt: the state machine applies it
-        // at most once however many copies reach the log. Held until this
-        // returns, whatever the outcome.
-        let proposal = self.inner.session.begin();
-        tracing::Span::current().record("proposal", tracing::field::display(proposal.id()));
-        let unknown_if_attempted = |attempted: bool, e: RaftNodeError| {
-            if attempted {
-                e.outcome_unknown()
-            } else {
-                e
-            }
-        };
-        loop {
-            let leader = match leader_hint {
-                Some(l) => l,
-                None => {
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    self.wait_for_leader(left)
-                        .await
-                        .map_err(|e| unknown_if_attempted(attempted, e))?
-                }
-            };
-            attempted = true;
-            // Tagged afresh for each attempt: the current floor lets the
-            // state machine forget this node's finished proposals.
-            let tagged = proposal.tag(cmd.clone());
-            let attempt = async {
-                if tagged.is_batchable() {
-                    self.inner.proposer.propose(leader, tagged).await
-                } else {
-                    self.submit_to(leader, tagged).await
-                }
-            };
-            // A write waiting on a remote leader is re-routed as soon as
-            // another leader is known, without waiting for the old one.
-            let rerouted = self.rerouted_from(leader);
-            let attempt = tokio::time::timeout_at(deadline, async {
-                tokio::select! {
-                    answer = attempt => answer,
-                    () = rerouted => Err(Redirect::To(self.current_leader())),
-                }
-            })
-            .await
-            // Out of time with the outcome unknown (e.g. a leader cut off
-            // from its quorum never commits).
-            .map_err(|_| RaftNodeError::Timeout("the write to commit"))?;
-            match attempt {
-                Ok(resp) => return settle(resp),
-                Err(Redirect::To(next)) => {
-                    tracing::debug!(?next, "leader changed, retrying");
-                    leader_hint = match next {
-                        Some(n) if n != leader => Some(n),
-                        _ => {
-                            self.pause_for_election(deadline, leader)
-                                .await
-                                .map_err(|e| unknown_if_attempted(attempted, e))?;
-                            self.current_leader()
-                        }
-                    };
-                }
-                Err(Redirect::Fail(e)) => return Err(unknown_if_attempted(attempted, e)),
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(RaftNodeError::Timeout("the write to commit"));
-            }
-        }
-    }
-
     /// Resolves once an attempt at `leader` should be abandoned for another
     /// leader: never when `leader` is this node (losing leadership fails
     /// the attempt itself), else once another leader is known.
-    async fn rerouted_from(&self, leader: NodeId) {
+    pub(crate) async fn rerouted_from(&self, leader: NodeId) {
         if leader == self.inner.id {
             std::future::pending::<()>().await;
         }
@@ -538,7 +483,7 @@ impl RaftNode {
     }
 
     /// Waits a little for leadership to move away from `stale`.
-    async fn pause_for_election(
+    pub(crate) async fn pause_for_election(
         &self,
         deadline: tokio::time::Instant,
         stale: NodeId,
@@ -553,52 +498,10 @@ impl RaftNode {
         Ok(())
     }
 
-    /// Proposes `cmd` here if `leader` is this node, else forwards it.
-    async fn submit_to(&self, leader: NodeId, cmd: Command) -> Result<Response, Redirect> {
-        if leader == self.inner.id {
-            self.write_local(cmd).await
-        } else {
-            self.forward(leader, &cmd).await
-        }
-    }
-
-    async fn write_local(&self, cmd: Command) -> Result<Response, Redirect> {
-        match self.inner.raft.client_write(cmd).await {
-            Ok(resp) => Ok(resp.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(Redirect::To(f.leader_id))
-            }
-            Err(RaftError::APIError(e)) => Err(Redirect::Fail(
-                ProtocolError::ClientWrite(Arc::new(e)).into(),
-            )),
-            Err(RaftError::Fatal(e)) => Err(Redirect::Fail(e.into())),
-        }
-    }
-
-    /// A write forwarded by another node's proposer, at this node as the
-    /// leader: batched again with this node's own writes and whatever else
-    /// was forwarded (see [`crate::propose`]), a forwarded batch whole in
-    /// one entry. Anything not batchable is proposed as it came.
-    async fn write_forwarded(&self, cmd: Command) -> Result<Response, Redirect> {
-        let id = self.inner.id;
-        match cmd {
-            Command::Batch(cmds) if cmds.iter().all(Command::is_batchable) => {
-                let responses = self.inner.proposer.propose_all(id, cmds).await?;
-                Ok(Response {
-                    revision: responses
-                        .iter()
-                        .map(|r| r.revision)
-                        .max()
-                        .unwrap_or_default(),
-                    result: Ok(CommandResult::Batch(responses)),
-                })
-            }
-            cmd if cmd.is_batchable() => self.inner.proposer.propose(id, cmd).await,
-            cmd => self.write_local(cmd).await,
-        }
-    }
-
-    fn peer_client(&self, peer: NodeId) -> Result<ClusterServiceClient<Channel>, RaftNodeError> {
+    pub(crate) fn peer_client(
+        &self,
+        peer: NodeId,
+    ) -> Result<ClusterServiceClient<Channel>, RaftNodeError> {
         let mut peers = self.inner.peers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = peers.get(&peer) {
             return Ok(c.clone());
@@ -625,218 +528,6 @@ impl RaftNode {
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         peers.insert(peer, client.clone());
         Ok(client)
-    }
-
-    #[instrument(level = "debug", skip_all, fields(leader))]
-    async fn forward(&self, leader: NodeId, cmd: &Command) -> Result<Response, Redirect> {
-        if self.inner.faults.is_isolated() {
-            return Err(Redirect::Fail(RaftNodeError::Unreachable {
-                node: leader,
-                cause: Unreachable::Isolated,
-            }));
-        }
-        let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
-        let command = bincode::serialize(cmd)
-            .map_err(|e| Redirect::Fail(ProtocolError::Encode(Arc::new(e)).into()))?;
-        let call = client.forward(ForwardRequest { command });
-        let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, call).await else {
-            // No answer: the leader may be paused or cut off. Retry wherever
-            // leadership goes (see the crate docs on why a retry is safe).
-            return Err(Redirect::To(None));
-        };
-        match answer {
-            Ok(reply) => {
-                let reply = reply.into_inner();
-                if !reply.error.is_empty() {
-                    return Err(Redirect::Fail(RaftNodeError::Indeterminate(
-                        UnknownOutcome::Leader(reply.error),
-                    )));
-                }
-                if reply.response.is_empty() {
-                    return Err(Redirect::To(reply.leader_id));
-                }
-                bincode::deserialize(&reply.response).map_err(|e| {
-                    Redirect::Fail(RaftNodeError::Indeterminate(
-                        UnknownOutcome::UndecodableReply(Arc::new(e)),
-                    ))
-                })
-            }
-            // Unreachable: retry at whoever leads next. The proposal id makes
-            // a second copy harmless (the state machine applies it once).
-            Err(status) if status.code() == tonic::Code::Unavailable => Err(Redirect::To(None)),
-            Err(status) => Err(Redirect::Fail(RaftNodeError::Indeterminate(
-                UnknownOutcome::Rpc(status),
-            ))),
-        }
-    }
-
-    /// One read-index round: on the leader, confirm leadership with a quorum;
-    /// on a follower, ask the leader. An attempt that gets no answer within
-    /// [`PEER_ATTEMPT_TIMEOUT`] (a paused or cut-off leader), finds no
-    /// leader, or cannot reach it is retried at whoever leads next, until
-    /// the request deadline: a round never waits out a dead leader.
-    async fn fetch_read_index(&self) -> Result<u64, RaftNodeError> {
-        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
-        loop {
-            let leader = match self.current_leader() {
-                Some(l) => l,
-                None => {
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    self.wait_for_leader(left).await?
-                }
-            };
-            let attempt_deadline = deadline.min(tokio::time::Instant::now() + PEER_ATTEMPT_TIMEOUT);
-            // As for writes: once another leader is known, ask it instead.
-            let rerouted = self.rerouted_from(leader);
-            let attempt = async {
-                tokio::select! {
-                    round = self.read_index_from(leader) => round,
-                    () = rerouted => Err(RaftNodeError::NoLeader),
-                }
-            };
-            let round = tokio::time::timeout_at(attempt_deadline, attempt)
-                .await
-                .unwrap_or(Err(RaftNodeError::Timeout("a read index")));
-            match round {
-                Err(
-                    e @ (RaftNodeError::NoLeader
-                    | RaftNodeError::Unreachable { .. }
-                    | RaftNodeError::Timeout(_)),
-                ) => {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(e);
-                    }
-                    tracing::debug!(error = %e, leader, "read index attempt failed, retrying");
-                    self.pause_for_election(deadline, leader).await?;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn read_index_from(&self, leader: NodeId) -> Result<u64, RaftNodeError> {
-        if leader == self.inner.id {
-            let term = self.current_term();
-            let started = std::time::Instant::now();
-            self.inner.read_index_rounds.fetch_add(1, Ordering::Relaxed);
-            return match self.inner.raft.get_read_log_id().await {
-                Ok((read_log_id, _)) => {
-                    let index = read_log_id.map_or(0, |l| l.index);
-                    self.inner.lease.grant(term, index, started);
-                    Ok(index)
-                }
-                Err(e) => {
-                    self.inner.lease.revoke();
-                    Err(match e {
-                        // Lost leadership or its quorum: look for the leader again.
-                        RaftError::APIError(_) => RaftNodeError::NoLeader,
-                        RaftError::Fatal(e) => e.into(),
-                    })
-                }
-            };
-        }
-        if self.inner.faults.is_isolated() {
-            return Err(RaftNodeError::Unreachable {
-                node: leader,
-                cause: Unreachable::Isolated,
-            });
-        }
-        let mut client = self.peer_client(leader)?;
-        let reply = client
-            .read_index(ReadIndexRequest {})
-            .await
-            .map_err(|s| RaftNodeError::Unreachable {
-                node: leader,
-                cause: Unreachable::Rpc(s),
-            })?
-            .into_inner();
-        if reply.leader_id != Some(leader) {
-            // Leadership moved since we looked: find the new leader.
-            return Err(RaftNodeError::NoLeader);
-        }
-        if !reply.error.is_empty() {
-            return Err(ProtocolError::ReadIndex(reply.error).into());
-        }
-        Ok(reply.index)
-    }
-
-    /// Waits until a read on this node would see every write acknowledged
-    /// before the call, and returns the applied state it may read at.
-    #[instrument(level = "debug", skip_all, fields(node = self.inner.id))]
-    pub async fn linearizable_barrier(&self) -> Result<AppliedState, RaftNodeError> {
-        let index = tokio::time::timeout(self.inner.request_timeout, self.read_index())
-            .await
-            .map_err(|_| RaftNodeError::Timeout("a read index"))??;
-        self.wait_applied(index).await
-    }
-
-    /// A read index for a read that begins now: from the lease when this
-    /// node leads and holds one, else from a (shared) round.
-    async fn read_index(&self) -> Result<u64, RaftNodeError> {
-        match self.leased_read_index() {
-            Some(index) => Ok(index),
-            None => self.inner.barrier.read_index().await,
-        }
-    }
-
-    /// The lease's answer, if this node is the leader and its lease holds.
-    /// Past the lease's middle it also starts one renewal round, so a
-    /// steady stream of reads never waits for one.
-    fn leased_read_index(&self) -> Option<u64> {
-        let inner = &self.inner;
-        if !inner.lease.enabled() {
-            return None;
-        }
-        // The leader's last log index, not its applied index: a follower
-        // learns of a commit (and may apply it and answer a read with it)
-        // before the leader has applied it, so only an index at or above
-        // the commit index keeps a read here from going back in time. The
-        // metrics publish the last log index before any of it can commit.
-        let (term, last_log) = {
-            let m = inner.raft.metrics();
-            let m = m.borrow();
-            if m.state != ServerState::Leader || m.current_leader != Some(inner.id) {
-                return None;
-            }
-            (m.current_term, m.last_log_index.unwrap_or(0))
-        };
-        let index = match inner.lease.check(term, last_log, std::time::Instant::now()) {
-            Leased::Index(index) => index,
-            Leased::IndexRenew(index) => {
-                if inner.lease.begin_renewal() {
-                    let node = self.clone();
-                    tokio::spawn(
-                        async move {
-                            if let Err(e) = node.inner.barrier.read_index().await {
-                                tracing::debug!(error = %e, "read lease renewal failed");
-                            }
-                            node.inner.lease.end_renewal();
-                        }
-                        .instrument(tracing::debug_span!("read_lease_renewal")),
-                    );
-                }
-                index
-            }
-            Leased::Expired => return None,
-        };
-        inner.leased_read_indexes.fetch_add(1, Ordering::Relaxed);
-        Some(index)
-    }
-
-    /// Waits until this node has applied log `index`.
-    pub async fn wait_applied(&self, index: u64) -> Result<AppliedState, RaftNodeError> {
-        let mut applied = self.inner.store.subscribe();
-        let outcome = match tokio::time::timeout(
-            self.inner.request_timeout,
-            applied.wait_for(|s| s.log_index >= index),
-        )
-        .await
-        {
-            Ok(Ok(state)) => Ok(*state),
-            Ok(Err(_)) => Err(RaftNodeError::ShuttingDown),
-            Err(_) => Err(RaftNodeError::Timeout("the local apply to catch up")),
-        };
-        outcome
     }
 
     /// Whether this node is in touch with a leader that leads: it knows a
@@ -899,7 +590,7 @@ impl RaftNode {
             .raft
             .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
             .await?;
-        Ok(committed.saturating_sub(self.inner.store.applied().log_index))
+        Ok(committed.saturating_sub(self.inner.store.applied().log_index.0))
     }
 
     /// The node's Raft view right now.
@@ -923,13 +614,13 @@ impl RaftNode {
             }
             .into(),
             term: m.current_term,
-            last_log_index: m.last_log_index.unwrap_or(0),
-            committed_index: committed,
-            applied_index: m.last_applied.map_or(0, |l| l.index),
-            revision: applied.revision.0,
-            compacted_revision: applied.compacted.0,
-            snapshot_index: m.snapshot.map(|l| l.index),
-            purged_index: m.purged.map(|l| l.index),
+            last_log_index: LogIndex(m.last_log_index.unwrap_or(0)),
+            committed_index: LogIndex(committed),
+            applied_index: LogIndex(m.last_applied.map_or(0, |l| l.index)),
+            revision: applied.revision,
+            compacted_revision: applied.compacted,
+            snapshot_index: m.snapshot.map(|l| LogIndex(l.index)),
+            purged_index: m.purged.map(|l| LogIndex(l.index)),
             members: m
                 .membership_config
                 .nodes()
@@ -960,110 +651,6 @@ impl RaftNode {
             .shutdown()
             .await
             .map_err(|e| ProtocolError::Shutdown(Arc::new(e)).into())
-    }
-}
-
-/// The proposer's handle on its node; weak, so that the batching task
-/// does not keep a shut-down node alive.
-#[derive(Clone)]
-struct WeakNode(std::sync::Weak<Inner>);
-
-impl Submit for WeakNode {
-    async fn submit(&self, leader: NodeId, cmd: Command) -> Result<Response, Redirect> {
-        match self.0.upgrade() {
-            Some(inner) => RaftNode { inner }.submit_to(leader, cmd).await,
-            None => Err(Redirect::Fail(RaftNodeError::ShuttingDown)),
-        }
-    }
-}
-
-/// Serves forwarded writes and read-index requests from other nodes.
-#[derive(Clone)]
-pub struct ClusterRpcServer {
-    node: RaftNode,
-}
-
-#[tonic::async_trait]
-impl ClusterService for ClusterRpcServer {
-    async fn forward(
-        &self,
-        req: tonic::Request<ForwardRequest>,
-    ) -> Result<tonic::Response<ForwardResponse>, tonic::Status> {
-        if self.node.inner.faults.is_isolated() {
-            return Err(tonic::Status::unavailable("isolated by fault injection"));
-        }
-        let span = tracing::info_span!("forwarded_write", node = self.node.inner.id);
-        // Decoding bounds the nesting of txns (`kubestore_storage::MAX_TXN_DEPTH`);
-        // validation holds the command to what this node's front ends accept.
-        let cmd: Command = span.in_scope(|| {
-            let cmd: Command = network::decode(&req.get_ref().command)?;
-            cmd.validate(&self.node.inner.command_limits).map_err(|e| {
-                tracing::warn!(error = %e, cmd = %cmd, "refused a forwarded command");
-                tonic::Status::invalid_argument(format!("invalid command: {e}"))
-            })?;
-            Ok::<_, tonic::Status>(cmd)
-        })?;
-        let reply = match self.node.write_forwarded(cmd).instrument(span).await {
-            Ok(resp) => ForwardResponse {
-                response: bincode::serialize(&resp)
-                    .map_err(|e| tonic::Status::internal(e.to_string()))?,
-                leader_id: Some(self.node.inner.id),
-                error: String::new(),
-            },
-            Err(Redirect::To(leader_id)) => ForwardResponse {
-                response: Vec::new(),
-                leader_id,
-                error: String::new(),
-            },
-            Err(Redirect::Fail(e)) => ForwardResponse {
-                response: Vec::new(),
-                leader_id: None,
-                error: e.to_string(),
-            },
-        };
-        Ok(tonic::Response::new(reply))
-    }
-
-    async fn read_index(
-        &self,
-        _req: tonic::Request<ReadIndexRequest>,
-    ) -> Result<tonic::Response<ReadIndexResponse>, tonic::Status> {
-        if self.node.inner.faults.is_isolated() {
-            return Err(tonic::Status::unavailable("isolated by fault injection"));
-        }
-        let leader = self.node.current_leader();
-        if leader != Some(self.node.inner.id) {
-            return Ok(tonic::Response::new(ReadIndexResponse {
-                index: 0,
-                leader_id: leader,
-                error: format!("node {} is not the leader", self.node.inner.id),
-            }));
-        }
-        let reply = match self.node.read_index().await {
-            Ok(index) => ReadIndexResponse {
-                index,
-                leader_id: leader,
-                error: String::new(),
-            },
-            Err(e) => ReadIndexResponse {
-                index: 0,
-                leader_id: None,
-                error: e.to_string(),
-            },
-        };
-        Ok(tonic::Response::new(reply))
-    }
-
-    async fn client_addr(
-        &self,
-        _req: tonic::Request<ClientAddrRequest>,
-    ) -> Result<tonic::Response<ClientAddrResponse>, tonic::Status> {
-        if self.node.inner.faults.is_isolated() {
-            return Err(tonic::Status::unavailable("isolated by fault injection"));
-        }
-        Ok(tonic::Response::new(ClientAddrResponse {
-            client_addr: self.node.inner.client_addr.clone().unwrap_or_default(),
-        }))
     }
 }
 

@@ -17,8 +17,11 @@
 //!
 //! Each command in a batch gets its own revision and verdict (see
 //! `kubestore_storage::apply::apply_entry`), and its own answer here. A
-//! batch that fails as a whole (the leader moved, the RPC broke) fails each
-//! of its writes, and `RaftNode::write` retries each on its own.
+//! batch that fails as a whole fails each of its writes: when the leader
+//! moved, could not be reached or did not answer in time,
+//! `RaftNode::write` retries each on its
+//! own (with its own proposal id, so each still applies at most once);
+//! any other failure is answered as unknown.
 //!
 //! The leader batches again what followers forward: a forwarded batch is
 //! one proposal of several commands ([`Proposer::propose_all`]), laid into

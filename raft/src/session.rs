@@ -100,6 +100,7 @@ pub struct InFlight<'s> {
 }
 
 impl InFlight<'_> {
+    /// The proposal's id, the same in every attempt.
     pub fn id(&self) -> ProposalId {
         self.id
     }

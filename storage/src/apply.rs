@@ -15,11 +15,14 @@ use crate::command::{
     PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn, TxnResponse,
 };
 use crate::error::StoreError;
+use crate::ids::LeaseId;
+use crate::ids::NodeId;
 use crate::session::{Recorded, SessionState, SessionUpdate};
-use crate::NodeId;
+use crate::view::{MvccRead, RangeShaper, Visit};
 
-/// At most this many bytes of key-values (see [`kv_bytes`]) the ranges of
-/// one command may return from apply. Apply runs on every node and holds
+/// At most this many bytes of key-values (see
+/// [`kv_bytes`](crate::view::kv_bytes)) the ranges of one command may
+/// return from apply. Apply runs on every node and holds
 /// a command's response until the entry is written, so an unlimited range
 /// inside a Txn would make every node allocate the whole keyspace; past
 /// this budget the command is refused with [`ApplyError::ResponseTooLarge`]
@@ -35,122 +38,6 @@ pub const MAX_TXN_RANGE_BYTES: usize = 8 << 20;
 /// refused as over [`MAX_TXN_RANGE_BYTES`]. Half the peer port's message
 /// bound, so a forwarded batch's responses always fit in one reply.
 pub const MAX_ENTRY_RANGE_BYTES: usize = 64 << 20;
-/// What a key-value costs a range budget besides its key and value: its
-/// revisions, version and lease.
-const KV_OVERHEAD: usize = 32;
-
-/// The bytes a key-value held in a range response costs its budget.
-pub fn kv_bytes(kv: &KeyValue) -> usize {
-    kv.key.len() + kv.value.len() + KV_OVERHEAD
-}
-
-/// A visitor of key-values in key order; `Break` ends the scan early.
-pub type Visit<'f> = &'f mut dyn FnMut(KeyValue) -> Result<ControlFlow<()>, StoreError>;
-
-/// What apply needs to read: the current state of the store.
-pub trait MvccRead {
-    /// The current value of `key`.
-    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError>;
-    /// Visits the key-values of `range` at revision `at` (`None`: the
-    /// current revision), ascending by key, until `visit` breaks, and
-    /// returns the revision read at. A revision below the compaction point
-    /// or above the current revision is an error. The scan holds nothing
-    /// itself: what is kept is the visitor's business.
-    fn scan(
-        &self,
-        range: &KeyRange,
-        at: Option<Revision>,
-        visit: Visit<'_>,
-    ) -> Result<Revision, StoreError>;
-    /// A range read with the semantics of [`RangeRequest`] (a [`scan`]
-    /// shaped by limit, keys_only and count_only, holding at most `limit`
-    /// values); a revision below the compaction point or above the current
-    /// revision is an error.
-    ///
-    /// [`scan`]: MvccRead::scan
-    fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        let mut shaper = RangeShaper::new(req, usize::MAX);
-        let at = self.scan(&req.range, req.revision, &mut |kv| Ok(shaper.push(kv)))?;
-        Ok(shaper.finish(at))
-    }
-    fn current_revision(&self) -> Revision;
-    fn compacted_revision(&self) -> Revision;
-    /// Lease `id`, if it exists.
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError>;
-    /// The keys attached to lease `id`, in key order.
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError>;
-    /// The proposal session of origin node `origin`, if it has one.
-    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError>;
-    /// What `origin`'s session recorded of its proposal `seq`.
-    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError>;
-    /// The seqs `origin`'s session holds a record of below `below`, ascending.
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError>;
-}
-
-/// Shapes a range response while its key-values stream in: counts every
-/// key, keeps at most `limit` of them (none for `count_only`, no values for
-/// `keys_only`), and stops once what it keeps passes `budget` bytes.
-pub struct RangeShaper<'r> {
-    req: &'r RangeRequest,
-    kvs: Vec<KeyValue>,
-    count: u64,
-    bytes: usize,
-    budget: usize,
-    over_budget: bool,
-}
-
-impl<'r> RangeShaper<'r> {
-    /// A shaper for `req` that may keep up to `budget` bytes ([`kv_bytes`]).
-    pub fn new(req: &'r RangeRequest, budget: usize) -> Self {
-        Self {
-            req,
-            kvs: Vec::new(),
-            count: 0,
-            bytes: 0,
-            budget,
-            over_budget: false,
-        }
-    }
-
-    /// Takes the next key-value of the range; `Break` once over budget.
-    pub fn push(&mut self, mut kv: KeyValue) -> ControlFlow<()> {
-        self.count += 1;
-        if self.req.count_only || (self.req.limit > 0 && self.kvs.len() as u64 >= self.req.limit) {
-            return ControlFlow::Continue(());
-        }
-        if self.req.keys_only {
-            kv.value = Vec::new();
-        }
-        self.bytes = self.bytes.saturating_add(kv_bytes(&kv));
-        if self.bytes > self.budget {
-            self.over_budget = true;
-            return ControlFlow::Break(());
-        }
-        self.kvs.push(kv);
-        ControlFlow::Continue(())
-    }
-
-    /// Whether the kept key-values passed the budget (the scan was cut).
-    pub fn over_budget(&self) -> bool {
-        self.over_budget
-    }
-
-    /// The bytes of key-values kept so far.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// The response, read at `revision`.
-    pub fn finish(self, revision: Revision) -> RangeResponse {
-        RangeResponse {
-            more: self.req.limit > 0 && self.count > self.req.limit,
-            kvs: self.kvs,
-            count: self.count,
-            revision,
-        }
-    }
-}
-
 /// Runs `base`'s scan with `overlay` (ascending keys of the scanned range
 /// and their states, `None` = deleted) laid over it, into `visit`, in key
 /// order. Holds nothing but the overlay's iterator.
@@ -192,6 +79,8 @@ fn merge_scan<'o>(
 /// The outcome of applying one command.
 #[derive(Debug, Default)]
 pub struct Applied {
+    /// The answer to the command (its revision, and what it did or why it
+    /// was refused).
     pub response: Response,
     /// Final state of each written key (`None` = deleted), in key order.
     pub writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
@@ -200,14 +89,14 @@ pub struct Applied {
     /// Set when the command compacts history to this revision.
     pub compact_to: Option<Revision>,
     /// Final state of each changed lease (`None` = gone).
-    pub leases: BTreeMap<i64, Option<LeaseRecord>>,
+    pub leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
     /// Lease attachments: `(lease, key)` → attached (`true`) or detached.
-    pub attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    pub attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// The change a tagged command made to its origin's session.
     pub session: Option<SessionUpdate>,
-    /// Bytes of key-values its ranges returned ([`kv_bytes`]), counted
-    /// against [`MAX_TXN_RANGE_BYTES`] and the entry's
-    /// [`MAX_ENTRY_RANGE_BYTES`].
+    /// Bytes of key-values its ranges returned
+    /// ([`kv_bytes`](crate::view::kv_bytes)), counted against
+    /// [`MAX_TXN_RANGE_BYTES`] and the entry's [`MAX_ENTRY_RANGE_BYTES`].
     pub range_bytes: usize,
 }
 
@@ -277,8 +166,8 @@ struct BatchView<'v, V> {
     /// Each writing command's key states at its revision, in order, for
     /// reads at a revision inside the batch.
     history: Vec<(Revision, KeyStates)>,
-    leases: BTreeMap<i64, Option<LeaseRecord>>,
-    attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
+    attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     sessions: BTreeMap<NodeId, SessionOverlay>,
 }
 
@@ -408,14 +297,14 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         self.base.compacted_revision()
     }
 
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
         match self.leases.get(&id) {
             Some(lease) => Ok(*lease),
             None => self.base.lease(id),
         }
     }
 
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut keys: std::collections::BTreeSet<Vec<u8>> =
             self.base.lease_keys(id)?.into_iter().collect();
         for ((lease, key), attached) in self.attachments.range((id, Vec::new())..) {
@@ -572,7 +461,7 @@ fn apply_within(
 /// A deterministic refusal: no change, no new revision.
 /// Deletes lease `id` (known to exist) and every key attached to it, in
 /// one revision (none if it held no key).
-fn revoke(view: &impl MvccRead, current: Revision, id: i64) -> Result<Applied, StoreError> {
+fn revoke(view: &impl MvccRead, current: Revision, id: LeaseId) -> Result<Applied, StoreError> {
     let mut run = TxnRun::new(view, current, 0);
     let mut deleted = 0;
     for key in view.lease_keys(id)? {
@@ -737,7 +626,7 @@ struct TxnRun<'v, V> {
     revision: Revision,
     writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
     events: Vec<Event>,
-    attachments: BTreeMap<(i64, Vec<u8>), bool>,
+    attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// Bytes of range results it may still return.
     budget: usize,
 }
@@ -755,14 +644,14 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
     }
 
     /// Moves `key` from lease `from` to lease `to` (0 = none).
-    fn reattach(&mut self, key: &[u8], from: i64, to: i64) {
+    fn reattach(&mut self, key: &[u8], from: LeaseId, to: LeaseId) {
         if from == to {
             return;
         }
-        if from != 0 {
+        if !from.is_none() {
             self.attachments.insert((from, key.to_vec()), false);
         }
-        if to != 0 {
+        if !to.is_none() {
             self.attachments.insert((to, key.to_vec()), true);
         }
     }
@@ -878,10 +767,14 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
             (Some(prev), true) => prev.lease,
             _ => req.lease,
         };
-        if lease != 0 && self.view.lease(lease)?.is_none() {
+        if !lease.is_none() && self.view.lease(lease)?.is_none() {
             return Err(TxnError::Refused(ApplyError::LeaseNotFound));
         }
-        self.reattach(&req.key, prev.as_ref().map_or(0, |p| p.lease), lease);
+        self.reattach(
+            &req.key,
+            prev.as_ref().map_or(LeaseId::NONE, |p| p.lease),
+            lease,
+        );
         let kv = KeyValue {
             key: req.key.clone(),
             create_revision: prev.as_ref().map_or(self.revision, |p| p.create_revision),
@@ -915,7 +808,7 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
         };
         let deleted = victims.len() as u64;
         for prev in &victims {
-            self.reattach(&prev.key, prev.lease, 0);
+            self.reattach(&prev.key, prev.lease, LeaseId::NONE);
             self.writes.insert(prev.key.clone(), None);
             self.events.push(Event {
                 kind: EventKind::Delete,
@@ -960,9 +853,9 @@ fn compare_one(kv: Option<&KeyValue>, cmp: &Compare) -> bool {
     use std::cmp::Ordering;
     let ord: Ordering = match &cmp.target {
         CompareTarget::Version(v) => kv.map_or(0, |kv| kv.version).cmp(v),
-        CompareTarget::Create(r) => kv.map_or(0, |kv| kv.create_revision.0).cmp(r),
-        CompareTarget::Mod(r) => kv.map_or(0, |kv| kv.mod_revision.0).cmp(r),
-        CompareTarget::Lease(l) => kv.map_or(0, |kv| kv.lease).cmp(l),
+        CompareTarget::Create(r) => kv.map_or(Revision::ZERO, |kv| kv.create_revision).cmp(r),
+        CompareTarget::Mod(r) => kv.map_or(Revision::ZERO, |kv| kv.mod_revision).cmp(r),
+        CompareTarget::Lease(l) => kv.map_or(LeaseId::NONE, |kv| kv.lease).cmp(l),
         CompareTarget::Value(v) => match kv {
             Some(kv) => kv.value.as_slice().cmp(v.as_slice()),
             // etcd: a value compare against a missing key is false.
@@ -989,7 +882,7 @@ mod tests {
         revision: Revision,
         sessions: BTreeMap<NodeId, SessionState>,
         records: BTreeMap<(NodeId, u64), Recorded>,
-        leases: BTreeMap<i64, LeaseRecord>,
+        leases: BTreeMap<LeaseId, LeaseRecord>,
     }
 
     impl MemView {
@@ -1072,10 +965,10 @@ mod tests {
         fn compacted_revision(&self) -> Revision {
             Revision::ZERO
         }
-        fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+        fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
             Ok(self.leases.get(&id).copied())
         }
-        fn lease_keys(&self, _id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+        fn lease_keys(&self, _id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
             Ok(Vec::new())
         }
         fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
@@ -1221,7 +1114,7 @@ mod tests {
                 compare: vec![Compare {
                     range: KeyRange::prefix("empty/"),
                     op,
-                    target: CompareTarget::Mod(rev),
+                    target: CompareTarget::Mod(Revision(rev)),
                 }],
                 success: vec![Op::Put(PutRequest::new("x", "1"))],
                 failure: vec![],
@@ -1493,23 +1386,35 @@ mod tests {
     #[test]
     fn an_expiry_decided_before_a_renewal_is_refused() {
         let mut view = MemView::default();
-        let granted = view.run(Command::LeaseGrant { id: 7, ttl: 10 });
+        let granted = view.run(Command::LeaseGrant {
+            id: LeaseId(7),
+            ttl: 10,
+        });
         assert!(granted.response.result.is_ok());
         // A leader's clock ran out at renewal count 0; meanwhile the
         // majority committed a keep-alive.
-        view.run(Command::LeaseKeepAlive { id: 7 });
-        let stale = view.run(Command::LeaseExpire { id: 7, renewals: 0 });
+        view.run(Command::LeaseKeepAlive { id: LeaseId(7) });
+        let stale = view.run(Command::LeaseExpire {
+            id: LeaseId(7),
+            renewals: 0,
+        });
         assert_eq!(stale.response.result, Err(ApplyError::LeaseRenewed));
         assert!(stale.leases.is_empty(), "a refused expiry changes no lease");
-        assert_eq!(view.leases.get(&7).map(|l| l.renewals), Some(1));
+        assert_eq!(view.leases.get(&LeaseId(7)).map(|l| l.renewals), Some(1));
         // Decided on the current count, the expiry revokes.
-        let expired = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
+        let expired = view.run(Command::LeaseExpire {
+            id: LeaseId(7),
+            renewals: 1,
+        });
         assert_eq!(
             expired.response.result,
             Ok(CommandResult::LeaseRevoked { deleted: 0 })
         );
         assert!(view.leases.is_empty());
-        let gone = view.run(Command::LeaseExpire { id: 7, renewals: 1 });
+        let gone = view.run(Command::LeaseExpire {
+            id: LeaseId(7),
+            renewals: 1,
+        });
         assert_eq!(gone.response.result, Err(ApplyError::LeaseNotFound));
     }
 
@@ -1735,7 +1640,7 @@ mod tests {
                     Op::Put(PutRequest {
                         key,
                         value,
-                        lease,
+                        lease: LeaseId(lease),
                         prev_kv: f[0],
                         ignore_value: f[1],
                         ignore_lease: f[2],
@@ -1758,10 +1663,10 @@ mod tests {
             );
             let target = prop_oneof![
                 number().prop_map(CompareTarget::Version),
-                revision().prop_map(CompareTarget::Create),
-                revision().prop_map(CompareTarget::Mod),
+                revision().prop_map(|r| CompareTarget::Create(Revision(r))),
+                revision().prop_map(|r| CompareTarget::Mod(Revision(r))),
                 key().prop_map(CompareTarget::Value),
-                number().prop_map(CompareTarget::Lease),
+                number().prop_map(|l| CompareTarget::Lease(LeaseId(l))),
             ];
             (range(), op, target)
                 .prop_map(|(range, op, target)| Compare { range, op, target })
@@ -1800,10 +1705,10 @@ mod tests {
             prop_oneof![
                 6 => txn().prop_map(Command::Txn),
                 1 => revision().prop_map(|r| Command::Compact { revision: Revision(r) }),
-                2 => (1i64..4, number()).prop_map(|(id, ttl)| Command::LeaseGrant { id, ttl }),
-                1 => (1i64..4).prop_map(|id| Command::LeaseRevoke { id }),
-                1 => (1i64..4).prop_map(|id| Command::LeaseKeepAlive { id }),
-                1 => (1i64..4, 0u64..3).prop_map(|(id, renewals)| Command::LeaseExpire { id, renewals }),
+                2 => (1i64..4, number()).prop_map(|(id, ttl)| Command::LeaseGrant { id: LeaseId(id), ttl }),
+                1 => (1i64..4).prop_map(|id| Command::LeaseRevoke { id: LeaseId(id) }),
+                1 => (1i64..4).prop_map(|id| Command::LeaseKeepAlive { id: LeaseId(id) }),
+                1 => (1i64..4, 0u64..3).prop_map(|(id, renewals)| Command::LeaseExpire { id: LeaseId(id), renewals }),
             ]
         }
 

@@ -14,34 +14,16 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::ids::{LeaseId, Revision};
+
 // Byte strings are `serde_bytes`: bincode then reads and writes them as
 // one copy instead of byte by byte through a sequence visitor (the same
 // encoding on disk and on the wire: a length, then the bytes).
 
-/// A position in the one revision log: the `resourceVersion` clients see.
-/// Revision 0 means "nothing written yet"; the first write is revision 1.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
-pub struct Revision(pub u64);
-
-impl Revision {
-    pub const ZERO: Revision = Revision(0);
-
-    pub fn next(self) -> Revision {
-        Revision(self.0 + 1)
-    }
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
 /// One key's state as of its last modification (etcd's `mvccpb.KeyValue`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
+    /// The key, as the client wrote it (any bytes).
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     /// The revision that created the key (reset when it is deleted and re-created).
@@ -50,10 +32,11 @@ pub struct KeyValue {
     pub mod_revision: Revision,
     /// Number of modifications since creation; 1 on create.
     pub version: i64,
+    /// The value stored at `mod_revision` (empty in a deletion event).
     #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
-    /// Attached lease id, 0 for none.
-    pub lease: i64,
+    /// Attached lease, [`LeaseId::NONE`] for none.
+    pub lease: LeaseId,
 }
 
 impl KeyValue {
@@ -66,14 +49,17 @@ impl KeyValue {
             mod_revision: revision,
             version: 0,
             value: Vec::new(),
-            lease: 0,
+            lease: LeaseId::NONE,
         }
     }
 }
 
+/// What happened to the key in an [`Event`] (etcd's `mvccpb.Event.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
+    /// The key was created or its value or lease changed.
     Put,
+    /// The key was deleted (by a delete, or with its lease).
     Delete,
 }
 
@@ -82,8 +68,12 @@ pub enum EventKind {
 /// `prev_kv`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
+    /// A put or a deletion.
     pub kind: EventKind,
+    /// The key's state after the change; its `mod_revision` is the
+    /// revision of the change.
     pub kv: KeyValue,
+    /// The key's state before the change, `None` if it did not exist.
     pub prev_kv: Option<KeyValue>,
 }
 
@@ -92,13 +82,17 @@ pub struct Event {
 /// of `[0]` means "every key >= key" (etcd's convention).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRange {
+    /// The key, or the first key of the range.
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    /// Empty for the single key `key`; `[0]` for every key from `key` on;
+    /// otherwise the exclusive end of the range.
     #[serde(with = "serde_bytes")]
     pub range_end: Vec<u8>,
 }
 
 impl KeyRange {
+    /// The one key `key`.
     pub fn single(key: impl Into<Vec<u8>>) -> Self {
         Self {
             key: key.into(),
@@ -113,6 +107,7 @@ impl KeyRange {
         Self { key, range_end }
     }
 
+    /// Whether this selects one key (an empty `range_end`).
     pub fn is_single(&self) -> bool {
         self.range_end.is_empty()
     }
@@ -130,6 +125,7 @@ impl KeyRange {
         }
     }
 
+    /// Whether `key` is selected by this range.
     pub fn contains(&self, key: &[u8]) -> bool {
         if self.range_end.is_empty() {
             return key == self.key.as_slice();
@@ -154,17 +150,22 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 /// A read of a key range, at the current revision or an older one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangeRequest {
+    /// The keys to read.
     pub range: KeyRange,
     /// Maximum keys returned, 0 for no limit.
     pub limit: u64,
     /// Read at this revision; `None` for the current one.
     pub revision: Option<Revision>,
+    /// Return keys and metadata without values (etcd's `keys_only`).
     pub keys_only: bool,
+    /// Return only `count`, no key-values (etcd's `count_only`).
     pub count_only: bool,
 }
 
+/// The answer to a [`RangeRequest`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangeResponse {
+    /// The key-values read, ascending by key, at most `limit` of them.
     pub kvs: Vec<KeyValue>,
     /// More keys matched than `limit` allowed.
     pub more: bool,
@@ -174,60 +175,88 @@ pub struct RangeResponse {
     pub revision: Revision,
 }
 
+/// How a [`Compare`] relates the key's attribute (left) to its target
+/// (right).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CompareOp {
+    /// The attribute equals the target.
     Equal,
+    /// The attribute differs from the target.
     NotEqual,
+    /// The attribute is greater than the target.
     Greater,
+    /// The attribute is less than the target.
     Less,
 }
 
+/// Which attribute of a key a [`Compare`] checks, and the value it is
+/// compared with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CompareTarget {
     /// Number of modifications since creation (0 when absent).
     Version(i64),
     /// Creation revision (0 when absent).
-    Create(u64),
+    Create(Revision),
     /// Last modification revision (0 when absent).
-    Mod(u64),
+    Mod(Revision),
+    /// The value (an absent key compares as an empty value).
     Value(#[serde(with = "serde_bytes")] Vec<u8>),
-    Lease(i64),
+    /// The attached lease ([`LeaseId::NONE`] when absent or unleased).
+    Lease(LeaseId),
 }
 
 /// A guard of a transaction, checked against every key of `range` (all must
 /// hold; an absent single key compares as version/create/mod 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compare {
+    /// The keys whose attribute is compared.
     pub range: KeyRange,
+    /// How the attribute must relate to the target.
     pub op: CompareOp,
+    /// The attribute and the value it is compared with.
     pub target: CompareTarget,
 }
 
 impl Compare {
-    pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: u64) -> Self {
+    /// A guard on `key`'s last modification revision (0: the key must
+    /// not exist, with [`CompareOp::Equal`]). `rev` may be a bare `u64`,
+    /// as the front ends parse it (a `resourceVersion`).
+    pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: impl Into<Revision>) -> Self {
         Self {
             range: KeyRange::single(key),
             op,
-            target: CompareTarget::Mod(rev),
+            target: CompareTarget::Mod(rev.into()),
         }
     }
 
-    pub fn create_revision(key: impl Into<Vec<u8>>, op: CompareOp, rev: u64) -> Self {
+    /// A guard on `key`'s creation revision (0: the key must not exist,
+    /// with [`CompareOp::Equal`]).
+    pub fn create_revision(
+        key: impl Into<Vec<u8>>,
+        op: CompareOp,
+        rev: impl Into<Revision>,
+    ) -> Self {
         Self {
             range: KeyRange::single(key),
             op,
-            target: CompareTarget::Create(rev),
+            target: CompareTarget::Create(rev.into()),
         }
     }
 }
 
+/// Write one key (etcd's `PutRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutRequest {
+    /// The key to write.
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
+    /// The new value (ignored with `ignore_value`).
     #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
-    pub lease: i64,
+    /// The lease to attach the key to, [`LeaseId::NONE`] for none; the
+    /// lease must exist, or the command is refused.
+    pub lease: LeaseId,
+    /// Answer with the key's previous state.
     pub prev_kv: bool,
     /// Keep the current value (etcd `ignore_value`); the key must exist.
     pub ignore_value: bool,
@@ -236,11 +265,12 @@ pub struct PutRequest {
 }
 
 impl PutRequest {
+    /// A plain put of `value` at `key`: no lease, no previous state asked.
     pub fn new(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
         Self {
             key: key.into(),
             value: value.into(),
-            lease: 0,
+            lease: LeaseId::NONE,
             prev_kv: false,
             ignore_value: false,
             ignore_lease: false,
@@ -248,17 +278,25 @@ impl PutRequest {
     }
 }
 
+/// Delete every key of a range (etcd's `DeleteRangeRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeleteRequest {
+    /// The keys to delete.
     pub range: KeyRange,
+    /// Answer with the deleted keys' last states.
     pub prev_kv: bool,
 }
 
+/// One operation of a transaction branch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
+    /// A read at the transaction's revision (before its writes).
     Range(RangeRequest),
+    /// A write of one key.
     Put(PutRequest),
+    /// A deletion of a range.
     Delete(DeleteRequest),
+    /// A nested transaction (at most [`MAX_TXN_DEPTH`] levels in all).
     Txn(Txn),
 }
 
@@ -270,8 +308,11 @@ pub enum Op {
 /// (see `TxnDepthGuard` below).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Txn {
+    /// The guards; all must hold for `success` to run (none: it runs).
     pub compare: Vec<Compare>,
+    /// The operations run when every guard holds.
     pub success: Vec<Op>,
+    /// The operations run otherwise.
     pub failure: Vec<Op>,
 }
 
@@ -354,7 +395,8 @@ impl<'de> Deserialize<'de> for Txn {
 /// so the record holds no time: only the TTL and how often it was renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
-    pub id: i64,
+    /// The lease's id.
+    pub id: LeaseId,
     /// Seconds the lease lives after a grant or a renewal.
     pub ttl: i64,
     /// Bumped by every keep-alive: a change restarts the TTL on every node.
@@ -366,7 +408,7 @@ pub struct LeaseRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ProposalId {
     /// The node whose process made the proposal.
-    pub origin: crate::NodeId,
+    pub origin: crate::ids::NodeId,
     /// That process's boot epoch: strictly greater for every later process
     /// of the node (`Store::boot_epoch`).
     pub epoch: u64,
@@ -383,23 +425,29 @@ impl fmt::Display for ProposalId {
 /// What one Raft log entry asks the state machine to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
+    /// An etcd-style transaction: guards, then one branch of operations.
     Txn(Txn),
     /// Drop history below `revision`; reads at older revisions then fail.
     Compact {
+        /// The new compaction point: history below it goes.
         revision: Revision,
     },
     /// Create lease `id` (refused if it exists).
     LeaseGrant {
-        id: i64,
+        /// The new lease's id (never [`LeaseId::NONE`]).
+        id: LeaseId,
+        /// Its time to live in seconds, from the grant and every renewal.
         ttl: i64,
     },
     /// Delete lease `id` and every key attached to it, in one revision.
     LeaseRevoke {
-        id: i64,
+        /// The lease to revoke.
+        id: LeaseId,
     },
     /// Renew lease `id` (no new revision).
     LeaseKeepAlive {
-        id: i64,
+        /// The lease to renew.
+        id: LeaseId,
     },
     /// Expire lease `id` as [`Command::LeaseRevoke`] does, but only if it
     /// was renewed exactly `renewals` times: the count its proposer saw
@@ -409,7 +457,9 @@ pub enum Command {
     /// decided on a stale view never revokes a lease the majority kept
     /// alive.
     LeaseExpire {
-        id: i64,
+        /// The lease whose clock ran out.
+        id: LeaseId,
+        /// The renewal count the proposer's clock last saw.
         renewals: u64,
     },
     /// Several commands proposed together as one log entry (group commit):
@@ -427,8 +477,11 @@ pub enum Command {
     /// plain command: a batch or another tagged command inside is refused
     /// with [`ApplyError::MalformedProposal`].
     Tagged {
+        /// The proposal every copy of this write carries.
         id: ProposalId,
+        /// The origin's smallest seq still in flight when this copy left.
         floor: u64,
+        /// The command itself.
         cmd: Box<Command>,
     },
 }
@@ -496,23 +549,37 @@ impl fmt::Display for Command {
     }
 }
 
+/// The answer to a [`DeleteRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeleteResponse {
+    /// How many keys were deleted.
     pub deleted: u64,
+    /// Their last states, when the request asked (`prev_kv`).
     pub prev_kvs: Vec<KeyValue>,
 }
 
+/// The answer to one [`Op`], in the same shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpResponse {
+    /// What a range read.
     Range(RangeResponse),
-    Put { prev_kv: Option<KeyValue> },
+    /// A put's answer.
+    Put {
+        /// The key's previous state, when asked and it existed.
+        prev_kv: Option<KeyValue>,
+    },
+    /// What a delete removed.
     Delete(DeleteResponse),
+    /// A nested transaction's answer.
     Txn(TxnResponse),
 }
 
+/// The answer to a [`Txn`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnResponse {
+    /// Whether every guard held (so `success` ran, else `failure`).
     pub succeeded: bool,
+    /// One answer per operation of the branch that ran, in order.
     pub responses: Vec<OpResponse>,
 }
 
@@ -520,22 +587,33 @@ pub struct TxnResponse {
 /// verdict, and the log entry changes nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum ApplyError {
+    /// A range at a revision below the compaction point, or a compaction
+    /// to a revision at or below it.
     #[error("mvcc: required revision has been compacted")]
     Compacted,
+    /// A range at, or a compaction to, a revision above the current one.
     #[error("mvcc: required revision is a future revision")]
     FutureRevision,
+    /// A transaction branch that writes the same key twice (as etcd refuses).
     #[error("duplicate key given in txn request")]
     DuplicateKey,
+    /// A put with `ignore_value` or `ignore_lease` of a key that does not
+    /// exist.
     #[error("key not found")]
     KeyNotFound,
+    /// A put attaching, or a revoke, keep-alive or expiry of, a lease that
+    /// does not exist.
     #[error("requested lease not found")]
     LeaseNotFound,
+    /// A grant of an id that is taken.
     #[error("lease already exists")]
     LeaseExists,
     /// A [`Command::LeaseExpire`] whose lease was renewed since the expiry
     /// was decided: the lease lives on.
     #[error("lease was renewed since its expiry was decided")]
     LeaseRenewed,
+    /// A [`Command::Batch`] member that may not be batched (a compaction,
+    /// a batch).
     #[error("command cannot be batched")]
     NotBatchable,
     /// A tagged proposal from a process that no longer runs (its node has
@@ -563,17 +641,23 @@ pub enum ApplyError {
 pub struct Response {
     /// The store's revision after this entry (the new one if it wrote).
     pub revision: Revision,
+    /// What the command did, or why apply refused it (then it changed
+    /// nothing).
     pub result: Result<CommandResult, ApplyError>,
 }
 
+/// What an applied command did, by command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommandResult {
+    /// A transaction's answer.
     Txn(TxnResponse),
+    /// A compaction was done.
     Compacted,
     /// The lease after a grant or keep-alive.
     Lease(LeaseRecord),
     /// A revoke, with the keys it deleted.
     LeaseRevoked {
+        /// How many keys went with the lease.
         deleted: u64,
     },
     /// One response per command of a [`Command::Batch`], in order.
@@ -606,7 +690,7 @@ mod tests {
             floor: 15,
             cmd: Box::new(cmd),
         };
-        let keep_alive = tag(Command::LeaseKeepAlive { id: 9 });
+        let keep_alive = tag(Command::LeaseKeepAlive { id: LeaseId(9) });
         assert!(keep_alive.is_batchable());
         assert!(!tag(Command::Compact {
             revision: Revision(3)
@@ -698,7 +782,7 @@ mod tests {
             mod_revision: Revision(9),
             version: 4,
             value: vec![0, 1, 2, 255, 128],
-            lease: 7,
+            lease: LeaseId(7),
         };
         let plain = PlainKeyValue {
             key: kv.key.clone(),
@@ -706,7 +790,7 @@ mod tests {
             mod_revision: kv.mod_revision,
             version: kv.version,
             value: kv.value.clone(),
-            lease: kv.lease,
+            lease: kv.lease.0,
         };
         let encoded = bincode::serialize(&kv).expect("encode");
         assert_eq!(encoded, bincode::serialize(&plain).expect("encode plain"));

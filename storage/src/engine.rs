@@ -228,3 +228,27 @@ impl From<rocksdb::Error> for StoreError {
         StoreError::Engine(e.into_string())
     }
 }
+
+/// Something rows can be read from: the live engine or a point-in-time view.
+pub(crate) trait Source {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
+}
+
+impl Source for Engine {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Engine::get(self, cf, key)
+    }
+    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
+        Engine::scan(self, cf, start, end)
+    }
+}
+
+impl Source for SnapshotView<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        SnapshotView::get(self, cf, key)
+    }
+    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
+        SnapshotView::scan(self, cf, start, end)
+    }
+}

@@ -30,10 +30,12 @@ impl DiskFaults {
         self.inner.apply_ms.store(millis(delay), Ordering::SeqCst);
     }
 
+    /// The delay every log fsync waits now (zero: none).
     pub fn fsync_delay(&self) -> Duration {
         Duration::from_millis(self.inner.fsync_ms.load(Ordering::SeqCst))
     }
 
+    /// The delay every apply waits now (zero: none).
     pub fn apply_delay(&self) -> Duration {
         Duration::from_millis(self.inner.apply_ms.load(Ordering::SeqCst))
     }

@@ -39,23 +39,37 @@
 //!
 //! # Layout
 //!
+//! In dependency order: each module imports only from those above it
+//! (no import cycles; this file, the facade and [`Store`], from any).
+//!
+//! - [`ids`]: revisions, log indexes, lease ids and member ids, the
+//!   numbers at the crate's boundary, each its own type.
+//! - [`command`]: the replicated command, its response and watch events.
+//! - [`error`]: [`StoreError`], the crate's one error type.
 //! - [`schema`]: column families, key encodings, format version (the only
 //!   place that knows the on-disk layout).
-//! - `engine`: the only module that names RocksDB.
-//! - [`command`]: the replicated command, its response and watch events.
+//! - [`validate`]: checks of a command on its own (op counts, nesting,
+//!   sizes, lease TTLs), run before it is proposed.
+//! - `engine`: the only module that names RocksDB (and `Source`: rows read
+//!   from the live engine or a point-in-time view).
+//! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
+//!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
+//! - [`session`]: the rules and rows of the proposal session table behind
+//!   exactly-once apply.
+//! - [`view`]: [`view::MvccRead`], the read view apply decides against.
 //! - [`apply`]: pure apply of a command against a read view.
+//! - `session_table`: the state machine's in-memory mirror of the session
+//!   table, and the view apply sees it through.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
 //! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
 //!   event log for watches and the watch cache: batched, and reporting
 //!   compaction as an outcome of its own.
-//! - [`session`]: the proposal session table behind exactly-once apply.
-//! - [`validate`]: checks of a command on its own (op counts, nesting,
-//!   sizes, lease TTLs), run before it is proposed.
-//! - [`log_store`] / [`state_machine`]: the openraft storage traits.
+//! - [`raft_types`]: openraft's type configuration ([`TypeConfig`]).
 //! - `purge`: the purge horizon, which keeps the log from being purged past
 //!   the snapshot on disk (openraft 0.9 purges before an install finishes).
-//! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
-//!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
+//! - [`log_store`] / [`state_machine`]: the openraft storage traits.
+
+#![warn(missing_docs)]
 
 pub mod apply;
 pub mod command;
@@ -63,13 +77,17 @@ pub mod cursor;
 mod engine;
 pub mod error;
 pub mod faults;
+pub mod ids;
 pub mod log_store;
 pub mod mvcc;
 mod purge;
+pub mod raft_types;
 pub mod schema;
 pub mod session;
+mod session_table;
 pub mod state_machine;
 pub mod validate;
+pub mod view;
 
 use std::path::Path;
 
@@ -84,32 +102,14 @@ pub use command::{
 pub use cursor::{EventCursor, EventStep, EVENT_BATCH};
 pub use error::StoreError;
 pub use faults::DiskFaults;
+pub use ids::{LeaseId, LogIndex, NodeId};
 pub use log_store::LogStore;
+pub use raft_types::{Entry, Node, TypeConfig};
 pub use state_machine::{AppliedState, StateMachine};
 pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
 
 /// A lease and the keys attached to it, in key order.
 pub type LeaseWithKeys = (LeaseRecord, Vec<Vec<u8>>);
-
-/// A node's identity in the Raft group.
-pub type NodeId = u64;
-/// What openraft knows of a member: its peer address (`--peer-addr`).
-pub type Node = openraft::BasicNode;
-
-openraft::declare_raft_types!(
-    /// The openraft type configuration of kubestore. It lives next to the
-    /// replicated command so `raft` can depend on `storage` without a cycle.
-    pub TypeConfig:
-        D = Command,
-        R = Response,
-        NodeId = NodeId,
-        Node = Node,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
-        AsyncRuntime = openraft::TokioRuntime,
-);
-
-pub type Entry = openraft::Entry<TypeConfig>;
 
 /// A cheap, cloneable read handle on the store, for the front ends.
 #[derive(Clone)]
@@ -134,7 +134,7 @@ impl Store {
     /// A range read from one consistent point in time; see [`mvcc`] for the
     /// revision rules and errors.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
-        use apply::MvccRead;
+        use view::MvccRead;
         self.consistent(|| {
             self.engine
                 .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
@@ -152,7 +152,7 @@ impl Store {
     ) -> Result<T, E> {
         let before = self.installs.stable().ok_or(StoreError::Installing)?;
         let result = self.engine.with_snapshot(|view| {
-            let src: &dyn mvcc::Source = view;
+            let src: &dyn engine::Source = view;
             read(&ReadView {
                 reader: mvcc::MvccReader::new(src)?,
             })
@@ -218,8 +218,8 @@ impl Store {
     }
 
     /// Lease `id` and the keys attached to it, if it exists.
-    pub fn lease(&self, id: i64) -> Result<Option<LeaseWithKeys>, StoreError> {
-        use apply::MvccRead;
+    pub fn lease(&self, id: LeaseId) -> Result<Option<LeaseWithKeys>, StoreError> {
+        use view::MvccRead;
         self.consistent(|| {
             self.engine.with_snapshot(|view| {
                 let reader = mvcc::MvccReader::new(view)?;
@@ -248,7 +248,7 @@ impl Store {
         batch.put(
             schema::Cf::RaftMeta,
             schema::RAFT_LIVENESS_PROBE,
-            &self.applied().log_index.to_be_bytes(),
+            &self.applied().log_index.0.to_be_bytes(),
         )?;
         self.engine.write(batch, true)
     }
@@ -273,18 +273,18 @@ impl Store {
 
 /// One consistent point-in-time view of the store ([`Store::read_view`]).
 pub struct ReadView<'a> {
-    reader: mvcc::MvccReader<'a, dyn mvcc::Source + 'a>,
+    reader: mvcc::MvccReader<'a, dyn engine::Source + 'a>,
 }
 
 impl ReadView<'_> {
     /// The revision the view is current at.
     pub fn revision(&self) -> Revision {
-        apply::MvccRead::current_revision(&self.reader)
+        view::MvccRead::current_revision(&self.reader)
     }
 
     /// The compaction point of the view.
     pub fn compacted(&self) -> Revision {
-        apply::MvccRead::compacted_revision(&self.reader)
+        view::MvccRead::compacted_revision(&self.reader)
     }
 
     /// Visits the key-values of `range` at `at` (`None`: the view's
@@ -296,7 +296,7 @@ impl ReadView<'_> {
         at: Option<Revision>,
         mut visit: impl FnMut(KeyValue) -> Result<std::ops::ControlFlow<()>, StoreError>,
     ) -> Result<Revision, StoreError> {
-        apply::MvccRead::scan(&self.reader, range, at, &mut visit)
+        view::MvccRead::scan(&self.reader, range, at, &mut visit)
     }
 }
 

@@ -19,9 +19,10 @@ use tracing::instrument;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
+use crate::ids::NodeId;
 use crate::purge::PurgeHorizon;
+use crate::raft_types::{Entry, TypeConfig};
 use crate::schema::{self, Cf};
-use crate::{Entry, NodeId, TypeConfig};
 
 /// openraft's log store over the shared engine. Cheap to clone: openraft
 /// takes one clone as the reader used by replication.
@@ -303,9 +304,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| log_err(e, ErrorVerb::Delete))
     }
 
-    /// Purges through the [`PurgeHorizon`]: at once as far as the current
+    /// Purges through the `PurgeHorizon`: at once as far as the current
     /// snapshot covers, the rest when a newer snapshot is in place (see
-    /// [`crate::purge`] for why openraft's request cannot be done as asked).
+    /// `crate::purge` for why openraft's request cannot be done as asked).
     #[instrument(level = "debug", skip(self))]
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         self.horizon

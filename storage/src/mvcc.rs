@@ -4,7 +4,7 @@
 //!
 //! Layout (see [`crate::schema`]): `kv` holds each live key's latest state;
 //! `history` holds one row per (key, revision) that touched it, `None` for a
-//! deletion; `events` holds what each revision changed, as [`StoredEvent`]s
+//! deletion; `events` holds what each revision changed, as `StoredEvent`s
 //! that point into `history` rather than repeat its values (a put's value is
 //! written to the state machine twice, `kv` and `history`, not four times).
 //!
@@ -22,37 +22,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{Applied, MvccRead, Visit};
+use crate::apply::Applied;
 use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision};
-use crate::engine::{Batch, Engine, Scan, SnapshotView};
+use crate::engine::{Batch, Engine, Source};
 use crate::error::StoreError;
+use crate::ids::LeaseId;
+use crate::ids::NodeId;
 use crate::schema::{self, Cf};
 use crate::session::{self, Recorded, SessionState};
-use crate::NodeId;
-
-/// Something rows can be read from: the live engine or a point-in-time view.
-pub(crate) trait Source {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
-    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
-}
-
-impl Source for Engine {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Engine::get(self, cf, key)
-    }
-    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
-        Engine::scan(self, cf, start, end)
-    }
-}
-
-impl Source for SnapshotView<'_> {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        SnapshotView::get(self, cf, key)
-    }
-    fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
-        SnapshotView::scan(self, cf, start, end)
-    }
-}
+use crate::view::{MvccRead, Visit};
 
 pub(crate) fn read_revision<S: Source + ?Sized>(
     src: &S,
@@ -211,14 +189,14 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
         self.compacted
     }
 
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
         match self.src.get(Cf::Leases, &schema::lease_key(id))? {
             Some(v) => Ok(Some(bincode::deserialize(&v)?)),
             None => Ok(None),
         }
     }
 
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
         let prefix = schema::lease_attachment_prefix(id);
         let end = crate::command::prefix_end(&prefix);
         let mut keys = Vec::new();

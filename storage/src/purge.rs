@@ -29,8 +29,8 @@ use openraft::LogId;
 
 use crate::engine::Engine;
 use crate::error::StoreError;
+use crate::ids::NodeId;
 use crate::schema::{self, Cf};
-use crate::NodeId;
 
 /// Shared by the log store (which asks for purges) and the state machine
 /// (which says what the current snapshot covers). Cheap to clone.

@@ -27,25 +27,45 @@
 /// such a snapshot.
 pub const FORMAT_VERSION: u32 = 3;
 
+/// RocksDB name of [`Cf::RaftLog`]: the Raft log entries by index.
 pub const CF_RAFT_LOG: &str = "raft_log";
+/// RocksDB name of [`Cf::RaftMeta`]: vote, commit, purge point, boot epoch.
 pub const CF_RAFT_META: &str = "raft_meta";
+/// RocksDB name of [`Cf::Kv`]: every live key's current state.
 pub const CF_KV: &str = "kv";
+/// RocksDB name of [`Cf::History`]: every state of every key by revision.
 pub const CF_HISTORY: &str = "history";
+/// RocksDB name of [`Cf::Events`]: what each revision changed.
 pub const CF_EVENTS: &str = "events";
+/// RocksDB name of [`Cf::SmMeta`]: the state machine's bookkeeping.
 pub const CF_SM_META: &str = "sm_meta";
+/// RocksDB name of [`Cf::Leases`]: lease records and key attachments.
 pub const CF_LEASES: &str = "leases";
+/// RocksDB name of [`Cf::Sessions`]: the proposal session table.
 pub const CF_SESSIONS: &str = "sessions";
+
+use crate::ids::LeaseId;
 
 /// A column family. The engine maps each to its RocksDB handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cf {
+    /// Raft log entries, keyed by index (local: not in snapshots).
     RaftLog,
+    /// openraft's vote, committed and purged log ids, and the node's local
+    /// rows (liveness probe, boot epoch); not in snapshots.
     RaftMeta,
+    /// The current state of every live key, keyed by user key.
     Kv,
+    /// Every state of every key, keyed by escaped user key and revision.
     History,
+    /// What each revision changed, keyed by revision (the watch log).
     Events,
+    /// Last applied log id, membership, revision, compaction point, format
+    /// version.
     SmMeta,
+    /// Lease records and which keys are attached to each lease.
     Leases,
+    /// The proposal session table (exactly-once apply).
     Sessions,
 }
 
@@ -67,6 +87,7 @@ impl Cf {
     /// the MVCC store, the leases and the proposal sessions.
     pub const STATE_MACHINE: [Cf; 5] = [Cf::Kv, Cf::History, Cf::Events, Cf::Leases, Cf::Sessions];
 
+    /// The column family's RocksDB name (`CF_*`).
     pub fn name(self) -> &'static str {
         match self {
             Cf::RaftLog => CF_RAFT_LOG,
@@ -94,13 +115,18 @@ impl Cf {
         }
     }
 
+    /// The column family of a snapshot file's tag ([`Cf::tag`]), `None`
+    /// for a tag no column family has.
     pub fn from_tag(tag: u8) -> Option<Cf> {
         Cf::ALL.into_iter().find(|cf| cf.tag() == tag)
     }
 }
 
+/// openraft's last saved vote (`Vote`).
 pub const RAFT_VOTE: &[u8] = b"vote";
+/// openraft's last saved committed log id (`Option<LogId>`).
 pub const RAFT_COMMITTED: &[u8] = b"committed";
+/// The log id of the last purged entry (`LogId`).
 pub const RAFT_LAST_PURGED: &[u8] = b"last_purged";
 /// Written (synced) by [`crate::Store::check_writable`], the liveness probe.
 pub const RAFT_LIVENESS_PROBE: &[u8] = b"liveness_probe";
@@ -109,8 +135,11 @@ pub const RAFT_LIVENESS_PROBE: &[u8] = b"liveness_probe";
 /// node (not in snapshots): it names this node's processes, not state.
 pub const RAFT_BOOT_EPOCH: &[u8] = b"boot_epoch";
 
+/// The storage format the data directory was written in ([`FORMAT_VERSION`]).
 pub const SM_FORMAT_VERSION: &[u8] = b"format_version";
+/// The log id of the last applied entry, written in each entry's batch.
 pub const SM_LAST_APPLIED: &[u8] = b"last_applied";
+/// The last applied membership (openraft's `StoredMembership`).
 pub const SM_MEMBERSHIP: &[u8] = b"membership";
 /// The revision of the last write (u64 big-endian).
 pub const SM_REVISION: &[u8] = b"revision";
@@ -123,9 +152,9 @@ pub const SM_SNAPSHOT_META: &[u8] = b"snapshot_meta";
 pub const SM_INSTALLING: &[u8] = b"installing";
 
 /// The `leases` row of lease `id`.
-pub fn lease_key(id: i64) -> [u8; 9] {
+pub fn lease_key(id: LeaseId) -> [u8; 9] {
     let mut k = [b'L'; 9];
-    k[1..].copy_from_slice(&id.to_be_bytes());
+    k[1..].copy_from_slice(&id.0.to_be_bytes());
     k
 }
 
@@ -135,17 +164,17 @@ pub const LEASE_RECORDS_START: [u8; 1] = [b'L'];
 pub const LEASE_RECORDS_END: [u8; 1] = [b'L' + 1];
 
 /// The `leases` row recording that `key` is attached to lease `id`.
-pub fn lease_attachment_key(id: i64, key: &[u8]) -> Vec<u8> {
+pub fn lease_attachment_key(id: LeaseId, key: &[u8]) -> Vec<u8> {
     let mut k = lease_attachment_prefix(id);
     k.extend_from_slice(key);
     k
 }
 
 /// The prefix of every attachment row of lease `id`.
-pub fn lease_attachment_prefix(id: i64) -> Vec<u8> {
+pub fn lease_attachment_prefix(id: LeaseId) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
     k.push(b'K');
-    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(&id.0.to_be_bytes());
     k
 }
 
@@ -173,10 +202,13 @@ pub fn split_session_key(row: &[u8]) -> Option<(u64, Option<u64>)> {
     }
 }
 
+/// A key of one big-endian `u64` (a log index, a revision), so that byte
+/// order is numeric order.
 pub fn u64_key(n: u64) -> [u8; 8] {
     n.to_be_bytes()
 }
 
+/// The `u64` of a [`u64_key`], `None` if `bytes` is not 8 bytes long.
 pub fn decode_u64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes.try_into().ok()?))
 }

@@ -38,20 +38,16 @@
 //! [`crate::schema`]), written in the same batch as the entry's data and
 //! last-applied id, and carried by snapshots. The state machine keeps a
 //! mirror of every session's epoch, floor and recorded seqs in memory
-//! ([`SessionTable`]), so the common case (a proposal seen for the first
+//! (`session_table::SessionTable`), so the common case (a proposal seen for the first
 //! time) reads nothing from disk; a duplicate reads its recorded response.
-
-use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{MvccRead, Visit};
-use crate::command::{KeyRange, KeyValue, LeaseRecord, Response, Revision};
-use crate::engine::{Batch, Engine};
+use crate::command::Response;
+use crate::engine::{Batch, Engine, Source};
 use crate::error::StoreError;
-use crate::mvcc::Source;
+use crate::ids::NodeId;
 use crate::schema::{self, Cf};
-use crate::NodeId;
 
 /// The largest response (bincode-encoded) the table keeps for a duplicate
 /// to be answered with; a larger one is recorded as [`Recorded::Dropped`].
@@ -61,7 +57,10 @@ pub const MAX_RECORDED_RESPONSE_BYTES: u64 = 64 * 1024;
 /// which seq that process has finished with every proposal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SessionState {
+    /// The boot epoch of the origin's live process (the newest seen).
     pub epoch: u64,
+    /// Every seq of that process below this is finished: its copies are
+    /// refused as stale.
     pub floor: u64,
 }
 
@@ -91,6 +90,7 @@ impl Recorded {
 /// the entry's write batch in order with the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionUpdate {
+    /// The node whose session changes.
     pub origin: NodeId,
     /// The session after the command.
     pub state: SessionState,
@@ -178,135 +178,6 @@ pub(crate) fn read_seqs_below<S: Source + ?Sized>(
         }
     }
     Ok(seqs)
-}
-
-/// One session as the state machine mirrors it: no responses, only which
-/// seqs have one.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct MirroredSession {
-    state: SessionState,
-    seqs: BTreeSet<u64>,
-}
-
-/// The state machine's in-memory mirror of the `sessions` column family:
-/// every session's state and recorded seqs. Loaded at open, rebuilt after a
-/// snapshot install, and changed only after the batch holding the same
-/// changes was written.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SessionTable {
-    sessions: BTreeMap<NodeId, MirroredSession>,
-}
-
-impl SessionTable {
-    /// The table as stored in `src`.
-    pub(crate) fn load<S: Source + ?Sized>(src: &S) -> Result<Self, StoreError> {
-        let mut sessions: BTreeMap<NodeId, MirroredSession> = BTreeMap::new();
-        for row in src.scan(Cf::Sessions, &[], None)? {
-            let (k, v) = row?;
-            match schema::split_session_key(&k) {
-                Some((origin, None)) => {
-                    sessions.entry(origin).or_default().state = bincode::deserialize(&v)?;
-                }
-                Some((origin, Some(seq))) => {
-                    sessions.entry(origin).or_default().seqs.insert(seq);
-                }
-                None => return Err(StoreError::Corrupt("malformed sessions row".into())),
-            }
-        }
-        Ok(Self { sessions })
-    }
-
-    /// Applies a written update.
-    pub(crate) fn absorb(&mut self, update: &SessionUpdate) {
-        let session = self.sessions.entry(update.origin).or_default();
-        if update.replaced {
-            session.seqs.clear();
-        }
-        for seq in &update.evicted {
-            session.seqs.remove(seq);
-        }
-        if let Some((seq, _)) = &update.recorded {
-            session.seqs.insert(*seq);
-        }
-        session.state = update.state;
-    }
-}
-
-/// The store as apply sees it in the state machine: `base` for everything,
-/// with session lookups answered from the mirror (only a duplicate's
-/// recorded response is read from `base`).
-pub(crate) struct WithSessions<'a, V> {
-    base: &'a V,
-    table: &'a SessionTable,
-}
-
-impl<'a, V: MvccRead> WithSessions<'a, V> {
-    pub(crate) fn new(base: &'a V, table: &'a SessionTable) -> Self {
-        Self { base, table }
-    }
-}
-
-impl<V: MvccRead> MvccRead for WithSessions<'_, V> {
-    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        self.base.get(key)
-    }
-
-    fn scan(
-        &self,
-        range: &KeyRange,
-        at: Option<Revision>,
-        visit: Visit<'_>,
-    ) -> Result<Revision, StoreError> {
-        self.base.scan(range, at, visit)
-    }
-
-    fn current_revision(&self) -> Revision {
-        self.base.current_revision()
-    }
-
-    fn compacted_revision(&self) -> Revision {
-        self.base.compacted_revision()
-    }
-
-    fn lease(&self, id: i64) -> Result<Option<LeaseRecord>, StoreError> {
-        self.base.lease(id)
-    }
-
-    fn lease_keys(&self, id: i64) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.base.lease_keys(id)
-    }
-
-    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
-        Ok(self.table.sessions.get(&origin).map(|s| s.state))
-    }
-
-    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
-        let known = self
-            .table
-            .sessions
-            .get(&origin)
-            .is_some_and(|s| s.seqs.contains(&seq));
-        if !known {
-            return Ok(None);
-        }
-        self.base
-            .session_record(origin, seq)?
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "the session mirror has proposal {origin}/{seq}, the store does not"
-                ))
-            })
-            .map(Some)
-    }
-
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
-        Ok(self
-            .table
-            .sessions
-            .get(&origin)
-            .map(|s| s.seqs.range(..below).copied().collect())
-            .unwrap_or_default())
-    }
 }
 
 /// Raises this node's boot epoch (a synced write, so no later process can

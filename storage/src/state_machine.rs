@@ -30,11 +30,12 @@ use crate::command::{Response, Revision};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
+use crate::ids::{LogIndex, NodeId};
 use crate::mvcc::{self, MvccReader};
 use crate::purge::PurgeHorizon;
+use crate::raft_types::{Entry, Node, TypeConfig};
 use crate::schema::{self, Cf};
-use crate::session::{SessionTable, WithSessions};
-use crate::{Entry, Node, NodeId, TypeConfig};
+use crate::session_table::{SessionTable, WithSessions};
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
 /// The magic of snapshots of storage format 1, which had no version field.
@@ -55,7 +56,7 @@ const INSTALL_BATCH_ROWS: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AppliedState {
     /// Index of the last applied log entry (0 before any).
-    pub log_index: u64,
+    pub log_index: LogIndex,
     /// The store's current revision.
     pub revision: Revision,
     /// The revision history is compacted to.
@@ -65,6 +66,7 @@ pub struct AppliedState {
     pub resets: u64,
 }
 
+/// The last applied membership, as openraft stores it in the state machine.
 pub type SmMembership = StoredMembership<NodeId, Node>;
 
 /// The state machine. openraft owns it; readers use [`crate::Store`].
@@ -188,7 +190,7 @@ impl StateMachine {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
                 let reader = MvccReader::new(&self.engine)?;
-                let compacted = crate::apply::MvccRead::compacted_revision(&reader);
+                let compacted = crate::view::MvccRead::compacted_revision(&reader);
                 let view = WithSessions::new(&reader, &self.sessions);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 for one in &applied {
@@ -241,7 +243,7 @@ fn read_applied_state(
     resets: u64,
 ) -> Result<AppliedState, StoreError> {
     Ok(AppliedState {
-        log_index: last_applied.map_or(0, |l| l.index),
+        log_index: LogIndex(last_applied.map_or(0, |l| l.index)),
         revision: mvcc::read_revision(engine, schema::SM_REVISION)?,
         compacted: mvcc::read_revision(engine, schema::SM_COMPACTED)?,
         resets,

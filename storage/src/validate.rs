@@ -49,29 +49,70 @@ impl Limits {
 /// Why a command was refused before it was proposed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvalidCommand {
+    /// One level of a txn (its compares, or one branch) holds more
+    /// operations than [`Limits::max_txn_ops`].
     #[error("too many operations in txn request: {ops}, at most {max}")]
-    TooManyOps { ops: usize, max: usize },
+    TooManyOps {
+        /// Operations found at that level.
+        ops: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Txns nested deeper than [`MAX_TXN_DEPTH`].
     #[error("txn nested {depth} levels deep, at most {max}")]
-    TooDeep { depth: usize, max: usize },
+    TooDeep {
+        /// The nesting found.
+        depth: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More bytes of keys and values than [`Limits::max_command_bytes`].
     #[error("request is too large: {bytes} bytes of keys and values, at most {max}")]
-    TooLarge { bytes: usize, max: usize },
+    TooLarge {
+        /// Bytes of keys and values in the command.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A put, range, delete or compare with an empty key.
     #[error("key is not provided")]
     EmptyKey,
+    /// A lease TTL above [`MAX_LEASE_TTL`] (etcd's bound).
     #[error("too large lease TTL: {ttl} s, at most {max}")]
-    LeaseTtlTooLarge { ttl: i64, max: i64 },
+    LeaseTtlTooLarge {
+        /// The TTL asked, in seconds.
+        ttl: i64,
+        /// The limit.
+        max: i64,
+    },
+    /// A lease TTL below [`MIN_LEASE_TTL`].
     #[error("too small lease TTL: {ttl} s, at least {min}")]
-    LeaseTtlTooSmall { ttl: i64, min: i64 },
+    LeaseTtlTooSmall {
+        /// The TTL asked, in seconds.
+        ttl: i64,
+        /// The limit.
+        min: i64,
+    },
+    /// A grant of [`crate::LeaseId::NONE`], which names no lease.
     #[error("lease id 0 names no lease")]
     NoLeaseId,
+    /// A batch over [`Limits::max_batch_commands`] or
+    /// [`Limits::max_batch_bytes`].
     #[error("batch too large: {commands} commands of {bytes} bytes, at most {max_commands} of {max_bytes}")]
     BatchTooLarge {
+        /// Commands in the batch.
         commands: usize,
+        /// Their payload bytes together.
         bytes: usize,
+        /// The command limit.
         max_commands: usize,
+        /// The byte limit.
         max_bytes: usize,
     },
+    /// A batch member that may not ride in a batch (named).
     #[error("{0} cannot be batched")]
     NotBatchable(String),
+    /// A tagged command wrapping a batch or another tagged command.
     #[error("a tagged proposal must wrap one plain command")]
     MalformedProposal,
 }
@@ -86,7 +127,7 @@ impl Command {
                 check_size(self.payload_bytes(), limits)
             }
             Command::LeaseGrant { id, ttl } => {
-                if *id == 0 {
+                if id.is_none() {
                     return Err(InvalidCommand::NoLeaseId);
                 }
                 if *ttl > MAX_LEASE_TTL {
@@ -236,7 +277,9 @@ fn txn_bytes(txn: &Txn) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Compare, CompareOp, DeleteRequest, ProposalId, PutRequest, Revision};
+    use crate::command::{
+        Compare, CompareOp, DeleteRequest, LeaseId, ProposalId, PutRequest, Revision,
+    };
 
     const LIMITS: Limits = Limits {
         max_txn_ops: 3,
@@ -391,7 +434,10 @@ mod tests {
 
     #[test]
     fn lease_grants_are_within_etcd_ttls_and_name_a_lease() {
-        let grant = |id, ttl| Command::LeaseGrant { id, ttl };
+        let grant = |id, ttl| Command::LeaseGrant {
+            id: LeaseId(id),
+            ttl,
+        };
         assert_eq!(grant(7, MIN_LEASE_TTL).validate(&LIMITS), Ok(()));
         assert_eq!(grant(7, MAX_LEASE_TTL).validate(&LIMITS), Ok(()));
         assert_eq!(
@@ -409,7 +455,10 @@ mod tests {
             grant(0, 10).validate(&LIMITS),
             Err(InvalidCommand::NoLeaseId)
         );
-        assert_eq!(Command::LeaseKeepAlive { id: 3 }.validate(&LIMITS), Ok(()));
+        assert_eq!(
+            Command::LeaseKeepAlive { id: LeaseId(3) }.validate(&LIMITS),
+            Ok(())
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command as Process, Stdio};
 
 use kubestore_storage::{
-    ApplyError, Command, CommandResult, DeleteRequest, KeyRange, Op, ProposalId, PutRequest,
-    RangeRequest, Revision, StateMachine, Store, StoreError, Txn,
+    ApplyError, Command, CommandResult, DeleteRequest, KeyRange, LeaseId, LogIndex, Op, ProposalId,
+    PutRequest, RangeRequest, Revision, StateMachine, Store, StoreError, Txn,
 };
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
@@ -112,7 +112,7 @@ async fn revisions_increase_by_one_per_write_and_old_revisions_stay_readable() {
     // The delete of a missing key writes nothing and keeps the revision.
     assert_eq!(revisions, vec![1, 2, 3, 4, 4, 5]);
     assert_eq!(store.applied().revision, Revision(5));
-    assert_eq!(store.applied().log_index, 6);
+    assert_eq!(store.applied().log_index, LogIndex(6));
 
     assert_eq!(
         read(&store, "", Some(1)).expect("rev 1"),
@@ -299,7 +299,7 @@ async fn a_second_entry_of_one_proposal_changes_nothing_and_answers_the_original
     assert!(responses[0].result.is_ok());
     assert_eq!(responses[2], responses[0], "the copy gets the first answer");
     assert_eq!(store.applied().revision, Revision(2));
-    assert_eq!(store.applied().log_index, 3);
+    assert_eq!(store.applied().log_index, LogIndex(3));
     let events = store.events_after(Revision(0), 10).expect("events");
     assert_eq!(
         events
@@ -439,7 +439,7 @@ async fn a_snapshot_announced_as_another_is_refused_and_the_current_one_reads_wh
 
 fn put_leased(key: &str, lease: i64) -> Command {
     let mut p = PutRequest::new(key, "v");
-    p.lease = lease;
+    p.lease = LeaseId(lease);
     Command::Txn(Txn {
         success: vec![Op::Put(p)],
         ..Txn::default()
@@ -455,12 +455,18 @@ async fn leases_attach_keys_revoke_them_in_one_revision_and_travel_in_snapshots(
         &mut sm,
         &mut next,
         vec![
-            Command::LeaseGrant { id: 7, ttl: 30 },
-            Command::LeaseGrant { id: 7, ttl: 30 },
+            Command::LeaseGrant {
+                id: LeaseId(7),
+                ttl: 30,
+            },
+            Command::LeaseGrant {
+                id: LeaseId(7),
+                ttl: 30,
+            },
             put_leased("l/a", 7),
             put_leased("l/b", 7),
             put_leased("l/c", 8),
-            Command::LeaseKeepAlive { id: 7 },
+            Command::LeaseKeepAlive { id: LeaseId(7) },
             // Moving a key to no lease detaches it.
             put_leased("l/b", 0),
             put_leased("l/b", 7),
@@ -474,7 +480,7 @@ async fn leases_attach_keys_revoke_them_in_one_revision_and_travel_in_snapshots(
         Ok(CommandResult::Lease(l)) => assert_eq!((l.ttl, l.renewals), (30, 1)),
         other => panic!("keep-alive: {other:?}"),
     }
-    let (lease, keys) = store.lease(7).expect("read").expect("lease 7");
+    let (lease, keys) = store.lease(LeaseId(7)).expect("read").expect("lease 7");
     assert_eq!(lease.renewals, 1);
     assert_eq!(keys, vec![b"l/a".to_vec(), b"l/b".to_vec()]);
 
@@ -491,21 +497,31 @@ async fn leases_attach_keys_revoke_them_in_one_revision_and_travel_in_snapshots(
         .await
         .expect("install");
     assert_eq!(
-        store2.lease(7).expect("read b"),
-        store.lease(7).expect("read a")
+        store2.lease(LeaseId(7)).expect("read b"),
+        store.lease(LeaseId(7)).expect("read a")
     );
 
     // Revoke: both keys go in one new revision, the lease with them.
     let before = store.applied().revision;
-    let r = apply_all(&mut sm, &mut next, vec![Command::LeaseRevoke { id: 7 }]).await;
+    let r = apply_all(
+        &mut sm,
+        &mut next,
+        vec![Command::LeaseRevoke { id: LeaseId(7) }],
+    )
+    .await;
     assert_eq!(r[0].result, Ok(CommandResult::LeaseRevoked { deleted: 2 }));
     assert_eq!(r[0].revision, before.next());
     assert_eq!(read(&store, "l/", None).expect("read"), Vec::new());
     let events = store.events_after(before, 10).expect("events");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].1.len(), 2);
-    assert_eq!(store.lease(7).expect("read"), None);
-    let r = apply_all(&mut sm, &mut next, vec![Command::LeaseRevoke { id: 7 }]).await;
+    assert_eq!(store.lease(LeaseId(7)).expect("read"), None);
+    let r = apply_all(
+        &mut sm,
+        &mut next,
+        vec![Command::LeaseRevoke { id: LeaseId(7) }],
+    )
+    .await;
     assert_eq!(r[0].result, Err(ApplyError::LeaseNotFound));
 }
 
@@ -519,7 +535,7 @@ async fn crash_child_applies_until_killed() {
         return;
     };
     let (_log, mut sm, store) = kubestore_storage::open(std::path::Path::new(&dir)).expect("open");
-    let mut next = store.applied().log_index + 1;
+    let mut next = store.applied().log_index.0 + 1;
     loop {
         // Each entry is proposal `seq = its index` of node 1, alone in flight.
         let cmds = (0..3)
@@ -648,15 +664,18 @@ async fn a_batch_entry_applies_exactly_like_one_entry_per_command() {
         range_at("k/", Some(1), 0),
         range_at("k/", Some(2), 0),
         range_at("k/", None, 1),
-        Command::LeaseGrant { id: 9, ttl: 60 },
+        Command::LeaseGrant {
+            id: LeaseId(9),
+            ttl: 60,
+        },
         put_leased("k/c", 9),
         put_leased("k/d", 9),
-        Command::LeaseKeepAlive { id: 9 },
+        Command::LeaseKeepAlive { id: LeaseId(9) },
         delete("k/a"),
         delete("k/missing"),
         range_at("k/", Some(4), 0),
         put_leased("k/e", 10),
-        Command::LeaseRevoke { id: 9 },
+        Command::LeaseRevoke { id: LeaseId(9) },
         range_at("k/", None, 0),
         create("k/a", "3"),
     ];

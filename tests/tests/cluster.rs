@@ -392,7 +392,7 @@ async fn a_forwarded_write_retried_after_a_timeout_is_applied_once() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let last = leader_raft.status().await.expect("status").last_log_index;
-        if last >= before + 2 {
+        if last.0 >= before.0 + 2 {
             break;
         }
         assert!(
@@ -660,7 +660,7 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
     // Commands that decode but no front end would send.
     let forged = [
         Command::LeaseGrant {
-            id: 7,
+            id: kubestore_storage::LeaseId(7),
             ttl: MAX_LEASE_TTL + 1,
         },
         Command::Txn(Txn {

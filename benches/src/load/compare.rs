@@ -24,9 +24,11 @@ use kubestore_server::ServeConfig;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
+use super::args::LoadArgs;
 use super::cpu::{CpuSample, CpuSpent};
-use super::workload::{self, RunResult, Workload};
-use super::{plot, LoadArgs};
+use super::plot;
+use super::record::RunResult;
+use super::workload::{self, Workload};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {

@@ -21,6 +21,7 @@
 //! Results go to the terminal as a table, to `results.json`, and as SVG
 //! plots (latency CDFs, latency against throughput).
 
+mod args;
 mod compare;
 mod cpu;
 mod mixed;
@@ -31,11 +32,13 @@ mod restart;
 mod watch;
 mod workload;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::{Args, Subcommand};
 
-pub use workload::{RunResult, Workload};
+pub use args::LoadArgs;
+pub use record::RunResult;
+pub use workload::Workload;
 
 /// `kubestore bench ...`
 #[derive(Debug, Args)]
@@ -63,23 +66,6 @@ pub enum BenchCommand {
     /// loop), with its in-flight limits and without: admitted latency,
     /// refusals and memory.
     Overload(overload::OverloadArgs),
-}
-
-/// Workloads and their size, shared by the subcommands.
-#[derive(Debug, Clone, Args)]
-pub struct LoadArgs {
-    /// Requests per workload and client count.
-    #[arg(long, default_value_t = 20_000)]
-    pub requests: u64,
-    /// Bytes per value.
-    #[arg(long, default_value_t = 1024)]
-    pub size: usize,
-    /// Where results.json and the plots go.
-    #[arg(long, default_value = "bench-results")]
-    pub out: PathBuf,
-    /// No progress bar (for logs and tests).
-    #[arg(long)]
-    pub no_progress: bool,
 }
 
 #[derive(Debug, Args)]
@@ -153,7 +139,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Compare(a) => compare::run(a).await,
         BenchCommand::Watch(a) => watch::run(a).await,
         BenchCommand::Restart(a) => restart::run(a).await,
-        BenchCommand::Mixed(a) => mixed::run(a).await,
+        BenchCommand::Mixed(a) => mixed::driver::run(a).await,
         BenchCommand::Overload(a) => overload::run(a).await,
     }
 }

@@ -29,11 +29,11 @@ use serde_json::json;
 use tokio::process::Child;
 use tonic::transport::Channel;
 
+use super::args::LoadArgs;
 use super::compare::{fresh_data_dir, kubestore_specs, wait_ready};
 use super::cpu::rss_bytes;
 use super::record::{latency_histogram, lock};
 use super::workload::{self, etcd_channel, Workload};
-use super::LoadArgs;
 
 #[derive(Debug, Args)]
 pub struct OverloadArgs {

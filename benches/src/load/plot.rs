@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::RunResult;
+use super::record::RunResult;
 
 const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),

@@ -1,5 +1,5 @@
 //! The one recorder and the one progress bar every `kubestore bench`
-//! subcommand uses.
+//! subcommand uses, and the result row a recorder produces ([`RunResult`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-
-use super::RunResult;
+use serde::Serialize;
 
 /// The progress bar of a closed-loop workload.
 pub(super) const WORKLOAD_BAR: &str = "{prefix:>28} [{bar:30}] {pos}/{len} {per_sec} eta {eta}";
@@ -138,4 +137,27 @@ impl Recorder {
             cdf,
         }
     }
+}
+
+/// One workload run at one client count.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// Which store (set by `compare`; empty otherwise).
+    pub store: String,
+    pub workload: String,
+    pub clients: usize,
+    pub requests: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    /// Successful requests per second.
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// `X-Kubestore-Read` values seen, with counts (REST reads).
+    pub served: BTreeMap<String, u64>,
+    /// (percentile, latency ms) from 0 to 100, for CDF plots.
+    pub cdf: Vec<(f64, f64)>,
 }

@@ -1,6 +1,5 @@
 //! The workloads, the closed-loop runner and the result table.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,12 +7,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::{PutRequest, RangeRequest};
-use serde::Serialize;
 use serde_json::json;
 use tonic::transport::Channel;
 
-use super::record::{progress, Recorder, WORKLOAD_BAR};
-use super::LoadArgs;
+use super::args::LoadArgs;
+use super::record::{progress, Recorder, RunResult, WORKLOAD_BAR};
 
 /// Keys the put workload spreads over (etcd's benchmark default).
 const PUT_KEY_SPACE: u64 = 10_000;
@@ -95,29 +93,6 @@ impl Workload {
             Workload::RestPaginated { .. } => "list_paginated".into(),
         }
     }
-}
-
-/// One workload run at one client count.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunResult {
-    /// Which store (set by `compare`; empty otherwise).
-    pub store: String,
-    pub workload: String,
-    pub clients: usize,
-    pub requests: u64,
-    pub errors: u64,
-    pub seconds: f64,
-    /// Successful requests per second.
-    pub throughput: f64,
-    pub p50_ms: f64,
-    pub p90_ms: f64,
-    pub p99_ms: f64,
-    pub p999_ms: f64,
-    pub max_ms: f64,
-    /// `X-Kubestore-Read` values seen, with counts (REST reads).
-    pub served: BTreeMap<String, u64>,
-    /// (percentile, latency ms) from 0 to 100, for CDF plots.
-    pub cdf: Vec<(f64, f64)>,
 }
 
 fn finish(

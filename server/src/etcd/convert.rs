@@ -7,8 +7,9 @@
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::mvccpb;
 use kubestore_storage::{
-    Compare, CompareOp, CompareTarget, DeleteRequest, Event, EventKind, KeyRange, KeyValue, Op,
-    OpResponse, PutRequest, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, MAX_TXN_DEPTH,
+    Compare, CompareOp, CompareTarget, DeleteRequest, Event, EventKind, KeyRange, KeyValue,
+    LeaseId, Op, OpResponse, PutRequest, RangeRequest, RangeResponse, Revision, Txn, TxnResponse,
+    MAX_TXN_DEPTH,
 };
 use tonic::Status;
 
@@ -21,7 +22,7 @@ pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
         mod_revision: kv.mod_revision.0 as i64,
         version: kv.version,
         value: kv.value,
-        lease: kv.lease,
+        lease: kv.lease.0,
     }
 }
 
@@ -136,7 +137,7 @@ pub fn put_request(r: pb::PutRequest) -> PutRequest {
     PutRequest {
         key: r.key,
         value: r.value,
-        lease: r.lease,
+        lease: LeaseId(r.lease),
         prev_kv: r.prev_kv,
         ignore_value: r.ignore_value,
         ignore_lease: r.ignore_lease,
@@ -161,17 +162,17 @@ fn compare(c: pb::Compare) -> Result<Compare, Status> {
     };
     let target = match c.target_union {
         Some(TargetUnion::Version(v)) => CompareTarget::Version(v),
-        Some(TargetUnion::CreateRevision(r)) => CompareTarget::Create(r.max(0) as u64),
-        Some(TargetUnion::ModRevision(r)) => CompareTarget::Mod(r.max(0) as u64),
+        Some(TargetUnion::CreateRevision(r)) => CompareTarget::Create(Revision(r.max(0) as u64)),
+        Some(TargetUnion::ModRevision(r)) => CompareTarget::Mod(Revision(r.max(0) as u64)),
         Some(TargetUnion::Value(v)) => CompareTarget::Value(v),
-        Some(TargetUnion::Lease(l)) => CompareTarget::Lease(l),
+        Some(TargetUnion::Lease(l)) => CompareTarget::Lease(LeaseId(l)),
         // etcd compares the zero value of the named target.
         None => match pb::compare::CompareTarget::try_from(c.target) {
             Ok(pb::compare::CompareTarget::Version) => CompareTarget::Version(0),
-            Ok(pb::compare::CompareTarget::Create) => CompareTarget::Create(0),
-            Ok(pb::compare::CompareTarget::Mod) => CompareTarget::Mod(0),
+            Ok(pb::compare::CompareTarget::Create) => CompareTarget::Create(Revision::ZERO),
+            Ok(pb::compare::CompareTarget::Mod) => CompareTarget::Mod(Revision::ZERO),
             Ok(pb::compare::CompareTarget::Value) => CompareTarget::Value(Vec::new()),
-            Ok(pb::compare::CompareTarget::Lease) => CompareTarget::Lease(0),
+            Ok(pb::compare::CompareTarget::Lease) => CompareTarget::Lease(LeaseId::NONE),
             Err(_) => return Err(status::unknown_compare("target")),
         },
     };
@@ -439,7 +440,7 @@ mod proptests {
                 mod_revision: Revision(m),
                 version,
                 value,
-                lease: 0,
+                lease: LeaseId::NONE,
             },
         )
     }

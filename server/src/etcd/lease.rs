@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::etcdserverpb::lease_server::Lease;
-use kubestore_storage::{ApplyError, Command, CommandResult, LeaseRecord, MIN_LEASE_TTL};
+use kubestore_storage::{ApplyError, Command, CommandResult, LeaseId, LeaseRecord, MIN_LEASE_TTL};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -45,7 +45,7 @@ impl LeaseKeeper {
     /// Seconds left on lease `id` by this node's clock (the full TTL if the
     /// keeper has not seen it yet).
     pub fn remaining(&self, lease: &LeaseRecord) -> i64 {
-        match self.clocks().get(&lease.id) {
+        match self.clocks().get(&lease.id.0) {
             Some((_, deadline)) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 left.as_secs_f64().ceil() as i64
@@ -60,18 +60,18 @@ impl LeaseKeeper {
     /// last saw (the condition of its expiry).
     fn sync(&self, leases: &[LeaseRecord], now: Instant) -> Vec<(i64, u64)> {
         let mut clocks = self.clocks();
-        let live: HashMap<i64, &LeaseRecord> = leases.iter().map(|l| (l.id, l)).collect();
+        let live: HashMap<i64, &LeaseRecord> = leases.iter().map(|l| (l.id.0, l)).collect();
         clocks.retain(|id, _| live.contains_key(id));
         for lease in leases {
             let fresh = now + Duration::from_secs(lease.ttl.max(0) as u64);
-            match clocks.get_mut(&lease.id) {
+            match clocks.get_mut(&lease.id.0) {
                 Some((renewals, deadline)) if *renewals != lease.renewals => {
                     *renewals = lease.renewals;
                     *deadline = fresh;
                 }
                 Some(_) => {}
                 None => {
-                    clocks.insert(lease.id, (lease.renewals, fresh));
+                    clocks.insert(lease.id.0, (lease.renewals, fresh));
                 }
             }
         }
@@ -110,7 +110,10 @@ impl LeaseKeeper {
                 // majority committed meanwhile refuses the expiry in apply.
                 let span = tracing::info_span!("lease_expire", lease = id, renewals);
                 let revoked = tracing::Instrument::instrument(
-                    ctx.node.write(Command::LeaseExpire { id, renewals }),
+                    ctx.node.write(Command::LeaseExpire {
+                        id: LeaseId(id),
+                        renewals,
+                    }),
                     span,
                 )
                 .await;
@@ -153,7 +156,10 @@ fn grant_command(req: &pb::LeaseGrantRequest) -> Result<Command, Status> {
     } else {
         (rand::random::<u64>() >> 1).max(1) as i64
     };
-    let grant = Command::LeaseGrant { id, ttl };
+    let grant = Command::LeaseGrant {
+        id: LeaseId(id),
+        ttl,
+    };
     validate(&grant)?;
     Ok(grant)
 }
@@ -169,7 +175,7 @@ impl LeaseService {
         let resp = self
             .ctx
             .node
-            .write(Command::LeaseKeepAlive { id })
+            .write(Command::LeaseKeepAlive { id: LeaseId(id) })
             .await
             .map_err(status::raft)?;
         let ttl = match resp.result {
@@ -202,7 +208,7 @@ impl Lease for LeaseService {
         match resp.result {
             Ok(CommandResult::Lease(l)) => Ok(Response::new(pb::LeaseGrantResponse {
                 header: self.ctx.header(resp.revision.0),
-                id: l.id,
+                id: l.id.0,
                 ttl: l.ttl,
                 error: String::new(),
             })),
@@ -221,7 +227,7 @@ impl Lease for LeaseService {
         let resp = self
             .ctx
             .node
-            .write(Command::LeaseRevoke { id })
+            .write(Command::LeaseRevoke { id: LeaseId(id) })
             .await
             .map_err(status::raft)?;
         match resp.result {
@@ -281,13 +287,13 @@ impl Lease for LeaseService {
             .ctx
             .node
             .store()
-            .run_blocking(move |s| s.lease(id))
+            .run_blocking(move |s| s.lease(LeaseId(id)))
             .await
             .map_err(status::store)?;
         let resp = match found {
             Some((lease, keys)) => pb::LeaseTimeToLiveResponse {
                 header: self.ctx.header(current),
-                id: lease.id,
+                id: lease.id.0,
                 ttl: self.keeper.remaining(&lease),
                 granted_ttl: lease.ttl,
                 keys: if req.keys { keys } else { Vec::new() },
@@ -323,7 +329,7 @@ impl Lease for LeaseService {
             .await
             .map_err(status::store)?
             .into_iter()
-            .map(|l| pb::LeaseStatus { id: l.id })
+            .map(|l| pb::LeaseStatus { id: l.id.0 })
             .collect();
         Ok(Response::new(pb::LeaseLeasesResponse {
             header: self.ctx.header(current),
@@ -352,8 +358,8 @@ mod tests {
                 Ok(Command::LeaseGrant { id: granted, ttl: granted_ttl }) => {
                     prop_assert!(granted_ttl >= MIN_LEASE_TTL);
                     prop_assert!(granted_ttl >= ttl);
-                    prop_assert!(granted != 0);
-                    prop_assert!(id == 0 || granted == id);
+                    prop_assert!(granted != LeaseId::NONE);
+                    prop_assert!(id == 0 || granted == LeaseId(id));
                 }
                 Ok(other) => prop_assert!(false, "not a grant: {other:?}"),
                 Err(s) => prop_assert_eq!(s.code(), tonic::Code::OutOfRange, "{:?}", s),
@@ -366,7 +372,7 @@ mod tests {
         let keeper = LeaseKeeper::default();
         let t0 = Instant::now();
         let lease = |renewals| LeaseRecord {
-            id: 7,
+            id: LeaseId(7),
             ttl: 10,
             renewals,
         };

@@ -102,7 +102,7 @@ impl MaintenanceService {
                         h.write(&kv.create_revision.0.to_be_bytes());
                         h.write(&kv.mod_revision.0.to_be_bytes());
                         h.write(&kv.version.to_be_bytes());
-                        h.write(&kv.lease.to_be_bytes());
+                        h.write(&kv.lease.0.to_be_bytes());
                         h.write(&kv.value);
                         Ok(ControlFlow::Continue(()))
                     })?;
@@ -166,13 +166,13 @@ impl Maintenance for MaintenanceService {
             .map(|_| "memberID:0 alarm:NOSPACE".to_string())
             .collect();
         Ok(Response::new(pb::StatusResponse {
-            header: self.ctx.header(st.revision),
+            header: self.ctx.header(st.revision.0),
             version: ETCD_VERSION.into(),
             db_size: size,
             leader: st.leader_id.unwrap_or(0),
-            raft_index: st.committed_index,
+            raft_index: st.committed_index.0,
             raft_term: st.term,
-            raft_applied_index: st.applied_index,
+            raft_applied_index: st.applied_index.0,
             errors,
             db_size_in_use: size,
             is_learner: false,
@@ -421,7 +421,7 @@ mod tests {
             mod_revision: Revision(i as u64 + 2),
             version: 3,
             value: vec![(i % 251) as u8; value_len],
-            lease: i as i64,
+            lease: kubestore_storage::LeaseId(i as i64),
         }
     }
 

@@ -141,7 +141,7 @@ pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Re
         (
             "kubestore_raft_applied_index",
             "The last log index applied to the state machine.",
-            applied.log_index as f64,
+            applied.log_index.0 as f64,
         ),
         (
             "kubestore_raft_is_leader",

@@ -472,7 +472,7 @@ impl KubeStore {
             compare.push(Compare {
                 range: KeyRange::single(ns_key.as_bytes().to_vec()),
                 op: CompareOp::Greater,
-                target: CompareTarget::Create(0),
+                target: CompareTarget::Create(Revision::ZERO),
             });
             failure.push(range_one(ns_key));
         }

@@ -1,6 +1,7 @@
 //! The per-node watches of `bench mixed` and their accounting of every
 //! acknowledged status update (delivered once, lost, duplicated, misrouted).
 
+use super::seed::open_watch;
 use super::*;
 
 /// How a watch stream ended.
