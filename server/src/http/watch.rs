@@ -43,7 +43,7 @@ use crate::http::state::AppState;
 use crate::http::status::ApiError;
 use crate::http::table;
 use crate::kube::cache::{BehindRing, CachedEvent, CachedObject, WatchEventType};
-use crate::kube::error::FieldCause;
+use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
 
@@ -499,9 +499,10 @@ async fn shutting_down(mut stop: tokio::sync::watch::Receiver<bool>) {
 }
 
 fn too_old(requested: u64, compacted: u64) -> ApiError {
-    ApiError::Expired(format!(
+    KubeError::Expired(format!(
         "too old resource version: {requested} ({compacted})"
     ))
+    .into()
 }
 
 /// Property tests: any watch query is parsed or refused as the client's
