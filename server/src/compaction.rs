@@ -12,8 +12,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use kubestore_raft::RaftNode;
-use kubestore_storage::{ApplyError, Command, Revision};
+use kubestore_storage::{ApplyError, Revision};
 use tokio::sync::watch;
+
+use crate::write::{self, WriteError};
 
 /// How much history the compactor keeps.
 #[derive(Debug, Clone, Copy)]
@@ -39,19 +41,24 @@ pub enum CompactError {
 /// Proposes `Compact { revision }` through the log and returns once every
 /// node will apply it at the same place.
 pub async fn compact(node: &RaftNode, revision: u64) -> Result<(), CompactError> {
-    let resp = node
-        .write(Command::Compact {
-            revision: Revision(revision),
-        })
-        .await?;
-    match resp.result {
-        Ok(_) => Ok(()),
-        Err(ApplyError::FutureRevision) => Err(CompactError::FutureRevision(revision)),
-        Err(ApplyError::Compacted) => Err(CompactError::AlreadyCompacted {
+    match write::compact(node, Revision(revision)).await {
+        Ok(()) => Ok(()),
+        Err(WriteError::Raft(e)) => Err(CompactError::Raft(e)),
+        Err(WriteError::Apply {
+            error: ApplyError::FutureRevision,
+            ..
+        }) => Err(CompactError::FutureRevision(revision)),
+        Err(WriteError::Apply {
+            error: ApplyError::Compacted,
+            ..
+        }) => Err(CompactError::AlreadyCompacted {
             requested: revision,
             compacted: node.store().applied().compacted.0,
         }),
-        Err(other) => Err(CompactError::Unexpected(other.to_string())),
+        Err(WriteError::Apply { error, .. }) => Err(CompactError::Unexpected(error.to_string())),
+        Err(unexpected @ WriteError::Unexpected(_)) => {
+            Err(CompactError::Unexpected(unexpected.to_string()))
+        }
     }
 }
 

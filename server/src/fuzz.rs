@@ -263,3 +263,18 @@ pub fn body() -> impl Strategy<Value = Vec<u8>> {
         1 => proptest::collection::vec(any::<u8>(), 0..64),
     ]
 }
+
+/// Checks an error of the REST front end as it goes on the wire (a domain
+/// error through `http::status`'s mapping): a client's input is never
+/// answered with a `5xx`.
+pub fn assert_client_error(
+    e: &(impl Clone + Into<crate::http::status::ApiError>),
+) -> Result<(), TestCaseError> {
+    let e: crate::http::status::ApiError = e.clone().into();
+    prop_assert!(
+        !e.code().is_server_error(),
+        "a client's input answered {}: {e}",
+        e.code()
+    );
+    Ok(())
+}

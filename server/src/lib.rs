@@ -36,6 +36,8 @@
 //! - [`launcher`]: `kubestore cluster`, the local multi-process launcher.
 //! - [`limits`]: the per-node limits of requests in flight (429 /
 //!   ResourceExhausted beyond them).
+//! - [`write`]: a command through Raft and its answer unpacked, one
+//!   helper per command family (txn, lease, compaction).
 //! - [`kube`]: types, objects, selectors, verbs as transactions, the watch
 //!   cache, and their error type.
 //! - [`http`]: routing, discovery, health, verbs, watch, Tables, Status
@@ -55,6 +57,7 @@ pub mod kube;
 pub mod launcher;
 pub mod limits;
 pub mod node;
+pub mod write;
 
 pub use config::ServeConfig;
 pub use node::{NodeError, RunningNode};

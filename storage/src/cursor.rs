@@ -46,12 +46,17 @@ pub enum EventStep {
     /// the read (every revision up to it was already in the log, so there
     /// is nothing up to it left to follow), or the cursor's own position if
     /// that is further on.
-    CaughtUp { revision: Revision },
+    CaughtUp {
+        /// Where the cursor stands now.
+        revision: Revision,
+    },
     /// The cursor's next revision, `requested`, is older than the
     /// compaction point `compacted`: its events are gone. The cursor does
     /// not move.
     Compacted {
+        /// The first revision the cursor still needed.
         requested: Revision,
+        /// The store's compaction point; nothing before it is kept.
         compacted: Revision,
     },
 }

@@ -2,7 +2,7 @@
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::etcdserverpb::kv_server::Kv;
-use kubestore_storage::{Command, CommandResult, Op, OpResponse, Revision, Txn};
+use kubestore_storage::{Command, Op, OpResponse, Revision, Txn};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -10,6 +10,7 @@ use super::context::{validate, Context, MAX_REQUEST_BYTES};
 use super::{convert, status};
 use crate::compaction;
 use crate::limits::RequestClass;
+use crate::write;
 
 #[derive(Debug, Clone)]
 pub struct KvService(pub(super) Context);
@@ -33,12 +34,8 @@ impl KvService {
         if writes && ctx.over_quota() {
             return Err(status::no_space());
         }
-        let resp = ctx.node.write(cmd).await.map_err(status::raft)?;
-        match resp.result {
-            Ok(CommandResult::Txn(t)) => Ok((t, resp.revision.0)),
-            Ok(other) => Err(status::unexpected_answer(&other)),
-            Err(e) => Err(status::apply(e)),
-        }
+        let (resp, revision) = write::txn(&ctx.node, cmd).await.map_err(status::write)?;
+        Ok((resp, revision.0))
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use kubestore_proto::etcd::etcdserverpb as pb;
 use kubestore_proto::etcd::etcdserverpb::lease_server::Lease;
-use kubestore_storage::{ApplyError, Command, CommandResult, LeaseId, LeaseRecord, MIN_LEASE_TTL};
+use kubestore_storage::{ApplyError, Command, LeaseId, LeaseRecord, MIN_LEASE_TTL};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -25,6 +25,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::context::{validate, Context};
 use super::status;
 use crate::limits::RequestClass;
+use crate::write::{self, LeaseAnswer, WriteError};
 
 /// How often the keeper looks for expired leases.
 const TICK: Duration = Duration::from_millis(250);
@@ -110,33 +111,39 @@ impl LeaseKeeper {
                 // majority committed meanwhile refuses the expiry in apply.
                 let span = tracing::info_span!("lease_expire", lease = id, renewals);
                 let revoked = tracing::Instrument::instrument(
-                    ctx.node.write(Command::LeaseExpire {
-                        id: LeaseId(id),
-                        renewals,
-                    }),
+                    write::lease(
+                        &ctx.node,
+                        Command::LeaseExpire {
+                            id: LeaseId(id),
+                            renewals,
+                        },
+                    ),
                     span,
                 )
                 .await;
                 match revoked {
-                    Ok(r) => match r.result {
-                        Ok(CommandResult::LeaseRevoked { deleted }) => {
-                            tracing::info!(
-                                lease = id,
-                                deleted,
-                                revision = r.revision.0,
-                                "lease expired"
-                            );
-                        }
-                        Ok(_) | Err(ApplyError::LeaseNotFound) => {}
-                        Err(ApplyError::LeaseRenewed) => {
-                            tracing::info!(
-                                lease = id,
-                                "lease renewed since its expiry was decided; kept"
-                            );
-                        }
-                        Err(e) => tracing::warn!(lease = id, error = %e, "expiring a lease failed"),
-                    },
-                    Err(e) => {
+                    Ok((LeaseAnswer::Revoked { deleted }, revision)) => {
+                        tracing::info!(lease = id, deleted, revision = revision.0, "lease expired");
+                    }
+                    Ok(_)
+                    | Err(WriteError::Apply {
+                        error: ApplyError::LeaseNotFound,
+                        ..
+                    })
+                    | Err(WriteError::Unexpected(_)) => {}
+                    Err(WriteError::Apply {
+                        error: ApplyError::LeaseRenewed,
+                        ..
+                    }) => {
+                        tracing::info!(
+                            lease = id,
+                            "lease renewed since its expiry was decided; kept"
+                        );
+                    }
+                    Err(WriteError::Apply { error, .. }) => {
+                        tracing::warn!(lease = id, %error, "expiring a lease failed")
+                    }
+                    Err(WriteError::Raft(e)) => {
                         tracing::debug!(lease = id, error = %e, "expiring a lease failed; retried next tick")
                     }
                 }
@@ -172,21 +179,19 @@ pub struct LeaseService {
 
 impl LeaseService {
     async fn keep_alive_once(&self, id: i64) -> Result<pb::LeaseKeepAliveResponse, Status> {
-        let resp = self
-            .ctx
-            .node
-            .write(Command::LeaseKeepAlive { id: LeaseId(id) })
-            .await
-            .map_err(status::raft)?;
-        let ttl = match resp.result {
-            Ok(CommandResult::Lease(l)) => l.ttl,
-            // etcd answers an unknown lease with TTL 0 on the stream.
-            Err(ApplyError::LeaseNotFound) => 0,
-            Ok(other) => return Err(status::unexpected_answer(&other)),
-            Err(e) => return Err(status::apply(e)),
-        };
+        let (ttl, revision) =
+            match write::lease(&self.ctx.node, Command::LeaseKeepAlive { id: LeaseId(id) }).await {
+                Ok((LeaseAnswer::Lease(l), revision)) => (l.ttl, revision),
+                // etcd answers an unknown lease with TTL 0 on the stream.
+                Err(WriteError::Apply {
+                    error: ApplyError::LeaseNotFound,
+                    revision,
+                }) => (0, revision),
+                Ok((other, _)) => return Err(status::unexpected_answer(&other)),
+                Err(e) => return Err(status::write(e)),
+            };
         Ok(pb::LeaseKeepAliveResponse {
-            header: self.ctx.header(resp.revision.0),
+            header: self.ctx.header(revision.0),
             id,
             ttl,
         })
@@ -204,16 +209,15 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let grant = grant_command(&request.into_inner())?;
-        let resp = self.ctx.node.write(grant).await.map_err(status::raft)?;
-        match resp.result {
-            Ok(CommandResult::Lease(l)) => Ok(Response::new(pb::LeaseGrantResponse {
-                header: self.ctx.header(resp.revision.0),
+        match write::lease(&self.ctx.node, grant).await {
+            Ok((LeaseAnswer::Lease(l), revision)) => Ok(Response::new(pb::LeaseGrantResponse {
+                header: self.ctx.header(revision.0),
                 id: l.id.0,
                 ttl: l.ttl,
                 error: String::new(),
             })),
-            Ok(other) => Err(status::unexpected_answer(&other)),
-            Err(e) => Err(status::apply(e)),
+            Ok((other, _)) => Err(status::unexpected_answer(&other)),
+            Err(e) => Err(status::write(e)),
         }
     }
 
@@ -224,18 +228,12 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let id = request.into_inner().id;
-        let resp = self
-            .ctx
-            .node
-            .write(Command::LeaseRevoke { id: LeaseId(id) })
+        let (_, revision) = write::lease(&self.ctx.node, Command::LeaseRevoke { id: LeaseId(id) })
             .await
-            .map_err(status::raft)?;
-        match resp.result {
-            Ok(_) => Ok(Response::new(pb::LeaseRevokeResponse {
-                header: self.ctx.header(resp.revision.0),
-            })),
-            Err(e) => Err(status::apply(e)),
-        }
+            .map_err(status::write)?;
+        Ok(Response::new(pb::LeaseRevokeResponse {
+            header: self.ctx.header(revision.0),
+        }))
     }
 
     async fn lease_keep_alive(

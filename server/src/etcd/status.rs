@@ -9,6 +9,7 @@ use kubestore_storage::{ApplyError, InvalidCommand, StoreError};
 use tonic::{Code, Status};
 
 use crate::compaction::CompactError;
+use crate::write::WriteError;
 
 /// etcd's `ErrGRPCCompacted`.
 pub(super) fn compacted() -> Status {
@@ -185,6 +186,16 @@ pub(super) fn apply(e: ApplyError) -> Status {
         // Never reaches a client: only `RaftNode::write` tags commands.
         ApplyError::MalformedProposal => Status::internal(e.to_string()),
         ApplyError::ResponseTooLarge => txn_response_too_large(),
+    }
+}
+
+/// A write's failure: Raft's by class, the state machine's refusal, or an
+/// answer of another command family (a broken invariant).
+pub(super) fn write(e: WriteError) -> Status {
+    match e {
+        WriteError::Raft(e) => raft(e),
+        WriteError::Apply { error, .. } => apply(error),
+        WriteError::Unexpected(answer) => unexpected_answer(&answer),
     }
 }
 

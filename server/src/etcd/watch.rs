@@ -421,7 +421,7 @@ fn pieces(events: Vec<mvccpb::Event>, fragment: bool) -> Vec<(Vec<mvccpb::Event>
 
 #[cfg(test)]
 mod tests {
-    use kubestore_storage::{Event, KeyValue};
+    use kubestore_storage::{Event, KeyValue, LeaseId};
 
     use super::*;
 
@@ -450,7 +450,7 @@ mod tests {
                 mod_revision: Revision(2),
                 version: 1,
                 value: Vec::new(),
-                lease: 0,
+                lease: LeaseId::NONE,
             },
             prev_kv: None,
         }

@@ -1,12 +1,15 @@
 //! The Kubernetes REST front end (axum): routing, discovery, health, the
 //! verbs, and the one mapping of errors to `Status` objects.
 //!
-//! Dependencies run one way: this file (the router) uses every handler
-//! module; `handlers` uses `patch`, `watch`, `table`, `negotiate`,
-//! `protobuf`, `discovery` and `metrics`; those use `state` (the
-//! [`AppState`] handlers share) and `status`; `metrics` and `status` use
-//! nothing else of `http`. Nothing in `kube` imports `http`.
+//! Dependencies run one way: this file (the router table) uses every
+//! handler module; `handlers` (the verbs) uses `routing` (what a path
+//! names), `query` (query-parameter rules), `body` (reading request
+//! bodies), `render` (building responses), `patch`, `watch` and
+//! `discovery`; those use `negotiate`, `table`, `protobuf`, `state` (the
+//! [`AppState`] handlers share), `metrics` and `status`; `metrics` and
+//! `status` use nothing else of `http`. Nothing in `kube` imports `http`.
 
+pub mod body;
 pub mod discovery;
 pub mod faults;
 pub mod handlers;
@@ -16,6 +19,9 @@ pub mod negotiate;
 pub mod patch;
 pub mod protobuf;
 pub mod pull_stream;
+pub mod query;
+pub mod render;
+pub mod routing;
 pub mod serve;
 pub mod state;
 pub mod status;

@@ -9,10 +9,10 @@ use serde_json::Value;
 
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
+use crate::kube::admission::UpdateScope;
 use crate::kube::error::{FieldCause, KubeError};
-use crate::kube::object::{self, UpdateScope};
+use crate::kube::object;
 use crate::kube::resources::ResourceType;
-use crate::kube::store::Freshness;
 
 /// The patch formats kubestore applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,13 +21,17 @@ pub enum PatchKind {
     Merge,
 }
 
-/// How many times a patch without its own precondition is re-applied when
-/// another writer changed the object in between.
+/// How many times a patch without its own precondition is applied in all
+/// when another writer changed the object in between.
 const PATCH_RETRIES: usize = 5;
 
 /// Applies a patch to one object (or, with [`UpdateScope::Status`], to its
 /// status subresource: only the patched status is kept) and returns the
-/// stored result.
+/// stored result. The patch is applied to the current object inside the
+/// store's guarded read-modify-write: a patch that sets
+/// `metadata.resourceVersion` is guarded by it (`409` on mismatch), any
+/// other by the version it was applied to, and re-applied to the newer
+/// object when another writer got in between.
 pub async fn apply(
     state: &AppState,
     rt: &ResourceType,
@@ -41,29 +45,19 @@ pub async fn apply(
         .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
     let patch = Patch::parse(kind, patch)?;
     let copy_limit = state.max_body_bytes;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let current = state
-            .kube
-            .get(rt, ns, name, Freshness::MostRecent)
-            .await?
-            .0
-            .object
-            .clone();
-        let (obj, own_precondition) = patch_object(rt, ns, name, current, &patch, copy_limit)?;
-        match state.kube.update_in(rt, ns, name, obj, scope).await {
-            Err(KubeError::Conflict { .. }) if !own_precondition && attempt < PATCH_RETRIES => {
-                continue
-            }
-            other => return Ok(other?),
-        }
-    }
+    state
+        .kube
+        .update_with(rt, ns, name, scope, PATCH_RETRIES, |current| {
+            // A stored value that is not an object (written through the
+            // etcd API) is not served as an object: not found.
+            let current = current
+                .object()
+                .ok_or_else(|| KubeError::not_found(rt, name))?;
+            patch_object(rt, ns, name, current, &patch, copy_limit)
+        })
+        .await
 }
 
-/// Applies the patch to `current`. Returns the object to store and whether
-/// the patch itself set `metadata.resourceVersion` (its own precondition);
-/// otherwise the version that was patched becomes the precondition.
 /// kube-apiserver's cap on the operations of one JSON Patch.
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
@@ -127,6 +121,9 @@ fn apply_json_patch(
     Ok(())
 }
 
+/// Applies the patch to `current` (as clients see it). Returns the object
+/// to store; its `metadata.resourceVersion` is set only when the patch set
+/// one (its own precondition).
 fn patch_object(
     rt: &ResourceType,
     ns: Option<&str>,
@@ -134,12 +131,7 @@ fn patch_object(
     current: Value,
     patch: &Patch,
     copy_limit: usize,
-) -> Result<(serde_json::Map<String, Value>, bool), ApiError> {
-    let current_rv = current
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+) -> Result<serde_json::Map<String, Value>, ApiError> {
     let mut patched = current;
     if let Some(meta) = patched.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
@@ -161,14 +153,6 @@ fn patch_object(
             "the patched object is not a JSON object".into(),
         ));
     };
-    let meta = object::metadata_mut(&mut obj);
-    let own_precondition = meta
-        .get("resourceVersion")
-        .and_then(Value::as_str)
-        .is_some_and(|rv| !rv.is_empty());
-    if !own_precondition {
-        meta.insert("resourceVersion".into(), Value::String(current_rv));
-    }
     if !rt.namespaced {
         // As for an update (and in kube): a cluster-scoped object has no
         // namespace, whatever the patch wrote.
@@ -199,7 +183,7 @@ fn patch_object(
     }
     obj.insert("kind".into(), Value::String(rt.kind.into()));
     obj.insert("apiVersion".into(), Value::String(rt.api_version()));
-    Ok((obj, own_precondition))
+    Ok(obj)
 }
 
 #[cfg(test)]
@@ -338,7 +322,7 @@ mod proptests {
             ),
         ] {
             let patch = Patch::parse(PatchKind::Merge, merge).expect("a merge patch");
-            let (obj, _) = patch_object(rt, None, "a", stored, &patch, 1024).expect("applies");
+            let obj = patch_object(rt, None, "a", stored, &patch, 1024).expect("applies");
             assert_eq!(object::meta_str(&obj, "namespace"), None, "{obj:?}");
         }
     }
@@ -372,7 +356,7 @@ mod proptests {
             let patched = Patch::parse(kind, doc)
                 .and_then(|p| patch_object(rt, ns, "a", current, &p, 64 * 1024));
             match patched {
-                Ok((obj, _)) => {
+                Ok(obj) => {
                     prop_assert_eq!(object::meta_str(&obj, "name"), Some("a"));
                     prop_assert_eq!(
                         object::meta_str(&obj, "namespace").filter(|n| !n.is_empty()),

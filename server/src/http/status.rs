@@ -1,11 +1,13 @@
 //! The one place where errors become Kubernetes `Status` objects on the
 //! wire: code, reason, message and details exactly as kube words them.
 //!
-//! [`ApiError`] is the answer as sent: the domain's errors
-//! ([`KubeError`], and through it storage's and Raft's) plus the ones only
-//! HTTP has (no such path, method, media type, body size, the in-flight
-//! limit). `From<KubeError>` is the one mapping from the domain; Raft's
-//! errors map by class (retryable: 503, outcome unknown: 504, fatal: 500).
+//! [`ApiError`] is what a handler fails with: a domain error
+//! ([`KubeError`], and through it storage's and Raft's), mapped here
+//! straight to its `Status` ([`kube_failure`]; Raft's errors by class:
+//! retryable `503`, outcome unknown `504`, over the limits `413`/`400`,
+//! fatal `500`), or one of the errors only HTTP has: no such path, a
+//! malformed query parameter, header or body, a method, media type or
+//! body size not served, the in-flight limit.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,67 +19,86 @@ use crate::kube::resources::ResourceType;
 /// Every error the Kubernetes front end answers with.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
-    #[error("{} \"{name}\" not found", .resource)]
-    NotFound { resource: String, name: String },
-    #[error("{} \"{name}\" already exists", .resource)]
-    AlreadyExists { resource: String, name: String },
-    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {detail}")]
-    Conflict {
-        resource: String,
-        name: String,
-        detail: String,
-    },
-    #[error("{kind} \"{name}\" is invalid: {}", join_causes(.causes))]
-    Invalid {
-        kind: String,
-        group: String,
-        name: String,
-        causes: Vec<FieldCause>,
-    },
+    /// A domain error: what a verb, a read or an input check of the
+    /// Kubernetes layer failed with.
+    #[error("{}", kube_failure(.0).message)]
+    Kube(#[from] KubeError),
     /// A path under `/api` or `/apis` that names no served resource.
     #[error("the server could not find the requested resource")]
     NoSuchResource,
+    /// A malformed query parameter, header or body that HTTP alone reads.
     #[error("{0}")]
     BadRequest(String),
-    #[error("{message}")]
-    Forbidden {
-        resource: String,
-        name: String,
-        message: String,
-    },
     #[error("{0}")]
     MethodNotAllowed(String),
     #[error("the body of the request was in an unknown format - accepted media types include: application/json")]
     UnsupportedMediaType,
     #[error("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io")]
     NotAcceptable,
+    /// A body over the node's limit (413).
     #[error("Request entity too large: limit is {0}")]
     RequestEntityTooLarge(usize),
     /// A request too large in another way than its bytes (413).
     #[error("Request entity too large: {0}")]
     EntityTooLarge(String),
-    /// A resourceVersion older than the retained history (410).
-    #[error("{0}")]
-    Expired(String),
-    /// A continue token whose revision was compacted (410), with a fresh
-    /// token that continues at the latest revision.
-    #[error("{message}")]
-    ExpiredContinue {
-        message: String,
-        token: Option<String>,
-    },
-    /// A read for a revision this node did not reach in time (504).
-    #[error("Timeout: Too large resource version: {requested}, current: {current}")]
-    TooLargeResourceVersion { requested: u64, current: u64 },
-    #[error("{0}")]
-    ServiceUnavailable(String),
     /// Over the node's limit of requests in flight (429).
     #[error("Too many requests, please try again later.")]
     TooManyRequests,
-    #[error("Timeout: {0}")]
-    Timeout(String),
-    #[error("Internal error occurred: {0}")]
-    Internal(String),
+}
+
+/// A failure as a `metav1.Status` carries it.
+#[derive(Debug, Clone)]
+struct Failure {
+    code: StatusCode,
+    reason: &'static str,
+    message: String,
+    /// `details`, before `retryAfterSeconds` is added.
+    details: Value,
+    /// `metadata.continue` of an expired continue token.
+    continue_token: Option<String>,
+}
+
+impl Failure {
+    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: json!({}),
+            continue_token: None,
+        }
+    }
+
+    /// Details naming the object: `resource` is the group resource.
+    fn about(mut self, resource: &str, name: &str) -> Self {
+        let (kind, group) = match resource.split_once('.') {
+            Some((k, g)) => (k, g),
+            None => (resource, ""),
+        };
+        self.details = json!({ "name": name, "kind": kind });
+        if !group.is_empty() {
+            self.details["group"] = json!(group);
+        }
+        self
+    }
+
+    fn internal(message: &str) -> Self {
+        let mut f = Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        );
+        f.details = json!({ "causes": [{ "message": message }] });
+        f
+    }
+
+    fn timeout(message: impl std::fmt::Display) -> Self {
+        Failure::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("Timeout: {message}"),
+        )
+    }
 }
 
 fn join_causes(causes: &[FieldCause]) -> String {
@@ -92,6 +113,127 @@ fn join_causes(causes: &[FieldCause]) -> String {
     }
 }
 
+/// The one mapping of the Kubernetes layer's errors to the wire.
+fn kube_failure(e: &KubeError) -> Failure {
+    match e {
+        KubeError::NotFound { resource, name } => {
+            Failure::new(StatusCode::NOT_FOUND, "NotFound", e.to_string()).about(resource, name)
+        }
+        KubeError::AlreadyExists { resource, name } => {
+            Failure::new(StatusCode::CONFLICT, "AlreadyExists", e.to_string()).about(resource, name)
+        }
+        KubeError::Conflict {
+            resource,
+            name,
+            detail,
+        } => Failure::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {detail}"),
+        )
+        .about(resource, name),
+        KubeError::Invalid {
+            kind,
+            group,
+            name,
+            causes,
+        } => {
+            let mut f = Failure::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("{kind} \"{name}\" is invalid: {}", join_causes(causes)),
+            );
+            let kind = kind.split('.').next().unwrap_or(kind);
+            let causes: Vec<Value> = causes
+                .iter()
+                .map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field }))
+                .collect();
+            f.details = json!({ "name": name, "kind": kind, "causes": causes });
+            if !group.is_empty() {
+                f.details["group"] = json!(group);
+            }
+            f
+        }
+        KubeError::BadRequest(message) => {
+            Failure::new(StatusCode::BAD_REQUEST, "BadRequest", message.clone())
+        }
+        KubeError::Forbidden {
+            resource,
+            name,
+            message,
+        } => {
+            Failure::new(StatusCode::FORBIDDEN, "Forbidden", message.clone()).about(resource, name)
+        }
+        KubeError::Expired(message) => Failure::new(StatusCode::GONE, "Expired", message.clone()),
+        KubeError::ExpiredContinue { message, token } => {
+            let mut f = Failure::new(StatusCode::GONE, "Expired", message.clone());
+            f.continue_token = token.clone();
+            f
+        }
+        KubeError::TooLargeResourceVersion { requested, current } => {
+            let mut f = Failure::timeout(format!(
+                "Too large resource version: {requested}, current: {current}"
+            ));
+            f.details = json!({
+                "causes": [{ "reason": "ResourceVersionTooLarge", "message": "Too large resource version" }]
+            });
+            f
+        }
+        KubeError::Unavailable(message) => Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            message.clone(),
+        ),
+        KubeError::Raft(e) => raft_failure(e),
+        KubeError::Internal(message) => Failure::internal(message),
+    }
+}
+
+/// Raft's errors by class: retryable is `503`, an unknown outcome `504`, a
+/// command over the limits `413`/`400`, anything fatal `500`.
+fn raft_failure(e: &kubestore_raft::RaftNodeError) -> Failure {
+    use kubestore_raft::RaftNodeError as E;
+    match e {
+        e if e.is_retryable() => Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("the store is unavailable: {e}"),
+        ),
+        E::Indeterminate(detail) => Failure::timeout(format!(
+            "the request may or may not have been applied: {detail}"
+        )),
+        E::Timeout(what) => Failure::timeout(format!(
+            "request did not complete within the allowed duration (waiting for {what})"
+        )),
+        E::InvalidCommand(kubestore_storage::InvalidCommand::TooLarge { max, .. }) => {
+            http_failure(&ApiError::RequestEntityTooLarge(*max))
+        }
+        E::InvalidCommand(invalid) => {
+            Failure::new(StatusCode::BAD_REQUEST, "BadRequest", invalid.to_string())
+        }
+        fatal => Failure::internal(&fatal.to_string()),
+    }
+}
+
+/// The errors only HTTP has.
+fn http_failure(e: &ApiError) -> Failure {
+    let (code, reason) = match e {
+        ApiError::Kube(e) => return kube_failure(e),
+        ApiError::NoSuchResource => (StatusCode::NOT_FOUND, "NotFound"),
+        ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
+        ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
+        ApiError::UnsupportedMediaType => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType")
+        }
+        ApiError::NotAcceptable => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
+        ApiError::RequestEntityTooLarge(_) | ApiError::EntityTooLarge(_) => {
+            (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge")
+        }
+        ApiError::TooManyRequests => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
+    };
+    Failure::new(code, reason, e.to_string())
+}
+
 impl ApiError {
     pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<FieldCause>) -> Self {
         KubeError::invalid(rt, name, causes).into()
@@ -102,149 +244,74 @@ impl ApiError {
         KubeError::invalid_list_options(causes).into()
     }
 
+    fn failure(&self) -> Failure {
+        http_failure(self)
+    }
+
     pub fn code(&self) -> StatusCode {
-        match self {
-            ApiError::NotFound { .. } | ApiError::NoSuchResource => StatusCode::NOT_FOUND,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
-            ApiError::RequestEntityTooLarge(_) | ApiError::EntityTooLarge(_) => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
-            ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => StatusCode::GONE,
-            ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => {
-                StatusCode::GATEWAY_TIMEOUT
-            }
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.failure().code
     }
 
     pub fn reason(&self) -> &'static str {
-        match self {
-            ApiError::NotFound { .. } | ApiError::NoSuchResource => "NotFound",
-            ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
-            ApiError::Invalid { .. } => "Invalid",
-            ApiError::BadRequest(_) => "BadRequest",
-            ApiError::Forbidden { .. } => "Forbidden",
-            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
-            ApiError::UnsupportedMediaType => "UnsupportedMediaType",
-            ApiError::NotAcceptable => "NotAcceptable",
-            ApiError::RequestEntityTooLarge(_) | ApiError::EntityTooLarge(_) => {
-                "RequestEntityTooLarge"
-            }
-            ApiError::Expired(_) | ApiError::ExpiredContinue { .. } => "Expired",
-            ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
-            ApiError::TooManyRequests => "TooManyRequests",
-            ApiError::Timeout(_) | ApiError::TooLargeResourceVersion { .. } => "Timeout",
-            ApiError::Internal(_) => "InternalError",
-        }
-    }
-
-    /// Seconds a client should wait before retrying, when that is the point.
-    fn retry_after(&self) -> Option<u64> {
-        match self {
-            ApiError::ServiceUnavailable(_)
-            | ApiError::TooManyRequests
-            | ApiError::Timeout(_)
-            | ApiError::TooLargeResourceVersion { .. } => Some(1),
-            _ => None,
-        }
-    }
-
-    fn details(&self) -> Option<Value> {
-        let mut details = match self {
-            ApiError::NotFound { resource, name }
-            | ApiError::AlreadyExists { resource, name }
-            | ApiError::Conflict { resource, name, .. }
-            | ApiError::Forbidden { resource, name, .. } => {
-                let (kind, group) = match resource.split_once('.') {
-                    Some((k, g)) => (k, g),
-                    None => (resource.as_str(), ""),
-                };
-                let mut d = json!({ "name": name, "kind": kind });
-                if !group.is_empty() {
-                    d["group"] = json!(group);
-                }
-                d
-            }
-            ApiError::Invalid {
-                kind,
-                group,
-                name,
-                causes,
-            } => {
-                let kind = kind.split('.').next().unwrap_or(kind);
-                let causes: Vec<Value> = causes
-                    .iter()
-                    .map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field }))
-                    .collect();
-                let mut d = json!({ "name": name, "kind": kind, "causes": causes });
-                if !group.is_empty() {
-                    d["group"] = json!(group);
-                }
-                d
-            }
-            ApiError::Internal(msg) => json!({ "causes": [{ "message": msg }] }),
-            ApiError::TooLargeResourceVersion { .. } => json!({
-                "causes": [{ "reason": "ResourceVersionTooLarge", "message": "Too large resource version" }]
-            }),
-            _ => json!({}),
-        };
-        if let Some(secs) = self.retry_after() {
-            details["retryAfterSeconds"] = json!(secs);
-        }
-        if details.as_object().is_some_and(|o| o.is_empty()) {
-            None
-        } else {
-            Some(details)
-        }
+        self.failure().reason
     }
 
     /// The `metav1.Status` body.
     pub fn to_status(&self) -> Value {
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": match self {
-                ApiError::Forbidden { message, .. } => message.clone(),
-                other => other.to_string(),
-            },
-            "reason": self.reason(),
-            "code": self.code().as_u16(),
-        });
-        if let Some(details) = self.details() {
-            status["details"] = details;
-        }
-        if let ApiError::ExpiredContinue { token: Some(t), .. } = self {
-            status["metadata"] = json!({ "continue": t });
-        }
-        status
+        status_body(&self.failure())
     }
+}
+
+/// Seconds a client should wait before retrying, when that is the point:
+/// the store unavailable, too many requests, a timeout.
+fn retry_after(code: StatusCode) -> Option<u64> {
+    matches!(
+        code,
+        StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::GATEWAY_TIMEOUT
+    )
+    .then_some(1)
+}
+
+fn status_body(f: &Failure) -> Value {
+    let mut status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f.message,
+        "reason": f.reason,
+        "code": f.code.as_u16(),
+    });
+    let mut details = f.details.clone();
+    if let Some(secs) = retry_after(f.code) {
+        details["retryAfterSeconds"] = json!(secs);
+    }
+    if details.as_object().is_some_and(|o| !o.is_empty()) {
+        status["details"] = details;
+    }
+    if let Some(t) = &f.continue_token {
+        status["metadata"] = json!({ "continue": t });
+    }
+    status
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.code().is_server_error() {
-            tracing::warn!(error = %self, code = self.code().as_u16(), "request failed");
+        let f = self.failure();
+        if f.code.is_server_error() {
+            tracing::warn!(error = %f.message, code = f.code.as_u16(), "request failed");
         } else {
-            tracing::debug!(error = %self, code = self.code().as_u16(), "request refused");
+            tracing::debug!(error = %f.message, code = f.code.as_u16(), "request refused");
         }
-        let body = self.to_status().to_string();
-        let mut resp = (self.code(), body).into_response();
+        let body = status_body(&f).to_string();
+        let mut resp = (f.code, body).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let Some(secs) = self.retry_after() {
+        if let Some(secs) = retry_after(f.code) {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
@@ -263,79 +330,11 @@ pub async fn page_not_found() -> Response {
     resp
 }
 
-/// The one mapping of the Kubernetes layer's errors to the wire.
-impl From<KubeError> for ApiError {
-    fn from(e: KubeError) -> Self {
-        match e {
-            KubeError::NotFound { resource, name } => ApiError::NotFound { resource, name },
-            KubeError::AlreadyExists { resource, name } => {
-                ApiError::AlreadyExists { resource, name }
-            }
-            KubeError::Conflict {
-                resource,
-                name,
-                detail,
-            } => ApiError::Conflict {
-                resource,
-                name,
-                detail,
-            },
-            KubeError::Invalid {
-                kind,
-                group,
-                name,
-                causes,
-            } => ApiError::Invalid {
-                kind,
-                group,
-                name,
-                causes,
-            },
-            KubeError::BadRequest(message) => ApiError::BadRequest(message),
-            KubeError::Forbidden {
-                resource,
-                name,
-                message,
-            } => ApiError::Forbidden {
-                resource,
-                name,
-                message,
-            },
-            KubeError::Expired(message) => ApiError::Expired(message),
-            KubeError::ExpiredContinue { message, token } => {
-                ApiError::ExpiredContinue { message, token }
-            }
-            KubeError::TooLargeResourceVersion { requested, current } => {
-                ApiError::TooLargeResourceVersion { requested, current }
-            }
-            KubeError::Unavailable(message) => ApiError::ServiceUnavailable(message),
-            KubeError::Raft(e) => ApiError::from(e),
-            KubeError::Internal(message) => ApiError::Internal(message),
-        }
-    }
-}
-
-/// Raft's errors by class: retryable is `503`, an unknown outcome `504`, a
-/// command over the limits `413`/`400`, anything fatal `500`.
+/// Raft's errors, outside a Kubernetes verb (`/debug/cluster`), map as
+/// inside one.
 impl From<kubestore_raft::RaftNodeError> for ApiError {
     fn from(e: kubestore_raft::RaftNodeError) -> Self {
-        use kubestore_raft::RaftNodeError as E;
-        match e {
-            e if e.is_retryable() => {
-                ApiError::ServiceUnavailable(format!("the store is unavailable: {e}"))
-            }
-            E::Indeterminate(detail) => ApiError::Timeout(format!(
-                "the request may or may not have been applied: {detail}"
-            )),
-            E::Timeout(what) => ApiError::Timeout(format!(
-                "request did not complete within the allowed duration (waiting for {what})"
-            )),
-            E::InvalidCommand(kubestore_storage::InvalidCommand::TooLarge { max, .. }) => {
-                ApiError::RequestEntityTooLarge(max)
-            }
-            E::InvalidCommand(invalid) => ApiError::BadRequest(invalid.to_string()),
-            fatal => ApiError::Internal(fatal.to_string()),
-        }
+        ApiError::Kube(KubeError::Raft(e))
     }
 }
 
@@ -349,7 +348,7 @@ impl From<crate::compaction::CompactError> for ApiError {
             e @ (E::FutureRevision(_) | E::AlreadyCompacted { .. }) => {
                 ApiError::BadRequest(e.to_string())
             }
-            e => ApiError::Internal(e.to_string()),
+            e => ApiError::Kube(KubeError::Internal(e.to_string())),
         }
     }
 }
@@ -430,7 +429,7 @@ mod tests {
 
     #[test]
     fn unavailable_carries_retry_after() {
-        let s = ApiError::ServiceUnavailable("x".into()).to_status();
+        let s = ApiError::from(KubeError::Unavailable("x".into())).to_status();
         assert_eq!(s["details"]["retryAfterSeconds"], 1);
         assert_eq!(s["code"], 503);
     }

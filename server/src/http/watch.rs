@@ -47,7 +47,7 @@ use crate::http::state::AppState;
 use crate::http::status::ApiError;
 use crate::http::table;
 use crate::kube::cache::{BehindRing, CachedEvent, CachedObject, WatchEventType};
-use crate::kube::error::FieldCause;
+use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
 
@@ -510,9 +510,10 @@ async fn shutting_down(mut stop: tokio::sync::watch::Receiver<bool>) {
 }
 
 fn too_old(requested: u64, compacted: u64) -> ApiError {
-    ApiError::Expired(format!(
+    KubeError::Expired(format!(
         "too old resource version: {requested} ({compacted})"
     ))
+    .into()
 }
 
 /// Property tests: any watch query is parsed or refused as the client's
@@ -544,7 +545,7 @@ mod proptests {
 
 #[cfg(test)]
 mod tests {
-    use kubestore_storage::KeyValue;
+    use kubestore_storage::{KeyValue, LeaseId};
 
     use super::*;
     use crate::kube::resources;
@@ -623,7 +624,7 @@ mod tests {
             mod_revision: Revision(revision),
             version: 1,
             value: value(ns, name, app),
-            lease: 0,
+            lease: LeaseId::NONE,
         }
     }
 

@@ -182,3 +182,16 @@ impl From<StoreError> for KubeError {
         }
     }
 }
+
+/// A write's failure: Raft's error keeps its class; a refusal by the state
+/// machine or an answer of another command family cannot come from a
+/// Kubernetes verb's transaction (its guards are compares, decided as a
+/// failed txn, not refused), so it is internal.
+impl From<crate::write::WriteError> for KubeError {
+    fn from(e: crate::write::WriteError) -> Self {
+        match e {
+            crate::write::WriteError::Raft(e) => KubeError::Raft(e),
+            other => KubeError::Internal(other.to_string()),
+        }
+    }
+}

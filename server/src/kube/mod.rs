@@ -1,11 +1,18 @@
 //! Kubernetes semantics on top of the revision log: the served types,
-//! objects and their server-set fields, selectors, and the verbs as
-//! transactions.
+//! objects, admission (what a create or update stores), selectors and
+//! paging, the watch cache, and the verbs as reads and transactions.
 //!
 //! This layer knows nothing of HTTP: it fails with [`error::KubeError`],
 //! which `http::status` alone turns into a `Status`. It depends on the
-//! raft and storage crates, never on `http` or `etcd`.
+//! raft and storage crates and on [`crate::write`], never on `http` or
+//! `etcd`.
+//!
+//! Layout: [`resources`] (the served types and their keys), [`object`]
+//! (objects as JSON and as stored), [`admission`] (prepare and validate for
+//! create, update, delete), [`selectors`], [`paging`], [`cache`] (the watch
+//! cache), [`store`] (reads and writes of one node), [`error`].
 
+pub mod admission;
 pub mod cache;
 pub mod error;
 pub mod object;

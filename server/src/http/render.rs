@@ -1,0 +1,138 @@
+//! Rendering of resource responses: objects and lists as JSON (lists
+//! streamed in chunks of pre-encoded items) or as a `meta.k8s.io` Table,
+//! and the `X-Kubestore-Read` header saying how a read was served.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::http::negotiate::Rendering;
+use crate::http::{metrics, table};
+use crate::kube::cache::CachedObject;
+use crate::kube::resources::ResourceType;
+use crate::kube::store::{Listed, ReadPath};
+
+pub fn with_read_path(mut resp: Response, served: ReadPath) -> Response {
+    resp.headers_mut().insert(
+        metrics::READ_HEADER,
+        HeaderValue::from_static(served.as_str()),
+    );
+    resp
+}
+
+pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut resp = (status, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+pub fn json_bytes_response(status: StatusCode, body: bytes::Bytes) -> Response {
+    let mut resp = (status, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Items per chunk of a streamed list body.
+const LIST_CHUNK_ITEMS: usize = 128;
+
+/// A JSON list written to the socket in chunks of pre-encoded items: the
+/// whole list is never encoded into one buffer.
+fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObject>>) -> Response {
+    let head = format!(
+        r#"{{"kind":{},"apiVersion":{},"metadata":{},"items":["#,
+        Value::from(rt.list_kind()),
+        Value::from(rt.api_version()),
+        meta
+    );
+    let items = Arc::new(items);
+    let chunks = items.len().div_ceil(LIST_CHUNK_ITEMS);
+    let body = std::iter::once(bytes::Bytes::from(head))
+        .chain((0..chunks).map(move |c| {
+            let from = c * LIST_CHUNK_ITEMS;
+            let part = &items[from..(from + LIST_CHUNK_ITEMS).min(items.len())];
+            let mut buf = Vec::with_capacity(part.iter().map(|o| o.json.len() + 1).sum());
+            for (i, obj) in part.iter().enumerate() {
+                if from + i > 0 {
+                    buf.push(b',');
+                }
+                buf.extend_from_slice(&obj.json);
+            }
+            bytes::Bytes::from(buf)
+        }))
+        .chain(std::iter::once(bytes::Bytes::from_static(b"]}")))
+        .map(Ok::<_, std::convert::Infallible>);
+    let mut resp = Response::new(Body::from_stream(futures::stream::iter(body)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+pub fn render_object(
+    rt: &ResourceType,
+    obj: Value,
+    status: StatusCode,
+    rendering: Rendering,
+    q: &HashMap<String, String>,
+) -> Response {
+    match rendering {
+        Rendering::Json => json_response(status, &obj),
+        Rendering::Table => {
+            let rv = obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            match table::render(rt, std::slice::from_ref(&obj), &rv, q) {
+                Ok(t) => json_response(status, &t),
+                Err(e) => e.into_response(),
+            }
+        }
+    }
+}
+
+pub fn render_list(
+    rt: &ResourceType,
+    listed: Listed,
+    rendering: Rendering,
+    q: &HashMap<String, String>,
+) -> Response {
+    let rv = listed.revision.0.to_string();
+    let mut meta = json!({ "resourceVersion": rv });
+    if let Some(token) = &listed.continue_token {
+        meta["continue"] = json!(token);
+    }
+    if let Some(n) = listed.remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
+    match rendering {
+        Rendering::Json => streamed_json_list(rt, &meta, listed.items),
+        Rendering::Table => match table::render(
+            rt,
+            &listed
+                .items
+                .iter()
+                .map(|o| o.object.clone())
+                .collect::<Vec<_>>(),
+            &rv,
+            q,
+        ) {
+            Ok(mut t) => {
+                t["metadata"] = meta;
+                json_response(StatusCode::OK, &t)
+            }
+            Err(e) => e.into_response(),
+        },
+    }
+}

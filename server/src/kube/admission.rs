@@ -1,0 +1,699 @@
+//! Admission: what turns what a client sent into the object to store, for
+//! a create and for an update, in one place.
+//!
+//! - create ([`admit_create`]): the body decoded as the URL's type, the
+//!   name (or one generated from `generateName`), the namespace (the URL's
+//!   wins; a different one in the body is a `400`; a cluster-scoped object
+//!   has none), name and namespace validated, then the server-set fields
+//!   (`uid`, `creationTimestamp`, `generation`, a namespace's finalizer and
+//!   phase) in and `resourceVersion` out;
+//! - update ([`admit_update_body`] for the request, [`admit_update`] once
+//!   the stored object is known, for every attempt of a guarded write):
+//!   the body's name must be the URL's, the namespace is checked as for a
+//!   create, the immutable and server-owned fields are carried over from
+//!   the stored object, `generation` bumped when `spec` changed, and
+//!   [`UpdateScope`] keeps the status or everything but it;
+//!   [`precondition`] reads the client's `metadata.resourceVersion`;
+//! - delete ([`admit_delete`]): the system namespaces stay.
+//!
+//! Everything here is pure (no store, no clock but the timestamp, no I/O),
+//! so it is unit-tested on its own. Patch, server-side apply and custom
+//! resources extend it here.
+
+use serde_json::{json, Map, Value};
+
+use crate::kube::error::{FieldCause, KubeError};
+use crate::kube::object::{self, metadata_mut};
+use crate::kube::resources::{NameRule, ResourceType};
+
+const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+const GENERATE_SUFFIX_LEN: usize = 5;
+const MAX_NAME_LEN: usize = 253;
+const MAX_LABEL_LEN: usize = 63;
+
+/// Namespaces that exist from the start and may not be deleted.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// An object admitted for writing: its name, its namespace (`None` for a
+/// cluster-scoped type) and the object itself.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub object: Map<String, Value>,
+}
+
+/// A create of `body` under the URL's namespace `url_ns`: the object to
+/// store, validated, with the server-set fields.
+pub fn admit_create(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    body: &[u8],
+) -> Result<Admitted, KubeError> {
+    let mut obj = object::decode_body(rt, body)?;
+    let name = resolve_create_name(rt, &mut obj)?;
+    let namespace = check_namespace(rt, url_ns, &mut obj)?;
+    validate_object_meta(rt, &name, namespace.as_deref())?;
+    prepare_create(rt, &mut obj);
+    Ok(Admitted {
+        name,
+        namespace,
+        object: obj,
+    })
+}
+
+/// The body of an update of `url_name` (`PUT`): its name must be the
+/// URL's, its namespace is checked as for a create, and the name and
+/// namespace are validated when the whole object is written (a status
+/// update changes only the status). The object is prepared against the
+/// stored one by [`admit_update`].
+pub fn admit_update_body(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    url_name: &str,
+    scope: UpdateScope,
+    body: &[u8],
+) -> Result<Admitted, KubeError> {
+    let mut obj = object::decode_body(rt, body)?;
+    let body_name = object::meta_str(&obj, "name").unwrap_or("").to_string();
+    if body_name != url_name {
+        return Err(KubeError::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+        )));
+    }
+    let namespace = check_namespace(rt, url_ns, &mut obj)?;
+    if scope == UpdateScope::Object {
+        validate_object_meta(rt, url_name, namespace.as_deref())?;
+    }
+    Ok(Admitted {
+        name: body_name,
+        namespace,
+        object: obj,
+    })
+}
+
+/// The optimistic-concurrency precondition an update carries:
+/// `metadata.resourceVersion` when set (a `409` when the stored object is
+/// at another revision); `None`: the update applies to whatever is current.
+pub fn precondition(obj: &Map<String, Value>) -> Result<Option<u64>, KubeError> {
+    match object::meta_str(obj, "resourceVersion") {
+        None | Some("") => Ok(None),
+        Some(rv) => rv.parse::<u64>().map(Some).map_err(|_| {
+            KubeError::BadRequest(format!(
+                "invalid resourceVersion {rv:?}: must be an unsigned integer"
+            ))
+        }),
+    }
+}
+
+/// The object an update stores: `new` (as the client sent it, or as a
+/// patch made it) against the stored `old`, within `scope`.
+pub fn admit_update(
+    rt: &ResourceType,
+    scope: UpdateScope,
+    old: &Map<String, Value>,
+    new: &mut Map<String, Value>,
+) {
+    prepare_update_in(rt, scope, old, new);
+}
+
+/// A delete of `name`: the system namespaces may not be deleted.
+pub fn admit_delete(rt: &ResourceType, name: &str) -> Result<(), KubeError> {
+    if rt.plural == "namespaces" && SYSTEM_NAMESPACES.contains(&name) {
+        return Err(KubeError::Forbidden {
+            resource: rt.group_resource(),
+            name: name.to_string(),
+            message: format!(
+                "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The name of a new object: its own, or one generated from
+/// `generateName` (written into the object); neither is a `422`.
+fn resolve_create_name(
+    rt: &ResourceType,
+    obj: &mut Map<String, Value>,
+) -> Result<String, KubeError> {
+    let meta = metadata_mut(obj);
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !name.is_empty() {
+        return Ok(name);
+    }
+    match meta.get("generateName").and_then(Value::as_str) {
+        Some(base) if !base.is_empty() => {
+            let generated = generate_name(base);
+            meta.insert("name".into(), json!(generated));
+            Ok(generated)
+        }
+        _ => Err(KubeError::invalid(
+            rt,
+            "",
+            vec![FieldCause::required(
+                "metadata.name",
+                "name or generateName is required",
+            )],
+        )),
+    }
+}
+
+/// The URL's namespace wins; a different one in the body is a 400.
+fn check_namespace(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    obj: &mut Map<String, Value>,
+) -> Result<Option<String>, KubeError> {
+    let meta = metadata_mut(obj);
+    let body_ns = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if !rt.namespaced {
+        if body_ns.as_deref().is_some_and(|n| !n.is_empty()) {
+            meta.remove("namespace");
+        }
+        return Ok(None);
+    }
+    match (url_ns, body_ns.as_deref()) {
+        (Some(u), Some(b)) if !b.is_empty() && u != b => Err(KubeError::BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request"
+                .into(),
+        )),
+        (Some(u), _) => {
+            meta.insert("namespace".into(), json!(u));
+            Ok(Some(u.to_string()))
+        }
+        (None, b) => Ok(b.map(str::to_string)),
+    }
+}
+
+/// A `generateName` with a random suffix, as kube builds it.
+fn generate_name(base: &str) -> String {
+    let base: String = base
+        .chars()
+        .take(MAX_NAME_LEN - GENERATE_SUFFIX_LEN)
+        .collect();
+    let suffix: String = (0..GENERATE_SUFFIX_LEN)
+        .map(|_| GENERATE_ALPHABET[rand::random_range(0..GENERATE_ALPHABET.len())] as char)
+        .collect();
+    format!("{base}{suffix}")
+}
+
+fn is_label(s: &str, first_may_be_digit: bool) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_LABEL_LEN
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && (bytes[0].is_ascii_lowercase() || (first_may_be_digit && bytes[0].is_ascii_digit()))
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+/// Checks a name against the type's rule; the messages are kube's.
+fn validate_name(rule: NameRule, name: &str) -> Result<(), String> {
+    match rule {
+        NameRule::Subdomain => {
+            if name.len() > MAX_NAME_LEN {
+                return Err(format!("must be no more than {MAX_NAME_LEN} characters"));
+            }
+            if !name.split('.').all(|part| is_label(part, true)) {
+                return Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
+            }
+            Ok(())
+        }
+        NameRule::Label => {
+            if name.len() > MAX_LABEL_LEN {
+                return Err(format!("must be no more than {MAX_LABEL_LEN} characters"));
+            }
+            if !is_label(name, true) {
+                return Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
+            }
+            Ok(())
+        }
+        NameRule::Rfc1035Label => {
+            if name.len() > MAX_LABEL_LEN {
+                return Err(format!("must be no more than {MAX_LABEL_LEN} characters"));
+            }
+            if !is_label(name, false) {
+                return Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into());
+            }
+            Ok(())
+        }
+        NameRule::PathSegment => {
+            if name == "." || name == ".." {
+                return Err(format!("may not be '{name}'"));
+            }
+            if name.contains('/') || name.contains('%') {
+                return Err("may not contain '/' or '%'".into());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Validates the name (and namespace) of an object about to be written.
+fn validate_object_meta(
+    rt: &ResourceType,
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<(), KubeError> {
+    let mut causes = Vec::new();
+    if let Err(detail) = validate_name(rt.name_rule, name) {
+        causes.push(FieldCause::invalid("metadata.name", name, &detail));
+    }
+    if rt.namespaced {
+        match namespace {
+            None | Some("") => causes.push(FieldCause::required("metadata.namespace", "")),
+            Some(ns) => {
+                if let Err(detail) = validate_name(NameRule::Label, ns) {
+                    causes.push(FieldCause::invalid("metadata.namespace", ns, &detail));
+                }
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(KubeError::invalid(rt, name, causes))
+    }
+}
+
+/// Prepares a new object for storage: server-set fields in, resourceVersion
+/// out (it is the revision, filled in on read).
+fn prepare_create(rt: &ResourceType, obj: &mut Map<String, Value>) {
+    let meta = metadata_mut(obj);
+    meta.remove("resourceVersion");
+    meta.remove("selfLink");
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
+    if rt.tracks_generation {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    if rt.plural == "namespaces" {
+        let spec = obj.entry("spec").or_insert_with(|| json!({}));
+        if !spec.is_object() {
+            *spec = json!({});
+        }
+        if spec.get("finalizers").is_none() {
+            spec["finalizers"] = json!(["kubernetes"]);
+        }
+        obj.insert("status".into(), json!({ "phase": "Active" }));
+    }
+}
+
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateScope {
+    /// The object (`PUT <name>`): for a type with a status subresource,
+    /// the stored status is kept.
+    Object,
+    /// Only its status (`PUT <name>/status`): everything else is kept.
+    Status,
+}
+
+/// Turns the body of an update into the object to store, from the stored
+/// one (`old`) and what `scope` lets the update change.
+fn prepare_update_in(
+    rt: &ResourceType,
+    scope: UpdateScope,
+    old: &Map<String, Value>,
+    new: &mut Map<String, Value>,
+) {
+    match scope {
+        UpdateScope::Status => {
+            let status = new.remove("status");
+            let mut kept = old.clone();
+            match status {
+                Some(status) => kept.insert("status".into(), status),
+                None => kept.remove("status"),
+            };
+            *new = kept;
+            metadata_mut(new).remove("resourceVersion");
+        }
+        UpdateScope::Object => {
+            prepare_update(rt, old, new);
+            if rt.has_status_subresource() {
+                match old.get("status") {
+                    Some(status) => new.insert("status".into(), status.clone()),
+                    None => new.remove("status"),
+                };
+            }
+        }
+    }
+}
+
+/// Carries the immutable and server-owned fields of `old` into an update,
+/// and bumps `generation` when `spec` changed.
+fn prepare_update(rt: &ResourceType, old: &Map<String, Value>, new: &mut Map<String, Value>) {
+    let old_meta = old.get("metadata").and_then(Value::as_object);
+    let spec_changed = old.get("spec") != new.get("spec");
+    let meta = metadata_mut(new);
+    meta.remove("resourceVersion");
+    meta.remove("selfLink");
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "generateName",
+    ] {
+        match old_meta.and_then(|m| m.get(field)) {
+            Some(v) => meta.insert(field.into(), v.clone()),
+            None => meta.remove(field),
+        };
+    }
+    if rt.tracks_generation {
+        let old_gen = old_meta
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        // Saturating: the stored generation is whatever was written,
+        // through the etcd API too, up to `i64::MAX`.
+        let generation = if spec_changed {
+            old_gen.saturating_add(1)
+        } else {
+            old_gen
+        };
+        meta.insert("generation".into(), json!(generation));
+    } else {
+        meta.remove("generation");
+    }
+    if rt.plural == "namespaces" {
+        // Namespace status is owned by the server.
+        if let Some(status) = old.get("status") {
+            new.insert("status".into(), status.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::resources;
+
+    #[test]
+    fn names_follow_dns_rules() {
+        assert!(validate_name(NameRule::Subdomain, "a.b-c.d").is_ok());
+        assert!(validate_name(NameRule::Subdomain, "Bad_Name").is_err());
+        assert!(validate_name(NameRule::Subdomain, "-a").is_err());
+        assert!(validate_name(NameRule::Subdomain, &"a".repeat(254)).is_err());
+        assert!(validate_name(NameRule::Label, "a.b").is_err());
+        assert!(validate_name(NameRule::Label, "123-abc").is_ok());
+        assert!(validate_name(NameRule::Rfc1035Label, "1abc").is_err());
+        assert!(validate_name(NameRule::Rfc1035Label, "abc-1").is_ok());
+    }
+
+    fn configmaps() -> &'static ResourceType {
+        resources::find("", "v1", "configmaps").expect("configmaps")
+    }
+
+    #[test]
+    fn a_create_gets_its_name_namespace_and_server_set_fields() {
+        let cm = configmaps();
+        let body = br#"{"metadata":{"generateName":"web-","resourceVersion":"7","uid":"mine"}}"#;
+        let a = admit_create(cm, Some("default"), body).expect("admitted");
+        assert!(
+            a.name.starts_with("web-") && a.name.len() == 9,
+            "{}",
+            a.name
+        );
+        assert_eq!(a.namespace.as_deref(), Some("default"));
+        let meta = &a.object["metadata"];
+        assert_eq!(meta["name"], a.name.as_str());
+        assert_eq!(meta["namespace"], "default");
+        assert!(
+            meta.get("resourceVersion").is_none(),
+            "the revision is filled in on read"
+        );
+        assert_ne!(meta["uid"], "mine", "the server sets the uid");
+        assert!(meta["creationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')));
+        assert!(
+            meta.get("generation").is_none(),
+            "configmaps track no generation"
+        );
+        assert_eq!(a.object["kind"], "ConfigMap");
+        assert_eq!(a.object["apiVersion"], "v1");
+    }
+
+    #[test]
+    fn a_create_without_a_name_or_in_another_namespace_is_refused() {
+        let cm = configmaps();
+        match admit_create(cm, Some("default"), br#"{"metadata":{}}"#) {
+            Err(KubeError::Invalid { causes, .. }) => {
+                assert_eq!(causes[0].field, "metadata.name");
+                assert_eq!(causes[0].reason, "FieldValueRequired");
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
+        let elsewhere = br#"{"metadata":{"name":"a","namespace":"other"}}"#;
+        assert!(matches!(
+            admit_create(cm, Some("default"), elsewhere),
+            Err(KubeError::BadRequest(_))
+        ));
+        // Without a namespace on the URL the body's is used, and checked.
+        let a = admit_create(cm, None, elsewhere).expect("the body's namespace");
+        assert_eq!(a.namespace.as_deref(), Some("other"));
+        match admit_create(cm, None, br#"{"metadata":{"name":"Bad_Name"}}"#) {
+            Err(KubeError::Invalid { causes, .. }) => {
+                let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+                assert_eq!(fields, ["metadata.name", "metadata.namespace"]);
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_has_no_namespace_and_a_namespace_is_active() {
+        let ns = resources::namespaces();
+        let a = admit_create(ns, None, br#"{"metadata":{"name":"team","namespace":"x"}}"#)
+            .expect("admitted");
+        assert_eq!(a.namespace, None);
+        assert!(a.object["metadata"].get("namespace").is_none());
+        assert_eq!(a.object["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(a.object["status"]["phase"], "Active");
+    }
+
+    #[test]
+    fn an_update_body_names_the_urls_object_and_carries_its_precondition() {
+        let cm = configmaps();
+        assert!(matches!(
+            admit_update_body(cm, Some("default"), "a", UpdateScope::Object, br#"{"metadata":{"name":"b"}}"#),
+            Err(KubeError::BadRequest(m)) if m.contains("does not match the name on the URL")
+        ));
+        let body = br#"{"metadata":{"name":"a","resourceVersion":"12"}}"#;
+        let a = admit_update_body(cm, Some("default"), "a", UpdateScope::Object, body)
+            .expect("admitted");
+        assert_eq!(a.object["metadata"]["namespace"], "default");
+        assert_eq!(precondition(&a.object).expect("a number"), Some(12));
+        let none = admit_update_body(
+            cm,
+            Some("default"),
+            "a",
+            UpdateScope::Object,
+            br#"{"metadata":{"name":"a","resourceVersion":""}}"#,
+        )
+        .expect("admitted");
+        assert_eq!(
+            precondition(&none.object).map_err(|e| e.to_string()),
+            Ok(None)
+        );
+        let bad = admit_update_body(
+            cm,
+            Some("default"),
+            "a",
+            UpdateScope::Object,
+            br#"{"metadata":{"name":"a","resourceVersion":"-1"}}"#,
+        )
+        .expect("admitted");
+        assert!(matches!(
+            precondition(&bad.object),
+            Err(KubeError::BadRequest(_))
+        ));
+        // A status update is not validated as a whole object: a name the
+        // object rule refuses still reaches the store (which answers 404).
+        assert!(admit_update_body(
+            cm,
+            Some("default"),
+            "A",
+            UpdateScope::Status,
+            br#"{"metadata":{"name":"A"}}"#
+        )
+        .is_ok());
+        assert!(matches!(
+            admit_update_body(
+                cm,
+                Some("default"),
+                "A",
+                UpdateScope::Object,
+                br#"{"metadata":{"name":"A"}}"#
+            ),
+            Err(KubeError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn an_update_keeps_what_the_server_owns_and_its_scope_excludes() {
+        let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+        let old = object::decode_body(
+            dep,
+            br#"{"metadata":{"name":"a","uid":"u1","creationTimestamp":"t0","generation":4},"spec":{"replicas":1},"status":{"ready":1}}"#,
+        )
+        .expect("decode");
+        let mut new = object::decode_body(
+            dep,
+            br#"{"metadata":{"name":"a","uid":"forged","generation":99},"spec":{"replicas":2},"status":{"ready":7}}"#,
+        )
+        .expect("decode");
+        admit_update(dep, UpdateScope::Object, &old, &mut new);
+        assert_eq!(new["metadata"]["uid"], "u1");
+        assert_eq!(new["metadata"]["creationTimestamp"], "t0");
+        assert_eq!(new["metadata"]["generation"], 5);
+        assert_eq!(
+            new["status"],
+            json!({"ready": 1}),
+            "the status subresource owns it"
+        );
+
+        let mut status = object::decode_body(
+            dep,
+            br#"{"metadata":{"name":"a","labels":{"x":"y"}},"spec":{"replicas":9},"status":{"ready":7}}"#,
+        )
+        .expect("decode");
+        admit_update(dep, UpdateScope::Status, &old, &mut status);
+        assert_eq!(status["spec"], json!({"replicas": 1}));
+        assert!(status["metadata"].get("labels").is_none());
+        assert_eq!(status["status"], json!({"ready": 7}));
+    }
+
+    #[test]
+    fn system_namespaces_may_not_be_deleted() {
+        let ns = resources::namespaces();
+        for name in SYSTEM_NAMESPACES {
+            assert!(matches!(
+                admit_delete(ns, name),
+                Err(KubeError::Forbidden { .. })
+            ));
+        }
+        assert!(admit_delete(ns, "team").is_ok());
+        assert!(admit_delete(configmaps(), "default").is_ok());
+    }
+
+    #[test]
+    fn generation_bumps_only_when_spec_changes() {
+        let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+        let mut old =
+            object::decode_body(dep, br#"{"metadata":{"name":"a"},"spec":{"replicas":1}}"#)
+                .expect("decode");
+        prepare_create(dep, &mut old);
+        assert_eq!(old["metadata"]["generation"], 1);
+        let mut same = old.clone();
+        same.insert("status".into(), json!({"x": 1}));
+        prepare_update(dep, &old, &mut same);
+        assert_eq!(same["metadata"]["generation"], 1);
+        let mut changed = old.clone();
+        changed.insert("spec".into(), json!({"replicas": 2}));
+        prepare_update(dep, &old, &mut changed);
+        assert_eq!(changed["metadata"]["generation"], 2);
+        assert_eq!(changed["metadata"]["uid"], old["metadata"]["uid"]);
+    }
+
+    #[test]
+    fn generated_names_keep_the_prefix() {
+        let n = generate_name("web-");
+        assert!(n.starts_with("web-") && n.len() == 9, "{n}");
+    }
+}
+
+/// Property tests: whatever body a client sends for a create or an
+/// update, it is prepared for storage or refused as the client's mistake
+/// (`400` or `422`), never a panic or a server error.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz;
+    use crate::kube::resources;
+
+    /// An error a client's input may cause: never one of the server's
+    /// (internal, unavailable, Raft).
+    fn is_clients_mistake(e: &KubeError) -> bool {
+        matches!(e, KubeError::BadRequest(_) | KubeError::Invalid { .. })
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_create_body_is_stored_or_refused(
+            body in fuzz::body(),
+            url_ns in proptest::option::of(prop_oneof![Just("default".to_string()), fuzz::text()]),
+            plural in proptest::sample::select(&["configmaps", "namespaces", "deployments", "pods", "nodes"][..]),
+        ) {
+            let rt = resources::RESOURCES
+                .iter()
+                .find(|r| r.plural == plural)
+                .expect("a served type");
+            let url_ns = url_ns.filter(|_| rt.namespaced);
+            match admit_create(rt, url_ns.as_deref(), &body) {
+                Ok(Admitted { object: obj, .. }) => {
+                    let stored = object::to_stored(&obj);
+                    let back = object::from_stored(rt, b"k", &stored, 7)
+                        .expect("a stored object reads back");
+                    prop_assert_eq!(&back["metadata"]["name"], &obj["metadata"]["name"]);
+                    prop_assert_eq!(&back["metadata"]["resourceVersion"], "7");
+                    prop_assert_eq!(&back["kind"], rt.kind);
+                }
+                Err(e) => prop_assert!(is_clients_mistake(&e), "{e:?}"),
+            }
+        }
+
+        #[test]
+        fn any_update_body_merges_with_any_stored_object(
+            old in fuzz::object_value(),
+            new in fuzz::object_value(),
+            status_scope in any::<bool>(),
+            plural in proptest::sample::select(&["configmaps", "namespaces", "deployments", "pods"][..]),
+        ) {
+            let rt = resources::RESOURCES
+                .iter()
+                .find(|r| r.plural == plural)
+                .expect("a served type");
+            let (Value::Object(old), Value::Object(mut new)) = (old, new) else {
+                unreachable!("object_value makes objects");
+            };
+            let scope = if status_scope { UpdateScope::Status } else { UpdateScope::Object };
+            admit_update(rt, scope, &old, &mut new);
+            prop_assert!(new.get("metadata").is_some_and(Value::is_object));
+            prop_assert!(object::meta_str(&new, "resourceVersion").is_none());
+        }
+    }
+
+    /// The update of an object stored (through the etcd API) with the
+    /// largest generation: found by
+    /// `any_update_body_merges_with_any_stored_object`, it overflowed.
+    #[test]
+    fn a_spec_change_at_the_largest_generation_does_not_overflow() {
+        let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+        let old =
+            json!({"metadata": {"name": "a", "generation": i64::MAX}, "spec": {"replicas": 1}});
+        let mut new = json!({"metadata": {"name": "a"}, "spec": {"replicas": 2}});
+        let (Value::Object(old), Value::Object(new_obj)) = (old, &mut new) else {
+            unreachable!("objects");
+        };
+        prepare_update(dep, &old, new_obj);
+        assert_eq!(new_obj["metadata"]["generation"], i64::MAX);
+    }
+}

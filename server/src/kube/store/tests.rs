@@ -1,0 +1,566 @@
+//! Unit tests of the reads and writes against one node: a single-member
+//! Raft node on a temporary directory (it elects itself; no peer, no
+//! listener) and its watch cache, fed by its own task as in `serve`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kubestore_raft::RaftNodeConfig;
+use kubestore_storage::{Command, PutRequest, Txn};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use super::*;
+use crate::kube::admission::{self, UpdateScope};
+use crate::kube::cache::CacheLimits;
+use crate::kube::error::KubeError;
+use crate::kube::paging::{ContinueToken, PageRequest};
+use crate::kube::resources::{self, ResourceType};
+use crate::kube::selectors::Selectors;
+
+struct OneNode {
+    kube: KubeStore,
+    node: RaftNode,
+    stop: watch::Sender<bool>,
+    feeder: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl OneNode {
+    /// A node whose watch cache keeps `max_events` events per type.
+    async fn start(max_events: usize) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let members = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
+        let config = RaftNodeConfig::new(1, dir.path().join("node"), members);
+        let node = RaftNode::start(config).await.expect("start");
+        node.wait_for_leader(Duration::from_secs(10))
+            .await
+            .expect("a one-member cluster elects itself");
+        let cache = WatchCache::new(
+            node.store().clone(),
+            CacheLimits {
+                max_events,
+                max_age: Duration::from_secs(300),
+            },
+        );
+        cache.catch_up_blocking().await.expect("cache filled");
+        let (stop, stopped) = watch::channel(false);
+        let feeder = tokio::spawn(cache.clone().run(stopped));
+        let kube = KubeStore::new(node.clone(), cache);
+        kube.ensure_system_namespaces()
+            .await
+            .expect("system namespaces");
+        Self {
+            kube,
+            node,
+            stop,
+            feeder,
+            _dir: dir,
+        }
+    }
+
+    async fn shutdown(self) {
+        self.stop.send_replace(true);
+        let _ = self.feeder.await;
+        self.node.shutdown().await.expect("shutdown");
+    }
+
+    async fn create(&self, rt: &ResourceType, ns: Option<&str>, body: Value) -> Value {
+        let admitted =
+            admission::admit_create(rt, ns, body.to_string().as_bytes()).expect("admitted");
+        self.kube.create(rt, admitted).await.expect("created")
+    }
+
+    async fn update(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+    ) -> Result<Value, KubeError> {
+        let admitted = admission::admit_update_body(
+            rt,
+            ns,
+            name,
+            UpdateScope::Object,
+            body.to_string().as_bytes(),
+        )?;
+        self.kube.update(rt, admitted, UpdateScope::Object).await
+    }
+
+    async fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Value {
+        self.kube
+            .get(rt, ns, name, Freshness::MostRecent)
+            .await
+            .expect("get")
+            .0
+            .object
+            .clone()
+    }
+}
+
+fn configmaps() -> &'static ResourceType {
+    resources::find("", "v1", "configmaps").expect("configmaps")
+}
+
+fn rv(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("a resourceVersion")
+}
+
+fn cm(name: &str, v: &str) -> Value {
+    json!({"metadata": {"name": name, "labels": {"app": "x"}}, "data": {"v": v}})
+}
+
+fn names(listed: &Listed) -> Vec<String> {
+    listed
+        .items
+        .iter()
+        .map(|o| {
+            o.object["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_is_read_back_at_its_revision_and_guarded_by_absence_and_namespace() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    let created = n.create(rt, Some("default"), cm("a", "1")).await;
+    let read = n.get(rt, Some("default"), "a").await;
+    assert_eq!(read["data"]["v"], "1");
+    assert_eq!(rv(&read), rv(&created));
+    assert_eq!(read["metadata"]["uid"], created["metadata"]["uid"]);
+
+    let again = admission::admit_create(rt, Some("default"), cm("a", "2").to_string().as_bytes())
+        .expect("admitted");
+    match n.kube.create(rt, again).await {
+        Err(KubeError::AlreadyExists { name, .. }) => assert_eq!(name, "a"),
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+
+    let elsewhere =
+        admission::admit_create(rt, Some("nowhere"), cm("a", "1").to_string().as_bytes())
+            .expect("admitted");
+    match n.kube.create(rt, elsewhere).await {
+        Err(KubeError::NotFound { resource, name }) => {
+            assert_eq!(
+                (resource.as_str(), name.as_str()),
+                ("namespaces", "nowhere")
+            )
+        }
+        other => panic!("expected the namespace to be missing, got {other:?}"),
+    }
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_is_guarded_by_the_clients_resource_version_or_else_applies_to_the_current() {
+    let n = OneNode::start(100).await;
+    let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+    let body = json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}});
+    let created = n.create(dep, Some("default"), body).await;
+    assert_eq!(created["metadata"]["generation"], 1);
+
+    // No resourceVersion: applies to whatever is current; server-owned
+    // fields are carried over and a spec change bumps the generation.
+    let updated = n
+        .update(
+            dep,
+            Some("default"),
+            "web",
+            json!({"metadata": {"name": "web"}, "spec": {"replicas": 2}}),
+        )
+        .await
+        .expect("updated");
+    assert!(rv(&updated) > rv(&created));
+    assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(updated["metadata"]["generation"], 2);
+
+    // A stale resourceVersion is a conflict, and nothing is written.
+    let stale = json!({"metadata": {"name": "web", "resourceVersion": rv(&created).to_string()}, "spec": {"replicas": 3}});
+    match n.update(dep, Some("default"), "web", stale).await {
+        Err(KubeError::Conflict { .. }) => {}
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(
+        n.get(dep, Some("default"), "web").await["spec"]["replicas"],
+        2
+    );
+
+    // The current one is accepted.
+    let fresh = json!({"metadata": {"name": "web", "resourceVersion": rv(&updated).to_string()}, "spec": {"replicas": 3}});
+    let third = n
+        .update(dep, Some("default"), "web", fresh)
+        .await
+        .expect("updated");
+    assert_eq!(third["spec"]["replicas"], 3);
+
+    // A malformed one is the client's mistake, an absent object 404.
+    let bad = json!({"metadata": {"name": "web", "resourceVersion": "x"}});
+    assert!(matches!(
+        n.update(dep, Some("default"), "web", bad).await,
+        Err(KubeError::BadRequest(_))
+    ));
+    assert!(matches!(
+        n.update(
+            dep,
+            Some("default"),
+            "gone",
+            json!({"metadata": {"name": "gone"}})
+        )
+        .await,
+        Err(KubeError::NotFound { .. })
+    ));
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_loses_a_race_is_computed_again_on_the_newer_state() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    n.create(rt, Some("default"), cm("a", "1")).await;
+    let key = rt.key(Some("default"), "a");
+    let handle = tokio::runtime::Handle::current();
+    let mut seen = Vec::new();
+    let updated = n
+        .kube
+        .update_with(rt, Some("default"), "a", UpdateScope::Object, 5, |current| {
+            let obj = current.object().expect("an object");
+            seen.push(obj["data"]["v"].as_str().unwrap_or("").to_string());
+            if seen.len() == 1 {
+                // Another writer gets in between the read and the write.
+                let interloper = json!({"metadata": {"name": "a", "namespace": "default"}, "data": {"v": "other"}});
+                let node = n.node.clone();
+                let key = key.clone();
+                tokio::task::block_in_place(|| {
+                    handle.block_on(node.write(Command::Txn(Txn {
+                        success: vec![kubestore_storage::Op::Put(PutRequest::new(
+                            key.into_bytes(),
+                            interloper.to_string(),
+                        ))],
+                        ..Txn::default()
+                    })))
+                })
+                .expect("the interloper's write");
+            }
+            let Value::Object(mut obj) = obj else {
+                unreachable!("an object");
+            };
+            let v = format!("{}+patched", obj["data"]["v"].as_str().unwrap_or(""));
+            obj.insert("data".into(), json!({ "v": v }));
+            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+            }
+            Ok::<_, KubeError>(obj)
+        })
+        .await
+        .expect("written on the second attempt");
+    assert_eq!(seen, ["1", "other"]);
+    assert_eq!(updated["data"]["v"], "other+patched");
+    assert_eq!(
+        n.get(rt, Some("default"), "a").await["data"]["v"],
+        "other+patched"
+    );
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_with_its_own_precondition_is_not_retried() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    let created = n.create(rt, Some("default"), cm("a", "1")).await;
+    n.update(rt, Some("default"), "a", cm("a", "2"))
+        .await
+        .expect("updated");
+    let mut calls = 0;
+    let result = n
+        .kube
+        .update_with(
+            rt,
+            Some("default"),
+            "a",
+            UpdateScope::Object,
+            5,
+            |current| {
+                calls += 1;
+                let Some(Value::Object(mut obj)) = current.object() else {
+                    unreachable!("an object");
+                };
+                if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("resourceVersion".into(), json!(rv(&created).to_string()));
+                }
+                Ok::<_, KubeError>(obj)
+            },
+        )
+        .await;
+    assert!(
+        matches!(result, Err(KubeError::Conflict { .. })),
+        "{result:?}"
+    );
+    assert_eq!(calls, 1);
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_update_changes_only_the_status() {
+    let n = OneNode::start(100).await;
+    let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+    n.create(
+        dep,
+        Some("default"),
+        json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}}),
+    )
+    .await;
+    let body =
+        json!({"metadata": {"name": "web"}, "spec": {"replicas": 9}, "status": {"replicas": 1}});
+    let admitted = admission::admit_update_body(
+        dep,
+        Some("default"),
+        "web",
+        UpdateScope::Status,
+        body.to_string().as_bytes(),
+    )
+    .expect("admitted");
+    let updated = n
+        .kube
+        .update(dep, admitted, UpdateScope::Status)
+        .await
+        .expect("updated");
+    assert_eq!(updated["spec"]["replicas"], 1, "spec kept");
+    assert_eq!(updated["status"]["replicas"], 1);
+    assert_eq!(updated["metadata"]["generation"], 1);
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_check_their_preconditions_and_a_namespace_takes_its_contents() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    let ns = resources::namespaces();
+    n.create(ns, None, json!({"metadata": {"name": "team"}}))
+        .await;
+    let a = n.create(rt, Some("team"), cm("a", "1")).await;
+    n.create(rt, Some("team"), cm("b", "1")).await;
+
+    let wrong_uid = Preconditions {
+        uid: Some("not-its-uid".into()),
+        resource_version: None,
+    };
+    match n.kube.delete(rt, Some("team"), "a", &wrong_uid).await {
+        Err(KubeError::Conflict { detail, .. }) => {
+            assert!(detail.contains("Precondition failed: UID"), "{detail}")
+        }
+        other => panic!("expected a UID conflict, got {other:?}"),
+    }
+    let stale = Preconditions {
+        uid: None,
+        resource_version: Some(rv(&a) - 1),
+    };
+    assert!(matches!(
+        n.kube.delete(rt, Some("team"), "a", &stale).await,
+        Err(KubeError::Conflict { .. })
+    ));
+    let exact = Preconditions {
+        uid: a["metadata"]["uid"].as_str().map(str::to_string),
+        resource_version: Some(rv(&a)),
+    };
+    let last = n
+        .kube
+        .delete(rt, Some("team"), "a", &exact)
+        .await
+        .expect("deleted");
+    assert_eq!(last["data"]["v"], "1");
+    assert!(matches!(
+        n.kube
+            .get(rt, Some("team"), "a", Freshness::MostRecent)
+            .await,
+        Err(KubeError::NotFound { .. })
+    ));
+
+    assert!(matches!(
+        n.kube
+            .delete(ns, None, "default", &Preconditions::default())
+            .await,
+        Err(KubeError::Forbidden { .. })
+    ));
+    n.kube
+        .delete(ns, None, "team", &Preconditions::default())
+        .await
+        .expect("namespace deleted");
+    let left = n
+        .kube
+        .list(
+            rt,
+            Some("team"),
+            Freshness::MostRecent,
+            &Selectors::default(),
+        )
+        .await
+        .expect("list");
+    assert!(left.items.is_empty(), "{:?}", names(&left));
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_are_read_at_the_first_pages_revision_from_the_cache_or_history() {
+    // A ring of one event: older revisions are served from history.
+    for (max_events, later_pages) in [(100, ReadPath::Snapshot), (1, ReadPath::History)] {
+        let n = OneNode::start(max_events).await;
+        let rt = configmaps();
+        for name in ["a", "b", "c"] {
+            n.create(rt, Some("default"), cm(name, "1")).await;
+        }
+        let first = n
+            .kube
+            .list_page(
+                rt,
+                Some("default"),
+                Freshness::MostRecent,
+                &Selectors::default(),
+                &PageRequest {
+                    limit: 2,
+                    token: None,
+                },
+            )
+            .await
+            .expect("first page");
+        assert_eq!(names(&first), ["a", "b"]);
+        assert_eq!(first.remaining, Some(1));
+        assert_eq!(first.served, ReadPath::QuorumCache);
+        // Writes after the first page are not seen by the next one.
+        n.create(rt, Some("default"), cm("d", "1")).await;
+        n.update(rt, Some("default"), "c", cm("c", "2"))
+            .await
+            .expect("updated");
+        // The cache has taken those writes in (so a ring of one event
+        // no longer reaches back to the first page).
+        n.kube.quorum_revision().await.expect("caught up");
+        let token = ContinueToken::decode(first.continue_token.as_deref().expect("a token"))
+            .expect("a valid token");
+        let second = n
+            .kube
+            .list_page(
+                rt,
+                Some("default"),
+                Freshness::MostRecent,
+                &Selectors::default(),
+                &PageRequest {
+                    limit: 2,
+                    token: Some(token),
+                },
+            )
+            .await
+            .expect("second page");
+        assert_eq!(names(&second), ["c"], "{max_events}");
+        assert_eq!(second.items[0].object["data"]["v"], "1");
+        assert_eq!(second.revision, first.revision);
+        assert_eq!(second.served, later_pages, "{max_events}");
+        assert!(second.continue_token.is_none());
+
+        // An exact get of the old state takes the same path.
+        let (old, served) = n
+            .kube
+            .get(rt, Some("default"), "c", Freshness::Exact(first.revision.0))
+            .await
+            .expect("old state");
+        assert_eq!(
+            (old.object["data"]["v"].as_str(), served),
+            (Some("1"), later_pages)
+        );
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_page_is_gone_with_a_token_that_continues_at_the_latest_revision() {
+    let n = OneNode::start(1).await;
+    let rt = configmaps();
+    for name in ["a", "b", "c"] {
+        n.create(rt, Some("default"), cm(name, "1")).await;
+    }
+    let page = PageRequest {
+        limit: 1,
+        token: None,
+    };
+    let first = n
+        .kube
+        .list_page(
+            rt,
+            Some("default"),
+            Freshness::MostRecent,
+            &Selectors::default(),
+            &page,
+        )
+        .await
+        .expect("first page");
+    n.update(rt, Some("default"), "b", cm("b", "2"))
+        .await
+        .expect("updated");
+    let latest = n.node.store().applied().revision;
+    crate::write::compact(&n.node, latest)
+        .await
+        .expect("compacted");
+    let token = ContinueToken::decode(first.continue_token.as_deref().expect("a token"))
+        .expect("a valid token");
+    let start = token.start.clone();
+    let next = PageRequest {
+        limit: 1,
+        token: Some(token),
+    };
+    match n
+        .kube
+        .list_page(
+            rt,
+            Some("default"),
+            Freshness::MostRecent,
+            &Selectors::default(),
+            &next,
+        )
+        .await
+    {
+        Err(KubeError::ExpiredContinue {
+            token: Some(fresh), ..
+        }) => {
+            let fresh = ContinueToken::decode(&fresh).expect("a valid token");
+            assert_eq!((fresh.revision, fresh.start), (None, start));
+        }
+        other => panic!("expected 410 with a fresh token, got {other:?}"),
+    }
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_delete_takes_what_matches_in_one_revision() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    n.create(rt, Some("default"), cm("a", "1")).await;
+    n.create(rt, Some("default"), cm("b", "1")).await;
+    n.create(rt, Some("default"), json!({"metadata": {"name": "other"}}))
+        .await;
+    let selectors = Selectors::parse(rt, Some("app=x"), None).expect("a selector");
+    let deleted = n
+        .kube
+        .delete_collection(rt, Some("default"), &selectors)
+        .await
+        .expect("deleted");
+    assert_eq!(names(&deleted), ["a", "b"]);
+    assert_eq!(deleted.revision, n.node.store().applied().revision);
+    let left = n
+        .kube
+        .list(
+            rt,
+            Some("default"),
+            Freshness::MostRecent,
+            &Selectors::default(),
+        )
+        .await
+        .expect("list");
+    assert_eq!(names(&left), ["other"]);
+    n.shutdown().await;
+}
