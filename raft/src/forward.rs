@@ -119,8 +119,31 @@ impl RaftNode {
         }
     }
 
+    /// Proposes `cmd` on this node as the leader and waits for its answer,
+    /// or until this node stops leading in the term it proposed in.
+    ///
+    /// openraft 0.9 answers a `client_write` only when its entry is applied
+    /// or truncated as conflicting. A leader cut off with entries of its own
+    /// that the new leader's snapshot then covers purges them unanswered
+    /// (its log is shorter than the snapshot, so nothing is truncated), and
+    /// the write would wait forever, holding the proposer's one local slot
+    /// and with it every write queued behind it on this node. So the attempt
+    /// ends with the leadership: the caller retries at the new leader with
+    /// the same proposal id, which the state machine applies at most once
+    /// whichever copy commits.
     async fn write_local(&self, cmd: Command) -> Result<Response, Redirect> {
-        match self.inner.raft.client_write(cmd).await {
+        let Some(term) = self.leading_term() else {
+            return Err(Redirect::To(self.current_leader()));
+        };
+        let written = tokio::select! {
+            written = self.inner.raft.client_write(cmd) => written,
+            () = self.stopped_leading(term) => {
+                tracing::debug!(term, "lost leadership with a write pending, retrying");
+                let next = self.current_leader().filter(|l| *l != self.inner.id);
+                return Err(Redirect::To(next));
+            }
+        };
+        match written {
             Ok(resp) => Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(Redirect::To(f.leader_id))

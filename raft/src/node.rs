@@ -460,13 +460,36 @@ impl RaftNode {
     }
 
     /// Resolves once an attempt at `leader` should be abandoned for another
-    /// leader: never when `leader` is this node (losing leadership fails
-    /// the attempt itself), else once another leader is known.
+    /// leader: never when `leader` is this node (the local attempt ends on
+    /// its own when this node stops leading, see `write_local`), else once
+    /// another leader is known.
     pub(crate) async fn rerouted_from(&self, leader: NodeId) {
         if leader == self.inner.id {
             std::future::pending::<()>().await;
         }
         self.leader_moved_from(leader).await;
+    }
+
+    /// The term this node leads in, if it is the leader now.
+    pub(crate) fn leading_term(&self) -> Option<u64> {
+        let m = self.inner.raft.metrics();
+        let m = m.borrow();
+        (m.state == ServerState::Leader && m.current_leader == Some(self.inner.id))
+            .then_some(m.current_term)
+    }
+
+    /// Resolves once this node no longer leads in `term` (another term, or
+    /// another role). Never resolves if Raft stops: the pending call fails
+    /// on its own then.
+    pub(crate) async fn stopped_leading(&self, term: u64) {
+        let id = self.inner.id;
+        let mut metrics = self.inner.raft.metrics();
+        let moved = metrics.wait_for(|m| {
+            m.current_term != term || m.state != ServerState::Leader || m.current_leader != Some(id)
+        });
+        if moved.await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Resolves once this node knows of a leader other than `leader`.

@@ -710,3 +710,73 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
     assert_eq!(got.kvs()[0].value(), b"1");
     c.shutdown().await;
 }
+
+/// A leader cut off while writes wait on it, deposed and then caught up by
+/// a snapshot, takes writes again as soon as it rejoins. openraft 0.9
+/// answers a leader's pending write only when its entry is applied or
+/// truncated as conflicting; here the new leader's snapshot covers the
+/// deposed leader's whole log, which is purged unanswered. Found by the
+/// fault-schedule checker (seed 21): such a node held its proposer's local
+/// slot for good and every later write through it timed out, until the
+/// node was restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_whose_pending_writes_a_snapshot_covered_takes_writes_again() {
+    let c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            snapshot_after_entries: 100,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    c.isolate(leader, true).expect("isolate");
+    // Puts through the cut-off leader (no read before them): the first is
+    // appended to its log only, the others queue behind it in its proposer.
+    let mut stuck = Vec::new();
+    for i in 0..3 {
+        let mut etcd = c.etcd(leader).await.expect("etcd client");
+        stuck.push(tokio::spawn(async move {
+            etcd.put(format!("while-cut-off-{i}"), "1", None).await
+        }));
+    }
+    c.wait_for(
+        "a new leader on the majority side",
+        Duration::from_secs(30),
+        |s| {
+            s.iter().any(|x| {
+                x["state"] == "leader" && x["node_id"].as_u64().is_some_and(|id| id != leader)
+            })
+        },
+    )
+    .await
+    .expect("new leader");
+    let majority: Vec<u64> = c.ids().into_iter().filter(|id| *id != leader).collect();
+    // Past several snapshots, so the new leader no longer has the log the
+    // deposed one would need and sends it a snapshot.
+    write_many(&c, &majority, "past-the-cut", 400, 1).await;
+    c.isolate(leader, false).expect("reconnect");
+    c.wait_converged(Duration::from_secs(30))
+        .await
+        .expect("the deposed leader catches up");
+    for s in stuck {
+        // Committed, or unknown (etcd's "request timed out", Unavailable:
+        // the deadline passed while the node was cut off).
+        if let Err(e) = s.await.expect("task") {
+            assert!(
+                matches!(&e, etcd_client::Error::GRpcStatus(st) if st.code() == tonic::Code::Unavailable),
+                "{e}"
+            );
+        }
+    }
+    // Before the fix, this write queued behind the stuck ones in the
+    // rejoined node's proposer and ended in a 504 at the request deadline.
+    let w = c
+        .kube(leader)
+        .create_configmap("default", "after-the-rejoin", "1")
+        .await
+        .expect("create");
+    assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
+    c.shutdown().await;
+}
