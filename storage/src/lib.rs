@@ -57,7 +57,10 @@
 //! - [`session`]: the rules and rows of the proposal session table behind
 //!   exactly-once apply.
 //! - [`view`]: [`view::MvccRead`], the read view apply decides against.
-//! - [`apply`]: pure apply of a command against a read view.
+//! - [`apply`]: pure apply of a command against a read view; inside it
+//!   `txn` (a transaction's operations over its pending writes), then the
+//!   command apply itself, then `batch` (a whole log entry, a group-commit
+//!   batch command by command).
 //! - `session_table`: the state machine's in-memory mirror of the session
 //!   table, and the view apply sees it through.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
