@@ -175,7 +175,6 @@ fn apply_within(
     }
 }
 
-/// A deterministic refusal: no change, no new revision.
 /// Deletes lease `id` (known to exist) and every key attached to it, in
 /// one revision (none if it held no key).
 fn revoke(view: &impl MvccRead, current: Revision, id: LeaseId) -> Result<Applied, StoreError> {
@@ -217,6 +216,7 @@ fn revoke(view: &impl MvccRead, current: Revision, id: LeaseId) -> Result<Applie
     })
 }
 
+/// A deterministic refusal: no change, no new revision.
 fn refused(current: Revision, error: ApplyError) -> Applied {
     Applied {
         response: Response {
