@@ -57,16 +57,22 @@
 //! - [`session`]: the rules and rows of the proposal session table behind
 //!   exactly-once apply.
 //! - [`view`]: [`view::MvccRead`], the read view apply decides against.
-//! - [`apply`]: pure apply of a command against a read view.
+//! - [`apply`]: pure apply of a command against a read view; inside it
+//!   `txn` (a transaction's operations over its pending writes), then the
+//!   command apply itself, then `batch` (a whole log entry, a group-commit
+//!   batch command by command).
 //! - `session_table`: the state machine's in-memory mirror of the session
 //!   table, and the view apply sees it through.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
 //! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
 //!   event log for watches and the watch cache: batched, and reporting
 //!   compaction as an outcome of its own.
-//! - [`raft_types`]: openraft's type configuration ([`TypeConfig`]).
+//! - [`raft_types`]: openraft's type configuration ([`TypeConfig`]) and
+//!   the membership the state machine stores.
 //! - `purge`: the purge horizon, which keeps the log from being purged past
 //!   the snapshot on disk (openraft 0.9 purges before an install finishes).
+//! - `snapshot`: the snapshot file: its format, building, reading and
+//!   installing one, and the files of the snapshot directory.
 //! - [`log_store`] / [`state_machine`]: the openraft storage traits.
 
 #![warn(missing_docs)]
@@ -85,6 +91,7 @@ pub mod raft_types;
 pub mod schema;
 pub mod session;
 mod session_table;
+mod snapshot;
 pub mod state_machine;
 pub mod validate;
 pub mod view;

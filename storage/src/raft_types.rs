@@ -2,6 +2,8 @@
 //! replicated command (below the log store and the state machine, which
 //! name it) so `raft` can depend on `storage` without a cycle.
 
+use openraft::StoredMembership;
+
 use crate::command::{Command, Response};
 use crate::ids::NodeId;
 
@@ -24,3 +26,6 @@ openraft::declare_raft_types!(
 /// One Raft log entry of kubestore (a [`Command`], a membership change or a
 /// blank entry).
 pub type Entry = openraft::Entry<TypeConfig>;
+
+/// The last applied membership, as openraft stores it in the state machine.
+pub type SmMembership = StoredMembership<NodeId, Node>;

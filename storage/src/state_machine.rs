@@ -1,21 +1,16 @@
 //! openraft's state machine: applies committed entries to the MVCC store,
 //! one atomic write batch per entry (data, history, events, proposal
-//! sessions and the last applied log id together), and builds and installs
-//! snapshots. It keeps the in-memory mirror of the session table
-//! ([`crate::session`]), loaded at open and after every install.
-//!
-//! Snapshot file format (`<data>/snapshots/current.snap`): the magic
-//! `KSSNAPSH`, the storage format version (u32, big-endian; see
-//! [`schema::FORMAT_VERSION`]), a length-prefixed bincode `SnapshotMeta`,
-//! then records
-//! `(cf tag u8, key len u32, key, value len u32, value)` of the state
-//! machine's column families ([`Cf::STATE_MACHINE`]: MVCC, leases,
-//! sessions) and the revision rows, ended by the tag `0xFF`.
+//! sessions and the last applied log id together), publishes where it
+//! stands ([`AppliedState`]), and answers openraft's snapshot calls (build,
+//! receive, install, current) with the snapshot file of `snapshot` (its
+//! format, and how it is built and installed, are described there). It
+//! keeps the in-memory mirror of the session table ([`crate::session`]),
+//! loaded at open and after every install.
 
-use std::io::{BufReader, BufWriter, Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::io::Seek;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -33,24 +28,15 @@ use crate::faults::DiskFaults;
 use crate::ids::{LogIndex, NodeId};
 use crate::mvcc::{self, MvccReader};
 use crate::purge::PurgeHorizon;
+pub use crate::raft_types::SmMembership;
 use crate::raft_types::{Entry, Node, TypeConfig};
 use crate::schema::{self, Cf};
 use crate::session_table::{SessionTable, WithSessions};
-
-const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
-/// The magic of snapshots of storage format 1, which had no version field.
-const SNAPSHOT_MAGIC_FORMAT_1: &[u8; 8] = b"KSSNAP01";
-const END_TAG: u8 = 0xFF;
-const CURRENT_SNAPSHOT: &str = "current.snap";
-/// The prefix of a snapshot being received: one file per stream, so a
-/// write still in flight from an abandoned stream can never land in the
-/// next one's file.
-const INCOMING_PREFIX: &str = "incoming";
-/// A snapshot being installed; kept until the install completes so that an
-/// install interrupted by a crash is redone from it at the next open.
-const STAGED_SNAPSHOT: &str = "staged.snap";
-/// Rows written per batch while installing a snapshot.
-const INSTALL_BATCH_ROWS: usize = 10_000;
+use crate::snapshot::{
+    build_snapshot_file, finish_install, install_from_file, io_err, open_horizon,
+    read_snapshot_meta, remove_incoming, snapshot_header, unique_suffix, SnapshotFiles,
+    CURRENT_SNAPSHOT, INCOMING_PREFIX, STAGED_SNAPSHOT,
+};
 
 /// Where the state machine stands, published after every applied batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,9 +51,6 @@ pub struct AppliedState {
     /// from the event stream know to rebuild.
     pub resets: u64,
 }
-
-/// The last applied membership, as openraft stores it in the state machine.
-pub type SmMembership = StoredMembership<NodeId, Node>;
 
 /// The state machine. openraft owns it; readers use [`crate::Store`].
 pub struct StateMachine {
@@ -479,238 +462,6 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |e| StoreError::Io(path.display().to_string(), e)
-}
-
-/// Writes a snapshot of the current state and makes it `current.snap`,
-/// unless an install meanwhile put a newer one there. Returns the meta and
-/// an open handle of whichever file is current.
-fn build_snapshot_file(
-    engine: &Engine,
-    dir: &Path,
-    files: &SnapshotFiles,
-    horizon: &PurgeHorizon,
-) -> Result<(SnapshotMeta<NodeId, Node>, std::fs::File), StoreError> {
-    engine.with_snapshot(|view| {
-        let last_applied: Option<LogId<NodeId>> =
-            match view.get(Cf::SmMeta, schema::SM_LAST_APPLIED)? {
-                Some(v) => bincode::deserialize(&v)?,
-                None => None,
-            };
-        let membership: SmMembership = match view.get(Cf::SmMeta, schema::SM_MEMBERSHIP)? {
-            Some(v) => bincode::deserialize(&v)?,
-            None => SmMembership::default(),
-        };
-        let snapshot_id = match last_applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, unique_suffix()),
-            None => format!("0-0-{}", unique_suffix()),
-        };
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-            snapshot_id,
-        };
-        let tmp = dir.join(format!("{}.tmp", meta.snapshot_id));
-        let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        let mut out = BufWriter::new(file);
-        let meta_bytes = bincode::serialize(&meta)?;
-        out.write_all(SNAPSHOT_MAGIC).map_err(io_err(&tmp))?;
-        out.write_all(&schema::FORMAT_VERSION.to_be_bytes())
-            .map_err(io_err(&tmp))?;
-        out.write_all(&(meta_bytes.len() as u32).to_be_bytes())
-            .map_err(io_err(&tmp))?;
-        out.write_all(&meta_bytes).map_err(io_err(&tmp))?;
-        let mut write_row = |cf: Cf, k: &[u8], v: &[u8]| -> std::io::Result<()> {
-            out.write_all(&[cf.tag()])?;
-            out.write_all(&(k.len() as u32).to_be_bytes())?;
-            out.write_all(k)?;
-            out.write_all(&(v.len() as u32).to_be_bytes())?;
-            out.write_all(v)
-        };
-        for cf in Cf::STATE_MACHINE {
-            for row in view.scan(cf, &[], None)? {
-                let (k, v) = row?;
-                write_row(cf, &k, &v).map_err(io_err(&tmp))?;
-            }
-        }
-        for key in [schema::SM_REVISION, schema::SM_COMPACTED] {
-            if let Some(v) = view.get(Cf::SmMeta, key)? {
-                write_row(Cf::SmMeta, key, &v).map_err(io_err(&tmp))?;
-            }
-        }
-        out.write_all(&[END_TAG]).map_err(io_err(&tmp))?;
-        let file = out
-            .into_inner()
-            .map_err(|e| StoreError::Io(tmp.display().to_string(), e.into_error()))?;
-        file.sync_all().map_err(io_err(&tmp))?;
-        let current = dir.join(CURRENT_SNAPSHOT);
-        let _files = files.lock();
-        let existing = current
-            .exists()
-            .then(|| read_snapshot_meta(&current))
-            .transpose()?;
-        let meta = match existing {
-            Some(newer) if newer.last_log_id > meta.last_log_id => {
-                std::fs::remove_file(&tmp).map_err(io_err(&tmp))?;
-                newer
-            }
-            _ => {
-                std::fs::rename(&tmp, &current).map_err(io_err(&current))?;
-                sync_dir(dir)?;
-                horizon.advance(meta.last_log_id, false)?;
-                meta
-            }
-        };
-        let file = std::fs::File::open(&current).map_err(io_err(&current))?;
-        Ok((meta, file))
-    })
-}
-
-fn unique_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
-fn open_snapshot(
-    path: &Path,
-) -> Result<(BufReader<std::fs::File>, SnapshotMeta<NodeId, Node>), StoreError> {
-    let file = std::fs::File::open(path).map_err(io_err(path))?;
-    snapshot_header(file, path)
-}
-
-/// Reads the header (format and metadata) of the snapshot open as `file`,
-/// leaving the reader at its first row. The metadata comes from the same
-/// open file as the rows, so the two always describe one snapshot.
-fn snapshot_header(
-    file: std::fs::File,
-    path: &Path,
-) -> Result<(BufReader<std::fs::File>, SnapshotMeta<NodeId, Node>), StoreError> {
-    let mut input = BufReader::new(file);
-    let mut magic = [0u8; 8];
-    input.read_exact(&mut magic).map_err(io_err(path))?;
-    let found = if &magic == SNAPSHOT_MAGIC {
-        let mut version = [0u8; 4];
-        input.read_exact(&mut version).map_err(io_err(path))?;
-        u32::from_be_bytes(version)
-    } else if &magic == SNAPSHOT_MAGIC_FORMAT_1 {
-        1
-    } else {
-        return Err(StoreError::Corrupt(format!(
-            "{} is not a kubestore snapshot",
-            path.display()
-        )));
-    };
-    // A snapshot is rows of the state machine's column families as this
-    // format encodes them: installing one of another format would leave
-    // rows this build misreads (an events row of format 1 holds whole
-    // values where format 2 expects pointers into history).
-    if found != schema::FORMAT_VERSION {
-        return Err(StoreError::SnapshotFormatVersion {
-            path: path.display().to_string(),
-            found,
-            expected: schema::FORMAT_VERSION,
-        });
-    }
-    let meta_bytes = read_chunk(&mut input).map_err(io_err(path))?;
-    Ok((input, bincode::deserialize(&meta_bytes)?))
-}
-
-fn read_snapshot_meta(path: &Path) -> Result<SnapshotMeta<NodeId, Node>, StoreError> {
-    open_snapshot(path).map(|(_, meta)| meta)
-}
-
-/// The largest key, value or metadata chunk a snapshot may hold: far above
-/// any row this store writes (a value is at most a request's size), so a
-/// corrupt or forged length cannot make an install allocate gigabytes.
-const MAX_SNAPSHOT_CHUNK: usize = 64 * 1024 * 1024;
-
-fn read_chunk(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    input.read_exact(&mut len)?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_SNAPSHOT_CHUNK {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("a snapshot chunk of {len} bytes (at most {MAX_SNAPSHOT_CHUNK})"),
-        ));
-    }
-    let mut buf = vec![0u8; len];
-    input.read_exact(&mut buf)?;
-    Ok(buf)
-}
-
-/// Replaces the whole state machine with the snapshot in `path`, clearing
-/// the install marker in the same final batch as the new last-applied id.
-fn install_from_file(
-    engine: &Engine,
-    path: &Path,
-    meta: &SnapshotMeta<NodeId, Node>,
-) -> Result<(), StoreError> {
-    let (mut input, _) = open_snapshot(path)?;
-    for cf in Cf::STATE_MACHINE {
-        engine.clear(cf)?;
-    }
-    let mut batch = engine.batch();
-    batch.delete(Cf::SmMeta, schema::SM_REVISION)?;
-    batch.delete(Cf::SmMeta, schema::SM_COMPACTED)?;
-    loop {
-        let mut tag = [0u8; 1];
-        input.read_exact(&mut tag).map_err(io_err(path))?;
-        if tag[0] == END_TAG {
-            break;
-        }
-        let cf = Cf::from_tag(tag[0])
-            .filter(|cf| Cf::STATE_MACHINE.contains(cf) || *cf == Cf::SmMeta)
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("snapshot row has unknown tag {}", tag[0]))
-            })?;
-        let key = read_chunk(&mut input).map_err(io_err(path))?;
-        let value = read_chunk(&mut input).map_err(io_err(path))?;
-        batch.put(cf, &key, &value)?;
-        if batch.len() >= INSTALL_BATCH_ROWS {
-            let full = std::mem::replace(&mut batch, engine.batch());
-            engine.write(full, false)?;
-        }
-    }
-    batch.put(
-        Cf::SmMeta,
-        schema::SM_LAST_APPLIED,
-        &bincode::serialize(&meta.last_log_id)?,
-    )?;
-    batch.put(
-        Cf::SmMeta,
-        schema::SM_MEMBERSHIP,
-        &bincode::serialize(&meta.last_membership)?,
-    )?;
-    engine.write(batch, true)
-}
-
-/// Ends an install: the staged file becomes the current snapshot, then the
-/// marker goes. A crash in between is finished at the next open.
-fn finish_install(engine: &Engine, dir: &Path, guard: &SnapshotFiles) -> Result<(), StoreError> {
-    {
-        let _files = guard.lock();
-        if dir.join(STAGED_SNAPSHOT).exists() {
-            promote_staged(dir)?;
-        }
-    }
-    let mut batch = engine.batch();
-    batch.delete(Cf::SmMeta, schema::SM_INSTALLING)?;
-    engine.write(batch, true)
-}
-
-/// Serialises changes to the snapshot files between builds and installs.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SnapshotFiles(Arc<Mutex<()>>);
-
-impl SnapshotFiles {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// Counts snapshot installs: odd while one is running. Readers compare it
 /// before and after a read so they never return a half-installed state.
 #[derive(Debug, Clone, Default)]
@@ -726,78 +477,6 @@ impl InstallGeneration {
     fn bump(&self) {
         self.0.fetch_add(1, Ordering::AcqRel);
     }
-}
-
-fn promote_staged(dir: &Path) -> Result<(), StoreError> {
-    let staged = dir.join(STAGED_SNAPSHOT);
-    let current = dir.join(CURRENT_SNAPSHOT);
-    std::fs::rename(&staged, &current).map_err(io_err(&current))?;
-    sync_dir(dir)
-}
-
-/// Makes renames in `dir` durable (the log is purged behind them).
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
-}
-
-/// Removes the files of snapshot streams that never finished.
-fn remove_incoming(dir: &Path) -> Result<(), StoreError> {
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let path = entry.map_err(io_err(dir))?.path();
-        let incoming = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(INCOMING_PREFIX) && n.ends_with(".snap"));
-        if incoming {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StoreError::Io(path.display().to_string(), e)),
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The purge horizon of a store just opened: what `current.snap` covers.
-///
-/// A data directory written before the horizon existed may have its log
-/// purged past its snapshot (the crash loop [`crate::purge`] describes).
-/// When the applied state covers the purge, a fresh snapshot of it repairs
-/// the directory; otherwise the entries between are gone from this node
-/// and only a fresh join can bring it back, which the error says.
-fn open_horizon(
-    engine: &Engine,
-    dir: &Path,
-    files: &SnapshotFiles,
-    last_applied: Option<LogId<NodeId>>,
-) -> Result<PurgeHorizon, StoreError> {
-    let current = dir.join(CURRENT_SNAPSHOT);
-    let covered = match current.exists() {
-        true => read_snapshot_meta(&current)?.last_log_id,
-        false => None,
-    };
-    let horizon = PurgeHorizon::open(engine.clone(), covered)?;
-    let purged = horizon.purged();
-    if purged > covered {
-        if last_applied < purged {
-            return Err(StoreError::Corrupt(format!(
-                "the log is purged up to {purged:?}, past both the snapshot ({covered:?}) and \
-                 the applied state ({last_applied:?}): the entries between are lost on this \
-                 node; remove its data directory and let it rejoin the cluster"
-            )));
-        }
-        tracing::warn!(
-            ?purged,
-            ?covered,
-            ?last_applied,
-            "the log is purged past the snapshot; building a snapshot of the applied state"
-        );
-        build_snapshot_file(engine, dir, files, &horizon)?;
-    }
-    Ok(horizon)
 }
 
 #[cfg(test)]

@@ -1,0 +1,275 @@
+//! Apply of one log entry: [`apply_entry`] runs a [`Command::Batch`] (group
+//! commit) command by command, each over a [`BatchView`] (the base view with
+//! the writes, lease changes, attachments and session changes of the
+//! batch's earlier commands laid over it), so each applies exactly as if it
+//! were its own entry; all of them share the entry's range budget.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::txn::merge_scan;
+use super::{apply_within, Applied, MAX_ENTRY_RANGE_BYTES, MAX_TXN_RANGE_BYTES};
+use crate::command::{
+    ApplyError, Command, CommandResult, KeyRange, KeyValue, LeaseRecord, Response, Revision,
+};
+use crate::error::StoreError;
+use crate::ids::{LeaseId, NodeId};
+use crate::session::{Recorded, SessionState, SessionUpdate};
+use crate::view::{MvccRead, Visit};
+
+/// Applies one log entry's command on top of `view`: the entry's response
+/// and the [`Applied`] of each command in it, in order, for one write batch.
+/// A [`Command::Batch`] runs its commands one after the other, each seeing
+/// the ones before it (session changes included, so two copies of one
+/// proposal in one entry apply once), exactly as if each were its own entry,
+/// except that their ranges share the entry's [`MAX_ENTRY_RANGE_BYTES`].
+pub fn apply_entry(
+    view: &impl MvccRead,
+    cmd: &Command,
+) -> Result<(Response, Vec<Applied>), StoreError> {
+    apply_entry_within(view, cmd, MAX_ENTRY_RANGE_BYTES)
+}
+
+/// [`apply_entry`] with `entry_budget` bytes of range results for the
+/// entry's commands together (each still at most [`MAX_TXN_RANGE_BYTES`]).
+pub(super) fn apply_entry_within(
+    view: &impl MvccRead,
+    cmd: &Command,
+    mut entry_budget: usize,
+) -> Result<(Response, Vec<Applied>), StoreError> {
+    let Command::Batch(cmds) = cmd else {
+        let applied = apply_within(view, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
+        return Ok((applied.response.clone(), vec![applied]));
+    };
+    let mut overlay = BatchView::new(view);
+    let mut responses = Vec::with_capacity(cmds.len());
+    let mut all = Vec::with_capacity(cmds.len());
+    for cmd in cmds {
+        let applied = if cmd.is_batchable() {
+            let one = apply_within(&overlay, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
+            entry_budget = entry_budget.saturating_sub(one.range_bytes);
+            one
+        } else {
+            Applied {
+                response: Response {
+                    revision: overlay.current_revision(),
+                    result: Err(ApplyError::NotBatchable),
+                },
+                ..Applied::default()
+            }
+        };
+        overlay.absorb(&applied);
+        responses.push(applied.response.clone());
+        all.push(applied);
+    }
+    let response = Response {
+        revision: overlay.current_revision(),
+        result: Ok(CommandResult::Batch(responses)),
+    };
+    Ok((response, all))
+}
+
+/// Keys and their state after one command (`None` = deleted).
+type KeyStates = Vec<(Vec<u8>, Option<KeyValue>)>;
+
+/// The store as the next command of a batch sees it: the base view with
+/// the writes, lease changes and attachments of the batch's earlier
+/// commands laid over it.
+struct BatchView<'v, V> {
+    base: &'v V,
+    revision: Revision,
+    /// The latest state of every key the batch wrote.
+    writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    /// Each writing command's key states at its revision, in order, for
+    /// reads at a revision inside the batch.
+    history: Vec<(Revision, KeyStates)>,
+    leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
+    attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
+    sessions: BTreeMap<NodeId, SessionOverlay>,
+}
+
+/// One origin's session as the batch changed it, over the base's.
+#[derive(Debug)]
+struct SessionOverlay {
+    state: SessionState,
+    /// Replaced in this batch: none of the base's records count.
+    replaced: bool,
+    /// The base's records evicted in this batch.
+    evicted: BTreeSet<u64>,
+    /// Records made in this batch (and not evicted since).
+    recorded: BTreeMap<u64, Recorded>,
+}
+
+impl SessionOverlay {
+    fn absorb(&mut self, update: &SessionUpdate) {
+        if update.replaced {
+            self.replaced = true;
+            self.evicted.clear();
+            self.recorded.clear();
+        }
+        for seq in &update.evicted {
+            self.recorded.remove(seq);
+            self.evicted.insert(*seq);
+        }
+        if let Some((seq, recorded)) = &update.recorded {
+            self.recorded.insert(*seq, recorded.clone());
+        }
+        self.state = update.state;
+    }
+}
+
+impl<'v, V: MvccRead> BatchView<'v, V> {
+    fn new(base: &'v V) -> Self {
+        Self {
+            base,
+            revision: base.current_revision(),
+            writes: BTreeMap::new(),
+            history: Vec::new(),
+            leases: BTreeMap::new(),
+            attachments: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+        }
+    }
+
+    fn absorb(&mut self, applied: &Applied) {
+        if !applied.writes.is_empty() {
+            self.revision = applied.response.revision;
+            self.history.push((
+                self.revision,
+                applied
+                    .writes
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ));
+            self.writes
+                .extend(applied.writes.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        self.leases
+            .extend(applied.leases.iter().map(|(k, v)| (*k, *v)));
+        self.attachments
+            .extend(applied.attachments.iter().map(|(k, v)| (k.clone(), *v)));
+        if let Some(update) = &applied.session {
+            self.sessions
+                .entry(update.origin)
+                .or_insert_with(|| SessionOverlay {
+                    state: update.state,
+                    replaced: false,
+                    evicted: BTreeSet::new(),
+                    recorded: BTreeMap::new(),
+                })
+                .absorb(update);
+        }
+    }
+}
+
+impl<V: MvccRead> MvccRead for BatchView<'_, V> {
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        match self.writes.get(key) {
+            Some(state) => Ok(state.clone()),
+            None => self.base.get(key),
+        }
+    }
+
+    fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        visit: Visit<'_>,
+    ) -> Result<Revision, StoreError> {
+        let base_revision = self.base.current_revision();
+        let upto = at.unwrap_or(self.revision);
+        if upto > self.revision {
+            return Err(StoreError::FutureRevision {
+                requested: upto,
+                current: self.revision,
+            });
+        }
+        if self.history.is_empty() || (at.is_some() && upto <= base_revision) {
+            return self.base.scan(range, at, visit);
+        }
+        // The base's current keys with the batch's writes up to `upto` on
+        // top (the overlay holds only keys the batch wrote).
+        let mut overlay: BTreeMap<&Vec<u8>, &Option<KeyValue>> = BTreeMap::new();
+        for (_, writes) in self.history.iter().take_while(|(rev, _)| *rev <= upto) {
+            for (key, state) in writes {
+                if range.contains(key) {
+                    overlay.insert(key, state);
+                }
+            }
+        }
+        merge_scan(
+            |v| self.base.scan(range, None, v),
+            overlay.into_iter(),
+            visit,
+        )?;
+        Ok(upto)
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.revision
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.base.compacted_revision()
+    }
+
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
+        match self.leases.get(&id) {
+            Some(lease) => Ok(*lease),
+            None => self.base.lease(id),
+        }
+    }
+
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut keys: std::collections::BTreeSet<Vec<u8>> =
+            self.base.lease_keys(id)?.into_iter().collect();
+        for ((lease, key), attached) in self.attachments.range((id, Vec::new())..) {
+            if *lease != id {
+                break;
+            }
+            if *attached {
+                keys.insert(key.clone());
+            } else {
+                keys.remove(key);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
+        match self.sessions.get(&origin) {
+            Some(overlay) => Ok(Some(overlay.state)),
+            None => self.base.session(origin),
+        }
+    }
+
+    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
+        let Some(overlay) = self.sessions.get(&origin) else {
+            return self.base.session_record(origin, seq);
+        };
+        if let Some(recorded) = overlay.recorded.get(&seq) {
+            return Ok(Some(recorded.clone()));
+        }
+        if overlay.replaced || overlay.evicted.contains(&seq) {
+            return Ok(None);
+        }
+        self.base.session_record(origin, seq)
+    }
+
+    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
+        let Some(overlay) = self.sessions.get(&origin) else {
+            return self.base.session_seqs_below(origin, below);
+        };
+        let mut seqs: BTreeSet<u64> = if overlay.replaced {
+            BTreeSet::new()
+        } else {
+            self.base
+                .session_seqs_below(origin, below)?
+                .into_iter()
+                .filter(|seq| !overlay.evicted.contains(seq))
+                .collect()
+        };
+        seqs.extend(overlay.recorded.range(..below).map(|(seq, _)| *seq));
+        Ok(seqs.into_iter().collect())
+    }
+}
