@@ -148,71 +148,9 @@ fn step(store: &Store, after: Revision, batch: usize) -> Result<EventStep, Store
 
 #[cfg(test)]
 mod tests {
-    use openraft::storage::RaftStateMachine;
-    use openraft::{CommittedLeaderId, EntryPayload, LogId};
-
     use super::*;
-    use crate::command::{Command, DeleteRequest, EventKind, KeyRange, Op, PutRequest, Txn};
-    use crate::{Entry, StateMachine};
-
-    /// A store in a temporary directory and its state machine, which
-    /// applies commands as consecutive log entries.
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        sm: StateMachine,
-        store: Store,
-        next: u64,
-    }
-
-    impl Fixture {
-        fn new() -> Self {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let (_log, sm, store) = crate::open(dir.path()).expect("open");
-            Self {
-                _dir: dir,
-                sm,
-                store,
-                next: 1,
-            }
-        }
-
-        async fn apply(&mut self, cmd: Command) {
-            let entry = Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), self.next),
-                payload: EntryPayload::Normal(cmd),
-            };
-            self.next += 1;
-            let responses = self.sm.apply(vec![entry]).await.expect("apply");
-            assert!(responses[0].result.is_ok(), "{:?}", responses[0]);
-        }
-
-        /// One revision per op: a txn of `ops`.
-        async fn txn(&mut self, ops: Vec<Op>) {
-            self.apply(Command::Txn(Txn {
-                success: ops,
-                ..Txn::default()
-            }))
-            .await;
-        }
-
-        async fn compact(&mut self, revision: u64) {
-            self.apply(Command::Compact {
-                revision: Revision(revision),
-            })
-            .await;
-        }
-    }
-
-    fn put(key: &str, value: &str) -> Op {
-        Op::Put(PutRequest::new(key, value))
-    }
-
-    fn delete(key: &str) -> Op {
-        Op::Delete(DeleteRequest {
-            range: KeyRange::single(key),
-            prev_kv: false,
-        })
-    }
+    use crate::command::EventKind;
+    use crate::test_fixture::{delete, put, Fixture};
 
     /// A step's revisions and, per revision, its events' kinds and keys.
     fn summary(step: &EventStep) -> Vec<(u64, Vec<(EventKind, String)>)> {

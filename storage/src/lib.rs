@@ -93,6 +93,8 @@ pub mod session;
 mod session_table;
 mod snapshot;
 pub mod state_machine;
+#[cfg(test)]
+mod test_fixture;
 pub mod validate;
 pub mod view;
 

@@ -477,50 +477,11 @@ fn stage_compaction(
 
 #[cfg(test)]
 mod tests {
-    use openraft::storage::RaftStateMachine;
-    use openraft::{CommittedLeaderId, EntryPayload, LogId};
-
     use super::*;
-    use crate::command::{Command, DeleteRequest, KeyRange, Op, PutRequest, RangeRequest, Txn};
-    use crate::{Entry, StateMachine, Store};
-
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        sm: StateMachine,
-        store: Store,
-        next: u64,
-    }
+    use crate::command::{Command, KeyRange, RangeRequest};
+    use crate::test_fixture::{delete, put, Fixture};
 
     impl Fixture {
-        fn new() -> Self {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let (_log, sm, store) = crate::open(dir.path()).expect("open");
-            Self {
-                _dir: dir,
-                sm,
-                store,
-                next: 1,
-            }
-        }
-
-        async fn apply(&mut self, ops: Vec<Op>) {
-            self.apply_command(Command::Txn(Txn {
-                success: ops,
-                ..Txn::default()
-            }))
-            .await;
-        }
-
-        async fn apply_command(&mut self, cmd: Command) {
-            let entry = Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), self.next),
-                payload: EntryPayload::Normal(cmd),
-            };
-            self.next += 1;
-            let responses = self.sm.apply(vec![entry]).await.expect("apply");
-            assert!(responses[0].result.is_ok(), "{:?}", responses[0]);
-        }
-
         /// The revisions of `key`'s `history` rows.
         fn history_of(&self, key: &str) -> Vec<u64> {
             let lo = schema::history_key(key.as_bytes(), 0);
@@ -563,25 +524,14 @@ mod tests {
         }
     }
 
-    fn put(key: &str, value: &str) -> Op {
-        Op::Put(PutRequest::new(key, value))
-    }
-
-    fn delete(key: &str) -> Op {
-        Op::Delete(DeleteRequest {
-            range: KeyRange::single(key),
-            prev_kv: false,
-        })
-    }
-
     #[tokio::test]
     async fn events_get_their_values_back_from_history_even_when_one_txn_changes_a_key_twice() {
         let mut f = Fixture::new();
-        f.apply(vec![put("a", "1")]).await; // 1
-        f.apply(vec![put("a", "2")]).await; // 2
-        f.apply(vec![put("b", "x"), delete("b")]).await; // 3: b put, then gone
-        f.apply(vec![delete("a"), put("a", "3")]).await; // 4: a gone, then back
-        f.apply(vec![delete("a")]).await; // 5
+        f.txn(vec![put("a", "1")]).await; // 1
+        f.txn(vec![put("a", "2")]).await; // 2
+        f.txn(vec![put("b", "x"), delete("b")]).await; // 3: b put, then gone
+        f.txn(vec![delete("a"), put("a", "3")]).await; // 4: a gone, then back
+        f.txn(vec![delete("a")]).await; // 5
         use EventKind::{Delete, Put};
         let s = |v: &str| v.to_string();
         assert_eq!(
@@ -601,13 +551,13 @@ mod tests {
     #[tokio::test]
     async fn compaction_keeps_the_previous_state_of_a_key_changed_at_its_revision_until_the_next() {
         let mut f = Fixture::new();
-        f.apply(vec![put("a", "1")]).await; // 1
-        f.apply(vec![put("a", "2")]).await; // 2
-        f.apply(vec![put("a", "3")]).await; // 3
-        f.apply(vec![put("b", "1")]).await; // 4
-        f.apply(vec![put("c", "1")]).await; // 5
-        f.apply(vec![delete("c")]).await; // 6
-        f.apply_command(Command::Compact {
+        f.txn(vec![put("a", "1")]).await; // 1
+        f.txn(vec![put("a", "2")]).await; // 2
+        f.txn(vec![put("a", "3")]).await; // 3
+        f.txn(vec![put("b", "1")]).await; // 4
+        f.txn(vec![put("c", "1")]).await; // 5
+        f.txn(vec![delete("c")]).await; // 6
+        f.apply(Command::Compact {
             revision: Revision(3),
         })
         .await;
@@ -622,7 +572,7 @@ mod tests {
             (3, EventKind::Put, s("a"), s("3"), Some(s("2")))
         );
 
-        f.apply_command(Command::Compact {
+        f.apply(Command::Compact {
             revision: Revision(4),
         })
         .await;
@@ -636,7 +586,7 @@ mod tests {
 
         // A deletion at the compaction revision keeps its previous state
         // for its event, and its own row so that reads at 6 do not see it.
-        f.apply_command(Command::Compact {
+        f.apply(Command::Compact {
             revision: Revision(6),
         })
         .await;
@@ -655,8 +605,8 @@ mod tests {
             .expect("range at 6");
         assert!(at_6.kvs.is_empty(), "{at_6:?}");
 
-        f.apply(vec![put("d", "1")]).await; // 7
-        f.apply_command(Command::Compact {
+        f.txn(vec![put("d", "1")]).await; // 7
+        f.apply(Command::Compact {
             revision: Revision(7),
         })
         .await;
