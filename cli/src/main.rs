@@ -42,6 +42,9 @@ async fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_env("KUBESTORE_LOG")
                 .unwrap_or_else(|_| EnvFilter::new("info,openraft=warn")),
         )
+        // Colours only on a terminal: the launcher and the test harnesses
+        // write each node's log to a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cli = Cli::parse();
     match cli.command.unwrap_or(Cmd::Serve(ServeConfig::single_node(

@@ -20,7 +20,7 @@ use kubestore_proto::raft::raft_service_server::RaftServiceServer;
 use kubestore_proto::raft::ClientAddrRequest;
 use kubestore_storage::{Limits, LogIndex, Node, NodeId, Revision, Store, TypeConfig};
 use openraft::error::RaftError;
-use openraft::{Raft, ServerState, SnapshotPolicy};
+use openraft::{Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
 use tracing::instrument;
 
@@ -156,6 +156,28 @@ fn election_window(config: &RaftNodeConfig) -> (Duration, Duration) {
     (min, min + (slice / 2).max(Duration::from_millis(1)))
 }
 
+/// Logs every change of this node's role, term or known leader at `info`
+/// (the elections a fault causes, with when each node learned of them),
+/// until Raft shuts down.
+async fn log_role_changes(id: NodeId, mut metrics: tokio::sync::watch::Receiver<RaftMetrics<NodeId, Node>>,
+) {
+    let mut last = None;
+    loop {
+        let now = {
+            let m = metrics.borrow_and_update();
+            (m.state, m.current_term, m.current_leader)
+        };
+        if last != Some(now) {
+            let (state, term, leader) = now;
+            tracing::info!(node = id, ?state, term, ?leader, "raft role");
+            last = Some(now);
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// A snapshot of the node's Raft view, for `/debug/cluster` and tests.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ClusterStatus {
@@ -288,6 +310,7 @@ impl RaftNode {
         let faults = Faults::default();
         let network = NetworkFactory::new(faults.clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
+        tokio::spawn(log_role_changes(config.id, raft.metrics()));
 
         let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let proposer = Proposer::spawn(config.id, WeakNode(weak.clone()));

@@ -266,11 +266,11 @@ pub struct Violation {
     pub ops: Vec<u64>,
 }
 
-/// Terse constructors for the checkers' unit tests: times are milliseconds
-/// since the start of the run, every operation is answered (`Ok`) unless
-/// turned [`unknown`](Op::unknown) or [`failed`](Op::failed).
-#[cfg(test)]
-pub(crate) mod fixtures {
+/// Terse constructors of operations for the checkers' unit tests and their
+/// benchmark: times are milliseconds since the start of the run, every
+/// operation is answered (`Ok`) unless turned [`unknown`](Op::unknown) or
+/// [`failed`](Op::failed).
+pub mod fixtures {
     use super::*;
 
     fn op(id: u64, key: &str, kind: OpKind, (invoked, completed): (u64, u64)) -> Op {
@@ -290,14 +290,14 @@ pub(crate) mod fixtures {
     }
 
     /// A linearizable read that saw `value`.
-    pub(crate) fn read(id: u64, key: &str, span: (u64, u64), value: Option<&str>) -> Op {
+    pub fn read(id: u64, key: &str, span: (u64, u64), value: Option<&str>) -> Op {
         let mut read = op(id, key, OpKind::Read { linearizable: true }, span);
         read.result.value = value.map(str::to_owned);
         read
     }
 
     /// A serializable (stale-tolerant) read that saw `value`.
-    pub(crate) fn stale_read(id: u64, key: &str, span: (u64, u64), value: Option<&str>) -> Op {
+    pub fn stale_read(id: u64, key: &str, span: (u64, u64), value: Option<&str>) -> Op {
         Op {
             kind: OpKind::Read {
                 linearizable: false,
@@ -306,7 +306,8 @@ pub(crate) mod fixtures {
         }
     }
 
-    pub(crate) fn put(id: u64, key: &str, span: (u64, u64), value: &str) -> Op {
+    /// An acknowledged put of `value`.
+    pub fn put(id: u64, key: &str, span: (u64, u64), value: &str) -> Op {
         let mut put = op(
             id,
             key,
@@ -319,7 +320,9 @@ pub(crate) mod fixtures {
         put
     }
 
-    pub(crate) fn cas(
+    /// A compare-and-set from `expect` to `value` (`None`: absent, or
+    /// delete), answered `succeeded`.
+    pub fn cas(
         id: u64,
         key: &str,
         span: (u64, u64),
@@ -336,7 +339,8 @@ pub(crate) mod fixtures {
     }
 
     impl Op {
-        pub(crate) fn unknown(self) -> Self {
+        /// The same operation with its answer lost.
+        pub fn unknown(self) -> Self {
             Op {
                 outcome: Outcome::Unknown,
                 result: OpResult::default(),
@@ -345,7 +349,8 @@ pub(crate) mod fixtures {
             }
         }
 
-        pub(crate) fn failed(self) -> Self {
+        /// The same operation, answered with a definite failure.
+        pub fn failed(self) -> Self {
             Op {
                 outcome: Outcome::Failed,
                 result: OpResult::default(),
@@ -354,12 +359,14 @@ pub(crate) mod fixtures {
             }
         }
 
-        pub(crate) fn at_revision(mut self, revision: u64) -> Self {
+        /// The same operation, answered at store revision `revision`.
+        pub fn at_revision(mut self, revision: u64) -> Self {
             self.result.revision = Some(revision);
             self
         }
 
-        pub(crate) fn with_mod_revision(mut self, mod_revision: u64) -> Self {
+        /// The same operation, reporting the key's `mod_revision`.
+        pub fn with_mod_revision(mut self, mod_revision: u64) -> Self {
             self.result.mod_revision = Some(mod_revision);
             self
         }

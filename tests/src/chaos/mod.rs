@@ -38,6 +38,7 @@ pub mod linearizability;
 pub mod nemesis;
 pub mod readiness;
 pub mod report;
+pub mod synthetic;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -137,6 +138,9 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> ChaosReport 
         })
         .collect();
     let recorder = Arc::new(Recorder::new(Instant::now()));
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let (stop_clients, clients_stop) = watch::channel(false);
     let (stop_watchers, watchers_stop) = watch::channel(false);
     // Everything that made the run fail other than a violation.
@@ -271,6 +275,7 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> ChaosReport 
     violations.extend(leases::check(&lease_logs));
     violations.extend(divergence);
     let mut report = ChaosReport::new(config, history, faults, violations, recorder.now());
+    report.started_unix_ms = started_unix_ms;
     report.leases = report::LeaseSummary::of(&lease_logs);
     report.nemesis_errors = nemesis_errors;
     report.failures = failures;

@@ -117,6 +117,9 @@ impl LeaseSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChaosReport {
     pub seed: u64,
+    /// Wall-clock time of the run's time zero (milliseconds since the Unix
+    /// epoch), to line its times up with the nodes' logs.
+    pub started_unix_ms: u64,
     pub duration_seconds: f64,
     pub clients_per_api: usize,
     pub keys_per_api: usize,
@@ -207,6 +210,7 @@ impl ChaosReport {
         );
         Self {
             seed: config.seed,
+            started_unix_ms: 0,
             duration_seconds: elapsed.as_secs_f64(),
             clients_per_api: config.clients_per_api,
             keys_per_api: config.keys,
