@@ -11,7 +11,7 @@
 //! (the built-in types' schemas, generated from the upstream OpenAPI
 //! specification), [`object`] (objects as JSON and as stored),
 //! [`admission`] (prepare and validate for create, update, delete),
-//! [`selectors`], [`paging`],
+//! [`strategic`] (strategic merge patch), [`selectors`], [`paging`],
 //! [`cache`] (the watch cache), [`store`] (reads and writes of one node),
 //! [`error`].
 
@@ -23,4 +23,5 @@ pub mod paging;
 pub mod resources;
 pub mod selectors;
 pub mod store;
+pub mod strategic;
 pub mod types;
