@@ -7,10 +7,13 @@
 //! raft and storage crates and on [`crate::write`], never on `http` or
 //! `etcd`.
 //!
-//! Layout: [`resources`] (the served types and their keys), [`object`]
-//! (objects as JSON and as stored), [`admission`] (prepare and validate for
-//! create, update, delete), [`selectors`], [`paging`], [`cache`] (the watch
-//! cache), [`store`] (reads and writes of one node), [`error`].
+//! Layout: [`resources`] (the served types and their keys), [`types`]
+//! (the built-in types' schemas, generated from the upstream OpenAPI
+//! specification), [`object`] (objects as JSON and as stored),
+//! [`admission`] (prepare and validate for create, update, delete),
+//! [`strategic`] (strategic merge patch), [`selectors`], [`paging`],
+//! [`cache`] (the watch cache), [`store`] (reads and writes of one node),
+//! [`error`].
 
 pub mod admission;
 pub mod cache;
@@ -20,3 +23,5 @@ pub mod paging;
 pub mod resources;
 pub mod selectors;
 pub mod store;
+pub mod strategic;
+pub mod types;
