@@ -34,6 +34,32 @@ fn label(prefix: &str, r: &RunResult) -> String {
 /// Runs of one store and workload: (label, [(throughput, p99, clients)]).
 type Group = (String, Vec<(f64, f64, usize)>);
 
+/// A chart's frame: its caption, margin and axis label areas.
+fn frame<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, plotters::coord::Shift>,
+    caption: String,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60);
+    builder
+}
+
+/// The series labels, upper left on a light box.
+fn legend<DB: DrawingBackend, CT: CoordTranslate>(
+    chart: &mut ChartContext<'_, DB, CT>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
 fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
@@ -46,14 +72,7 @@ pub fn latency_cdf(path: &Path, title: &str, runs: &[(&str, &RunResult)]) -> any
         .fold(1.0f64, f64::max);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{title}: latency by percentile"),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let mut chart = frame(&root, format!("{title}: latency by percentile"))
         .build_cartesian_2d(0f64..100f64, (0.01f64..max * 1.2).log_scale())?;
     chart
         .configure_mesh()
@@ -69,12 +88,7 @@ pub fn latency_cdf(path: &Path, title: &str, runs: &[(&str, &RunResult)]) -> any
             .label(label(prefix, r))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart)?;
     root.present()?;
     Ok(())
 }
@@ -93,14 +107,7 @@ pub fn latency_vs_throughput(
     let max_y = runs.iter().map(|(_, r)| r.p99_ms).fold(1.0f64, f64::max);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{title}: p99 latency vs throughput"),
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let mut chart = frame(&root, format!("{title}: p99 latency vs throughput"))
         .build_cartesian_2d(0f64..max_x * 1.1, 0f64..max_y * 1.2)?;
     chart
         .configure_mesh()
@@ -128,12 +135,7 @@ pub fn latency_vs_throughput(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
         chart.draw_series(line.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart)?;
     root.present()?;
     Ok(())
 }

@@ -336,6 +336,27 @@ impl<F: FnMut(Vec<u8>, u64) -> ControlFlow<()>> ChunkWriter<F> {
     }
 }
 
+/// Runs `pass` once, handing every key-value to `each` until one fails;
+/// that failure, or the pass's own, is the result.
+fn try_pass<P, E>(
+    pass: &mut P,
+    mut each: impl FnMut(&KeyValue) -> Result<(), E>,
+) -> Result<(), SnapshotError>
+where
+    P: FnMut(&mut dyn FnMut(&KeyValue) -> ControlFlow<()>) -> Result<(), SnapshotError>,
+    E: Into<SnapshotError>,
+{
+    let mut failed = None;
+    pass(&mut |kv| match each(kv) {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(e) => {
+            failed = Some(e);
+            ControlFlow::Break(())
+        }
+    })?;
+    failed.map_or(Ok(()), |e| Err(e.into()))
+}
+
 /// Encodes the snapshot of the key-values `pass` visits at `revision`:
 /// [`SNAPSHOT_MAGIC`], then bincode of `(revision, Vec<KeyValue>)`, zeros
 /// up to a multiple of [`SNAPSHOT_ALIGN`], then the SHA-256 of all that.
@@ -347,21 +368,12 @@ where
     P: FnMut(&mut dyn FnMut(&KeyValue) -> ControlFlow<()>) -> Result<(), SnapshotError>,
     F: FnMut(Vec<u8>, u64) -> ControlFlow<()>,
 {
-    let (mut count, mut size, mut failed) = (0u64, 0u64, None);
-    pass(&mut |kv| match bincode::serialized_size(kv) {
-        Ok(n) => {
-            count += 1;
-            size += n;
-            ControlFlow::Continue(())
-        }
-        Err(e) => {
-            failed = Some(e);
-            ControlFlow::Break(())
-        }
+    let (mut count, mut size) = (0u64, 0u64);
+    try_pass(&mut pass, |kv| {
+        size += bincode::serialized_size(kv)?;
+        count += 1;
+        Ok::<_, bincode::Error>(())
     })?;
-    if let Some(e) = failed {
-        return Err(e.into());
-    }
     let head = [
         SNAPSHOT_MAGIC.to_vec(),
         bincode::serialize(&revision)?,
@@ -379,25 +391,12 @@ where
         total: padded + 32,
     };
     out.write(&head)?;
-    let (mut written, mut failed) = (0u64, None);
-    pass(&mut |kv| {
-        let step = bincode::serialize(kv)
-            .map_err(SnapshotError::from)
-            .and_then(|bytes| out.write(&bytes));
-        match step {
-            Ok(()) => {
-                written += 1;
-                ControlFlow::Continue(())
-            }
-            Err(e) => {
-                failed = Some(e);
-                ControlFlow::Break(())
-            }
-        }
+    let mut written = 0u64;
+    try_pass(&mut pass, |kv| {
+        out.write(&bincode::serialize(kv)?)?;
+        written += 1;
+        Ok::<_, SnapshotError>(())
     })?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
     let encoded = out.sent + out.buf.len() as u64;
     if written != count || encoded != body {
         return Err(SnapshotError::Inconsistent(format!(
