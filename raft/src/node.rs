@@ -159,7 +159,9 @@ fn election_window(config: &RaftNodeConfig) -> (Duration, Duration) {
 /// Logs every change of this node's role, term or known leader at `info`
 /// (the elections a fault causes, with when each node learned of them),
 /// until Raft shuts down.
-async fn log_role_changes(id: NodeId, mut metrics: tokio::sync::watch::Receiver<RaftMetrics<NodeId, Node>>,
+async fn log_role_changes(
+    id: NodeId,
+    mut metrics: tokio::sync::watch::Receiver<RaftMetrics<NodeId, Node>>,
 ) {
     let mut last = None;
     loop {
@@ -466,6 +468,22 @@ impl RaftNode {
             known.insert(peer, addr);
         }
         known
+    }
+
+    /// Waits until the leader this node knows of is no longer `known` (an
+    /// election, or this node learning of one) and returns the new one:
+    /// what a task that runs on the leader only waits on, instead of
+    /// polling [`RaftNode::current_leader`].
+    pub async fn leader_changed(
+        &self,
+        known: Option<NodeId>,
+    ) -> Result<Option<NodeId>, RaftNodeError> {
+        let mut metrics = self.inner.raft.metrics();
+        let changed = metrics
+            .wait_for(|m| m.current_leader != known)
+            .await
+            .map_err(|_| RaftNodeError::ShuttingDown)?;
+        Ok(changed.current_leader)
     }
 
     /// Waits until some leader is known.
