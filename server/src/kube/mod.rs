@@ -9,13 +9,20 @@
 //!
 //! Layout: [`resources`] (the served types and their keys), [`object`]
 //! (objects as JSON and as stored), [`admission`] (prepare and validate for
-//! create, update, delete), [`selectors`], [`paging`], [`cache`] (the watch
-//! cache), [`store`] (reads and writes of one node), [`error`].
+//! create, update, delete), [`options`] (`dryRun`, `DeleteOptions`),
+//! [`deletion`] (what a delete does: finalizers, propagation, a
+//! namespace's termination), [`selectors`], [`paging`], [`cache`] (the
+//! watch cache), [`store`] (reads and writes of one node),
+//! [`controllers`] (the garbage collector and the namespace controller,
+//! on the Raft leader), [`error`].
 
 pub mod admission;
 pub mod cache;
+pub mod controllers;
+pub mod deletion;
 pub mod error;
 pub mod object;
+pub mod options;
 pub mod paging;
 pub mod resources;
 pub mod selectors;
