@@ -240,6 +240,20 @@ async fn the_garbage_collector_deletes_or_orphans_dependents_by_policy() {
         .await
         .expect("dependent");
     assert_eq!(secret.status, StatusCode::CREATED, "{}", secret.text);
+    // A dependent of the dependent: collected in turn once its owner is.
+    let grandchild = k
+        .post(
+            CMS,
+            &json!({"metadata": {"name": "bg-grandchild", "ownerReferences": [owner_ref(&dep.body, false)]}}),
+        )
+        .await
+        .expect("grandchild");
+    assert_eq!(
+        grandchild.status,
+        StatusCode::CREATED,
+        "{}",
+        grandchild.text
+    );
     let gone = k
         .request(
             Method::DELETE,
@@ -259,6 +273,7 @@ async fn the_garbage_collector_deletes_or_orphans_dependents_by_policy() {
     );
     until_deleted(&k, deps, "bg-dep").await;
     until_deleted(&k, secrets, "bg-secret").await;
+    until_deleted(&k, CMS, "bg-grandchild").await;
 
     // Phase 2: Foreground. The owner is kept with `foregroundDeletion`
     // until its blocking dependent is gone; the dependent is held by a

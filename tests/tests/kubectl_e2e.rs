@@ -434,7 +434,11 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
         "create --dry-run=server",
     );
     assert_eq!(dry, "dry");
-    let not_made = kubectl(&kubeconfig, "node-1", &["-n", "e2e", "get", "configmap", "dry"]);
+    let not_made = kubectl(
+        &kubeconfig,
+        "node-1",
+        &["-n", "e2e", "get", "configmap", "dry"],
+    );
     assert!(!not_made.status.success(), "a dry run stored nothing");
     ok(
         &kubectl(&kubeconfig, "node-2", &["create", "namespace", "doomed"]),
@@ -445,7 +449,14 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
             &kubectl(
                 &kubeconfig,
                 "node-2",
-                &["-n", "doomed", "create", "configmap", name, "--from-literal=k=v"],
+                &[
+                    "-n",
+                    "doomed",
+                    "create",
+                    "configmap",
+                    name,
+                    "--from-literal=k=v",
+                ],
             ),
             "create configmap in doomed",
         );
@@ -471,7 +482,11 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
     )
     .expect("write held.json");
     ok(
-        &kubectl(&kubeconfig, "node-1", &["create", "-f", held.to_str().expect("path")]),
+        &kubectl(
+            &kubeconfig,
+            "node-1",
+            &["create", "-f", held.to_str().expect("path")],
+        ),
         "create held",
     );
     ok(

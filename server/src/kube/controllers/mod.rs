@@ -374,8 +374,13 @@ impl Controllers {
             gc::OwnerStep::Nothing => Ok(()),
             gc::OwnerStep::Orphan => {
                 for (j, dep) in &dependents {
-                    actions::drop_owner_refs(&self.kube, &RESOURCES[*j], dep, &[uid.clone()])
-                        .await?;
+                    actions::drop_owner_refs(
+                        &self.kube,
+                        &RESOURCES[*j],
+                        dep,
+                        std::slice::from_ref(&uid),
+                    )
+                    .await?;
                 }
                 tracing::info!(key, orphaned = dependents.len(), "dependents orphaned");
                 actions::remove_finalizer(&self.kube, rt, &current, FINALIZER_ORPHAN).await
