@@ -673,3 +673,97 @@ async fn a_dry_run_of_every_verb_leaves_the_revision_where_it_was() {
     }
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_a_dead_leader_left_pending_is_finished_by_the_next() {
+    let mut c = cluster().await;
+    let leader = c.leader().await.expect("a leader");
+    let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != leader).collect();
+    let k = c.kube(others[0]);
+
+    // Phase 1: a foreground deletion the leader's collector has started:
+    // the blocking dependent is marked, held by its own finalizer.
+    let owner = k
+        .post(CMS, &json!({"metadata": {"name": "fo-owner"}}))
+        .await
+        .expect("owner");
+    assert_eq!(owner.status, StatusCode::CREATED, "{}", owner.text);
+    let dep = k
+        .post(
+            CMS,
+            &json!({"metadata": {"name": "fo-dep", "finalizers": ["example.com/hold"],
+                                 "ownerReferences": [owner_ref(&owner.body, true)]}}),
+        )
+        .await
+        .expect("dependent");
+    assert_eq!(dep.status, StatusCode::CREATED, "{}", dep.text);
+    let mut dep_watch = k
+        .watch(&format!(
+            "{CMS}?watch=1&fieldSelector=metadata.name%3Dfo-dep&resourceVersion={}",
+            dep.rv()
+        ))
+        .await
+        .expect("watch");
+    let marked = k
+        .request(
+            Method::DELETE,
+            &format!("{CMS}/fo-owner"),
+            body(
+                &json!({"propagationPolicy": "Foreground"}),
+                "application/json",
+            ),
+        )
+        .await
+        .expect("delete");
+    assert_eq!(marked.status, StatusCode::OK, "{}", marked.text);
+    let ev = next_of(&mut dep_watch, "fo-dep").await;
+    assert!(
+        ev["object"]["metadata"]["deletionTimestamp"].is_string(),
+        "{ev}"
+    );
+
+    // Phase 2: the leader dies; the dependent is released through a
+    // survivor. Only the next leader's controllers can finish the owner.
+    c.kill(leader).await.expect("kill the leader");
+    let new_leader = c.leader().await.expect("a new leader");
+    assert_ne!(new_leader, leader);
+    let released = k
+        .request(
+            Method::PATCH,
+            &format!("{CMS}/fo-dep"),
+            body(
+                &json!({"metadata": {"finalizers": null}}),
+                "application/merge-patch+json",
+            ),
+        )
+        .await
+        .expect("release");
+    assert_eq!(released.status, StatusCode::OK, "{}", released.text);
+    until_deleted(&k, CMS, "fo-owner").await;
+
+    // Phase 3: a namespace deleted under the new leader completes too.
+    let ns = k
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "after"}}),
+        )
+        .await
+        .expect("ns");
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.text);
+    let inside = k
+        .post(
+            "/api/v1/namespaces/after/configmaps",
+            &json!({"metadata": {"name": "x"}}),
+        )
+        .await
+        .expect("cm");
+    assert_eq!(inside.status, StatusCode::CREATED, "{}", inside.text);
+    let del = c
+        .kube(others[1])
+        .delete("/api/v1/namespaces/after")
+        .await
+        .expect("delete");
+    assert_eq!(del.status, StatusCode::OK, "{}", del.text);
+    until_deleted(&k, "/api/v1/namespaces", "after").await;
+    c.shutdown().await;
+}
