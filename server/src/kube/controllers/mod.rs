@@ -54,6 +54,8 @@ use gc::OwnerIndex;
 
 /// Events read from the cache per type per step.
 const EVENTS_PER_STEP: usize = 1024;
+/// Objects a resync visits between two yields to the runtime.
+const OBJECTS_PER_YIELD: usize = 4096;
 /// The first and the longest wait before failed work is tried again.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
@@ -118,7 +120,7 @@ async fn lead(kube: &KubeStore) {
         queued: HashSet::new(),
         seen: vec![0; RESOURCES.len()],
     };
-    c.resync(&cache);
+    c.resync(&cache).await;
     let mut retry: Vec<Work> = Vec::new();
     let mut backoff = RETRY_MIN;
     loop {
@@ -149,7 +151,7 @@ async fn lead(kube: &KubeStore) {
         }
         if !c.follow(&cache) {
             tracing::info!("the watch cache's ring no longer reaches back: resync");
-            c.resync(&cache);
+            c.resync(&cache).await;
         }
     }
 }
@@ -170,15 +172,20 @@ impl Controllers {
     }
 
     /// Rebuilds everything from the cache's current state and queues every
-    /// object that may need work.
-    fn resync(&mut self, cache: &WatchCache) {
+    /// object that may need work. It visits every object (a second or so
+    /// for a million), so it yields to the runtime every
+    /// [`OBJECTS_PER_YIELD`] of them rather than hold a worker thread.
+    async fn resync(&mut self, cache: &WatchCache) {
         self.index = OwnerIndex::default();
         self.terminating.clear();
         for (i, rt) in RESOURCES.iter().enumerate() {
             let (objects, revision) = cache.current(rt);
             self.seen[i] = revision;
-            for (key, obj) in objects.iter() {
+            for (n, (key, obj)) in objects.iter().enumerate() {
                 self.observe(cache, i, key, Some(&obj.object));
+                if n % OBJECTS_PER_YIELD == OBJECTS_PER_YIELD - 1 {
+                    tokio::task::yield_now().await;
+                }
             }
         }
         tracing::debug!(queued = self.queue.len(), "controllers resynced");
