@@ -16,10 +16,12 @@ use crate::kube::resources::ResourceType;
 
 /// The `DeleteOptions` of a DELETE: its query parameters
 /// (`propagationPolicy`, `gracePeriodSeconds`, `orphanDependents`,
-/// `dryRun`), overridden by the fields of a JSON body if it has one (with
-/// or without `kind`/`apiVersion`, as kube accepts it).
+/// `dryRun`), overridden by the fields of a body if it has one: JSON (with
+/// or without `kind`/`apiVersion`, as kube accepts it) or, with the
+/// protobuf media type, protobuf.
 pub fn delete_options(
     body: &[u8],
+    media: &str,
     q: &std::collections::HashMap<String, String>,
 ) -> Result<DeleteOptions, ApiError> {
     let mut fields = serde_json::Map::new();
@@ -33,7 +35,9 @@ pub fn delete_options(
             fields.insert(key.into(), Value::String(v.clone()));
         }
     }
-    if !body.iter().all(u8::is_ascii_whitespace) {
+    if media == protobuf::MEDIA_TYPE && !body.is_empty() {
+        fields.extend(protobuf::delete_options_to_json(body)?);
+    } else if !body.iter().all(u8::is_ascii_whitespace) {
         let opts: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}")))?;
         let Value::Object(opts) = opts else {
@@ -129,7 +133,7 @@ mod proptests {
 
         #[test]
         fn any_delete_options_are_read_or_refused(body in fuzz::body(), q in fuzz::query()) {
-            if let Err(e) = delete_options(&body, &q) {
+            if let Err(e) = delete_options(&body, "", &q) {
                 assert_client_error(&e)?;
             }
         }

@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::http::body::{delete_options, patch_kind, read_body, read_json_body};
+use crate::http::body::{delete_options, media_type, patch_kind, read_body, read_json_body};
 use crate::http::negotiate::{self, Rendering};
 use crate::http::query::{dry_run, freshness, page_request, query_bool, query_map};
 use crate::http::render::{json_bytes_response, render_list, render_object, with_read_path};
@@ -149,8 +149,9 @@ async fn dispatch(
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         (&Method::DELETE, Some(name)) => {
+            let media = media_type(req.headers());
             let body = read_body(&state, req).await?;
-            let opts = delete_options(&body, &q)?;
+            let opts = delete_options(&body, &media, &q)?;
             let deleted = state.kube.delete(rt, ns, name, &opts).await?;
             // As kube: 202 when the client asked for its dependents to be
             // deleted (`orphanDependents=false`) and the object is not gone yet.
@@ -163,8 +164,9 @@ async fn dispatch(
         }
         (&Method::DELETE, None) => {
             let selectors = query::selectors(rt, &q)?;
+            let media = media_type(req.headers());
             let body = read_body(&state, req).await?;
-            let opts = delete_options(&body, &q)?;
+            let opts = delete_options(&body, &media, &q)?;
             let deleted = state
                 .kube
                 .delete_collection(rt, ns, &selectors, &opts)
