@@ -462,8 +462,6 @@ async fn a_deleted_namespace_terminates_empties_and_goes() {
     let ns_now = n1.get(&format!("{ns}/doomed")).await.expect("get");
     assert_eq!(ns_now.status, StatusCode::OK);
     assert_eq!(ns_now.body["status"]["phase"], "Terminating");
-
-    // Phase 5: its release lets the namespace go.
     let mut ns_watch = n2
         .watch(&format!(
             "{ns}?watch=1&fieldSelector=metadata.name%3Ddoomed&resourceVersion={}",
@@ -471,6 +469,31 @@ async fn a_deleted_namespace_terminates_empties_and_goes() {
         ))
         .await
         .expect("watch");
+    // Its conditions say what is left and why, in kube's words (written
+    // once only finalizers hold what is left: now, or in an event to come).
+    let mut state = ns_now.body.clone();
+    while state["status"]["conditions"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        state = next_of(&mut ns_watch, "doomed").await["object"].clone();
+    }
+    let conditions = &state["status"]["conditions"];
+    assert_eq!(
+        conditions[0]["type"], "NamespaceContentRemaining",
+        "{state}"
+    );
+    assert_eq!(
+        conditions[0]["message"],
+        "Some resources are remaining: configmaps. has 1 resource instances"
+    );
+    assert_eq!(conditions[1]["type"], "NamespaceFinalizersRemaining");
+    assert_eq!(
+        conditions[1]["message"],
+        "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+    );
+
+    // Phase 5: its release lets the namespace go.
     let released = n2
         .request(
             Method::PATCH,

@@ -224,6 +224,16 @@ impl Controllers {
         true
     }
 
+    /// Follows the events until every type has been read to at least
+    /// `revision` (one step, as the cache already holds it).
+    async fn catch_up(&mut self, cache: &WatchCache, revision: u64) {
+        while self.seen.iter().copied().min().unwrap_or(0) < revision {
+            if !self.follow(cache) {
+                self.resync(cache).await;
+            }
+        }
+    }
+
     /// An object of type `i` was deleted (`last`: its last state): its
     /// dependents may be orphans now, its owners may wait for it, its
     /// namespace may be emptying.
@@ -358,6 +368,15 @@ impl Controllers {
     #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = RESOURCES[i].plural))]
     async fn owner(&mut self, cache: &WatchCache, i: usize, key: &str) -> Result<(), KubeError> {
         let rt = &RESOURCES[i];
+        let Some(seen) = lookup(cache, rt, key) else {
+            return Ok(());
+        };
+        // The owner index must know every dependent created before the
+        // state acted on: the owner's state may be newer than the events
+        // followed so far (it is read from the cache as it is now), and a
+        // dependent missing from the index would be neither orphaned nor
+        // waited for.
+        self.catch_up(cache, seen.revision).await;
         let Some(current) = lookup(cache, rt, key) else {
             return Ok(());
         };

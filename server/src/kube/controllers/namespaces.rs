@@ -13,11 +13,17 @@
 use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{self, StreamExt};
 
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::kube::admission::UpdateScope;
 use crate::kube::cache::WatchCache;
 use crate::kube::deletion::{self, FINALIZER_NAMESPACE};
 use crate::kube::error::KubeError;
-use crate::kube::options::{DeleteOptions, Propagation};
-use crate::kube::resources::{self, RESOURCES};
+use crate::kube::object;
+use crate::kube::options::{DeleteOptions, DryRun, Propagation};
+use crate::kube::resources::{self, ResourceType, RESOURCES};
 use crate::kube::store::KubeStore;
 
 use super::actions;
@@ -53,6 +59,7 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
         return Ok(());
     }
     let mut left = 0usize;
+    let mut remaining = Remaining::default();
     let mut to_delete = Vec::new();
     for member in RESOURCES.iter().filter(|r| r.namespaced) {
         let prefix = member.collection_prefix(Some(name));
@@ -62,8 +69,11 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
             .take_while(|(k, _)| k.starts_with(&prefix))
         {
             left += 1;
-            let being_deleted = o.object.as_object().is_some_and(deletion::is_being_deleted);
-            if !being_deleted {
+            let Some(item) = o.object.as_object() else {
+                continue;
+            };
+            remaining.count(member, item);
+            if !deletion::is_being_deleted(item) {
                 to_delete.push((member, o.clone()));
             }
         }
@@ -71,6 +81,15 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
     if left == 0 {
         tracing::info!(namespace = name, "namespace empty: removing its finalizer");
         return kube.finalize_namespace(name).await;
+    }
+    if to_delete.is_empty() {
+        // Everything left waits on finalizers of its own: say so in the
+        // namespace's conditions, as kube's namespace controller does.
+        let wanted = remaining.conditions(&object::now_rfc3339());
+        if !same_conditions(obj.get("status").and_then(|s| s.get("conditions")), &wanted) {
+            return set_conditions(kube, name, wanted).await;
+        }
+        return Ok(());
     }
     tracing::info!(
         namespace = name,
@@ -97,4 +116,139 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
         .await;
     results.into_iter().collect::<Result<Vec<()>, _>>()?;
     Ok(())
+}
+
+/// What is left in a terminating namespace: objects by resource, and
+/// objects by finalizer.
+#[derive(Debug, Default)]
+struct Remaining {
+    by_resource: BTreeMap<String, usize>,
+    by_finalizer: BTreeMap<String, usize>,
+}
+
+impl Remaining {
+    fn count(&mut self, rt: &ResourceType, obj: &Map<String, Value>) {
+        // kube's `<resource>.<group>`, core types with the trailing dot.
+        *self
+            .by_resource
+            .entry(format!("{}.{}", rt.plural, rt.group))
+            .or_default() += 1;
+        for f in deletion::finalizers(obj) {
+            *self.by_finalizer.entry(f).or_default() += 1;
+        }
+    }
+
+    /// kube's `NamespaceContentRemaining` and `NamespaceFinalizersRemaining`
+    /// conditions (its wording), stamped `now`.
+    fn conditions(&self, now: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        if !self.by_resource.is_empty() {
+            let items: Vec<String> = self
+                .by_resource
+                .iter()
+                .map(|(r, n)| format!("{r} has {n} resource instances"))
+                .collect();
+            out.push(json!({
+                "type": "NamespaceContentRemaining", "status": "True",
+                "lastTransitionTime": now, "reason": "SomeResourcesRemain",
+                "message": format!("Some resources are remaining: {}", items.join(", ")),
+            }));
+        }
+        if !self.by_finalizer.is_empty() {
+            let items: Vec<String> = self
+                .by_finalizer
+                .iter()
+                .map(|(f, n)| format!("{f} in {n} resource instances"))
+                .collect();
+            out.push(json!({
+                "type": "NamespaceFinalizersRemaining", "status": "True",
+                "lastTransitionTime": now, "reason": "SomeFinalizersRemain",
+                "message": format!(
+                    "Some content in the namespace has finalizers remaining: {}",
+                    items.join(", ")
+                ),
+            }));
+        }
+        out
+    }
+}
+
+/// Whether the stored conditions say what `wanted` says (times aside).
+fn same_conditions(stored: Option<&Value>, wanted: &[Value]) -> bool {
+    let key = |c: &Value| {
+        ["type", "status", "reason", "message"].map(|f| c.get(f).cloned().unwrap_or(Value::Null))
+    };
+    let stored: Vec<_> = stored
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().map(key).collect())
+        .unwrap_or_default();
+    stored == wanted.iter().map(key).collect::<Vec<_>>()
+}
+
+/// Writes the namespace's status conditions (a guarded status update).
+async fn set_conditions(
+    kube: &KubeStore,
+    name: &str,
+    conditions: Vec<Value>,
+) -> Result<(), KubeError> {
+    let rt = resources::namespaces();
+    let result = kube
+        .update_with(
+            rt,
+            None,
+            name,
+            UpdateScope::Status,
+            8,
+            DryRun::No,
+            |current| {
+                let Some(Value::Object(mut ns)) = current.object() else {
+                    return Err(KubeError::not_found(rt, name));
+                };
+                object::metadata_mut(&mut ns).remove("resourceVersion");
+                let status = ns.entry("status").or_insert_with(|| json!({}));
+                if !status.is_object() {
+                    *status = json!({});
+                }
+                status["conditions"] = Value::Array(conditions.clone());
+                Ok(ns)
+            },
+        )
+        .await;
+    match result {
+        Ok(_) | Err(KubeError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_remains_is_worded_as_kube_words_it() {
+        let mut r = Remaining::default();
+        let cms = resources::find("", "v1", "configmaps").expect("configmaps");
+        let deps = resources::find("apps", "v1", "deployments").expect("deployments");
+        let Value::Object(held) = json!({"metadata": {"finalizers": ["example.com/hold"]}}) else {
+            unreachable!("an object")
+        };
+        r.count(cms, &held);
+        r.count(cms, &held);
+        r.count(deps, &held);
+        let conditions = r.conditions("t");
+        assert_eq!(
+            conditions[0]["message"],
+            "Some resources are remaining: configmaps. has 2 resource instances, deployments.apps has 1 resource instances"
+        );
+        assert_eq!(conditions[0]["reason"], "SomeResourcesRemain");
+        assert_eq!(
+            conditions[1]["message"],
+            "Some content in the namespace has finalizers remaining: example.com/hold in 3 resource instances"
+        );
+        assert!(same_conditions(
+            Some(&Value::Array(r.conditions("later"))),
+            &conditions
+        ));
+        assert!(!same_conditions(None, &conditions));
+    }
 }
