@@ -30,9 +30,10 @@ fn long_histories(c: &mut Criterion) {
         let mut stale = ops.clone();
         make_last_read_stale(&mut stale).expect("the history has reads and puts");
         assert!(matches!(verdict(&stale), KeyVerdict::NotLinearizable(_)));
-        group.bench_function(format!("{OPS} ops, {unknown} unknown: one stale read"), |b| {
-            b.iter(|| verdict(black_box(&stale)))
-        });
+        group.bench_function(
+            format!("{OPS} ops, {unknown} unknown: one stale read"),
+            |b| b.iter(|| verdict(black_box(&stale))),
+        );
     }
     group.finish();
 }

@@ -54,6 +54,8 @@
 //!   tracking, membership, status.
 //! - `forward`: writes from any node: propose or forward to the leader,
 //!   deadlines, retry at the next leader.
+//! - `election`: the election timer at millisecond resolution (openraft
+//!   0.9 checks election timeouts only every 1.5 heartbeats).
 //! - `read_index`: linearizable reads: the leader's lease or a quorum
 //!   round, a follower's `ReadIndex` RPC, the wait for the local apply.
 //! - [`cluster_rpc`]: the `ClusterService` peers call on the peer port
@@ -72,6 +74,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster_rpc;
+mod election;
 pub mod error;
 mod forward;
 mod lease;

@@ -28,6 +28,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::election::LeaderContact;
+
 /// Largest message a node accepts from a peer (a batch of entries).
 pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
@@ -225,6 +227,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 pub struct RaftRpcServer {
     pub(crate) raft: Raft<TypeConfig>,
     pub(crate) faults: Faults,
+    /// Touched whenever a leader's entries or snapshot are accepted or a
+    /// vote is granted, for the election timer.
+    pub(crate) leader_contact: LeaderContact,
 }
 
 impl RaftRpcServer {
@@ -245,6 +250,9 @@ impl RaftService for RaftRpcServer {
         self.admit()?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.get_ref().data)?;
         let result = self.raft.append_entries(rpc).await;
+        if matches!(&result, Ok(resp) if !matches!(resp, AppendEntriesResponse::HigherVote(_))) {
+            self.leader_contact.touch();
+        }
         encode(&result).map(tonic::Response::new)
     }
 
@@ -255,6 +263,9 @@ impl RaftService for RaftRpcServer {
         self.admit()?;
         let rpc: VoteRequest<NodeId> = decode(&req.get_ref().data)?;
         let result = self.raft.vote(rpc).await;
+        if matches!(&result, Ok(resp) if resp.vote_granted) {
+            self.leader_contact.touch();
+        }
         encode(&result).map(tonic::Response::new)
     }
 
@@ -264,7 +275,11 @@ impl RaftService for RaftRpcServer {
     ) -> Result<tonic::Response<Payload>, tonic::Status> {
         self.admit()?;
         let rpc: InstallSnapshotRequest<TypeConfig> = decode(&req.get_ref().data)?;
+        let vote = rpc.vote;
         let result = self.raft.install_snapshot(rpc).await;
+        if matches!(&result, Ok(resp) if resp.vote == vote) {
+            self.leader_contact.touch();
+        }
         encode(&result).map(tonic::Response::new)
     }
 }

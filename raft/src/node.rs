@@ -24,6 +24,7 @@ use openraft::{Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
 use tracing::instrument;
 
+use crate::election::{self, LeaderContact};
 use crate::error::{ConfigError, ProtocolError, RaftNodeError, Unreachable};
 use crate::lease::ReadLease;
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
@@ -232,6 +233,8 @@ pub(crate) struct Inner {
     pub(crate) faults: Faults,
     pub(crate) request_timeout: Duration,
     pub(crate) election_timeout_max: Duration,
+    /// When this node last heard from its leader (see [`crate::election`]).
+    pub(crate) leader_contact: LeaderContact,
     pub(crate) peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     /// This node's client address ([`RaftNodeConfig::client_addr`]).
     pub(crate) client_addr: Option<String>,
@@ -313,6 +316,13 @@ impl RaftNode {
         let network = NetworkFactory::new(faults.clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
         tokio::spawn(log_role_changes(config.id, raft.metrics()));
+        let leader_contact = LeaderContact::new();
+        election::spawn(
+            config.id,
+            raft.clone(),
+            leader_contact.clone(),
+            own_max + own_min,
+        );
 
         let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let proposer = Proposer::spawn(config.id, WeakNode(weak.clone()));
@@ -333,6 +343,7 @@ impl RaftNode {
                 faults,
                 request_timeout: config.request_timeout,
                 election_timeout_max: config.election_timeout_max,
+                leader_contact,
                 peers: Mutex::new(HashMap::new()),
                 client_addr: config.client_addr.clone(),
                 peer_client_addrs: Mutex::new(HashMap::new()),
@@ -387,6 +398,7 @@ impl RaftNode {
         RaftServiceServer::new(RaftRpcServer {
             raft: self.inner.raft.clone(),
             faults: self.inner.faults.clone(),
+            leader_contact: self.inner.leader_contact.clone(),
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)

@@ -552,6 +552,49 @@ async fn bad_input_gets_kube_status_errors_never_500() {
     assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
     assert_eq!(patched.body["data"]["extra"], "y");
 
+    // A strategic merge patch merges; one it cannot apply is the client's
+    // mistake: a malformed directive 400, anything else 422.
+    let strategic = |body: &'static str| {
+        n.request(
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/twice",
+            Some((
+                body.as_bytes().to_vec(),
+                "application/strategic-merge-patch+json",
+            )),
+        )
+    };
+    let merged = strategic(r#"{"data":{"smp":"z","extra":null}}"#)
+        .await
+        .expect("strategic patch");
+    assert_eq!(merged.status, StatusCode::OK, "{}", merged.text);
+    assert_eq!(merged.body["data"]["smp"], "z");
+    assert!(
+        merged.body["data"].get("extra").is_none(),
+        "{}",
+        merged.text
+    );
+    let malformed = strategic(r#"{"metadata":{"$setElementOrder/finalizers":1}}"#)
+        .await
+        .expect("malformed");
+    assert_eq!(
+        malformed.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        malformed.text
+    );
+    assert_eq!(malformed.body["reason"], "BadRequest");
+    let unknown = strategic(r#"{"data":{"$patch":"nope"}}"#)
+        .await
+        .expect("unknown directive");
+    assert_eq!(
+        unknown.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        unknown.text
+    );
+    assert_eq!(unknown.body["reason"], "Invalid");
+
     // A namespace whose spec is not an object is normalised, not a crash.
     let odd = n
         .post(

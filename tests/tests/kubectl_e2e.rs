@@ -63,18 +63,17 @@ fn rand_u16() -> u16 {
     (nanos ^ std::process::id()) as u16
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// `kubestore cluster --nodes 3` with its data (and `cluster.json`,
+/// `kubeconfig`) in `dir`, once the launcher reports the cluster up: the
+/// launcher process and cluster.json's nodes.
+async fn start_cluster(dir: &Path) -> (tokio::process::Child, Vec<Value>) {
     let rest_port = free_port_range(3);
     let grpc_port = free_port_range(3);
     let peer_port = free_port_range(3);
-
-    // Phase 1: the launcher starts 3 processes and reports when they are up.
     let mut launcher = tokio::process::Command::new(kubestore_binary().expect("binary"))
         .args(["cluster", "--nodes", "3"])
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(dir)
         .args([
             "--rest-port",
             &rest_port.to_string(),
@@ -99,13 +98,39 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
     .await
     .expect("launcher reported nothing within 90 s");
     assert!(ready, "launcher exited before the cluster was up");
+    // Keep reading what the launcher prints: a closed pipe would fail its
+    // last words at shutdown.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
-    let cluster: Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("cluster.json")).expect("cluster.json"),
-    )
-    .expect("json");
+    let cluster: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json"))
+            .expect("json");
     let nodes = cluster["nodes"].as_array().expect("nodes").clone();
     assert_eq!(nodes.len(), 3);
+    (launcher, nodes)
+}
+
+/// SIGTERM stops the launcher and its children.
+async fn stop_cluster(mut launcher: tokio::process::Child) {
+    let launcher_pid = launcher.id().expect("launcher pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(launcher_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("term");
+    let exit = tokio::time::timeout(Duration::from_secs(30), launcher.wait())
+        .await
+        .expect("launcher stops")
+        .expect("wait");
+    assert!(exit.success(), "launcher exit: {exit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Phase 1: the launcher starts 3 processes and reports when they are up.
+    let (launcher, nodes) = start_cluster(dir.path()).await;
     for n in &nodes {
         for key in [
             "id", "pid", "rest_url", "grpc_url", "peer_url", "data_dir", "args",
@@ -635,16 +660,219 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
     }
 
     // Phase 4: SIGTERM stops the launcher and its children.
-    let launcher_pid = launcher.id().expect("launcher pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(launcher_pid),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("term");
-    let exit = tokio::time::timeout(Duration::from_secs(30), launcher.wait())
-        .await
-        .expect("launcher stops")
-        .expect("wait");
-    assert!(exit.success(), "launcher exit: {exit:?}");
+    stop_cluster(launcher).await;
     restarted.kill().await.expect("stop restarted node");
+}
+
+/// kubectl's default patch type is a strategic merge patch; its
+/// client-side apply sends one computed against the last-applied
+/// annotation. Both through a 3-node cluster, read back through another
+/// node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_patch_and_apply_merge_strategically() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, _nodes) = start_cluster(dir.path()).await;
+    let kc = dir.path().join("kubeconfig");
+    let get_json = |ctx: &str, what: &[&str]| -> Value {
+        let mut args = vec!["-n", "smp", "get"];
+        args.extend_from_slice(what);
+        args.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&ok(&kubectl(&kc, ctx, &args), "get -o json")).expect("json")
+    };
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "smp"]),
+        "create namespace",
+    );
+
+    // Phase 1: `kubectl patch` (strategic by default) merges a container
+    // by name and keeps the other; `$patch: delete` removes one by name.
+    let web = dir.path().join("web.json");
+    std::fs::write(
+        &web,
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"smp"},
+            "spec":{"replicas":1,"selector":{"matchLabels":{"app":"web"}},
+              "template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[
+                {"name":"app","image":"app:1","env":[{"name":"A","value":"1"}]},
+                {"name":"sidecar","image":"proxy:1"}]}}}}"#,
+    )
+    .expect("manifest");
+    ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &["create", "-f", web.to_str().expect("path")],
+        ),
+        "create deployment",
+    );
+    let patched = kubectl(
+        &kc,
+        "node-2",
+        &[
+            "-n",
+            "smp",
+            "patch",
+            "deployment",
+            "web",
+            "-v=8",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"new"}]}}}}"#,
+        ],
+    );
+    ok(&patched, "kubectl patch");
+    let log = String::from_utf8_lossy(&patched.stderr);
+    assert!(
+        log.contains("application/strategic-merge-patch+json"),
+        "kubectl did not send a strategic merge patch:\n{log}"
+    );
+    let dep = get_json("node-3", &["deployment", "web"]);
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"],
+        serde_json::json!([
+            {"name": "app", "image": "new", "env": [{"name": "A", "value": "1"}]},
+            {"name": "sidecar", "image": "proxy:1"},
+        ])
+    );
+    ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &[
+                "-n",
+                "smp",
+                "patch",
+                "deployment",
+                "web",
+                "--type",
+                "strategic",
+                "-p",
+                r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","$patch":"delete"}]}}}}"#,
+            ],
+        ),
+        "kubectl patch $patch: delete",
+    );
+    let dep = get_json("node-1", &["deployment", "web"]);
+    let names: Vec<&str> = dep["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["app"]);
+
+    // Phase 2: `kubectl apply` creates, a foreign change lands, and a
+    // second apply changes a field and removes others, keeping the
+    // foreign change (a three-way strategic merge).
+    let v1 = dir.path().join("v1.yaml");
+    std::fs::write(
+        &v1,
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: smp
+  labels: {tier: web, old: x}
+data: {a: "1", b: "2"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+  namespace: smp
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+      - name: api
+        image: api:1
+        env: [{name: X, value: "1"}, {name: Y, value: "2"}]
+      - name: logger
+        image: log:1
+"#,
+    )
+    .expect("v1");
+    ok(
+        &kubectl(&kc, "node-2", &["apply", "-f", v1.to_str().expect("path")]),
+        "apply v1",
+    );
+    ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &[
+                "-n",
+                "smp",
+                "annotate",
+                "deployment",
+                "api",
+                "owner=someone-else",
+            ],
+        ),
+        "foreign change",
+    );
+    let v2 = dir.path().join("v2.yaml");
+    std::fs::write(
+        &v2,
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: smp
+  labels: {tier: web}
+data: {a: "10"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+  namespace: smp
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+      - name: api
+        image: api:2
+        env: [{name: X, value: "1"}]
+"#,
+    )
+    .expect("v2");
+    let applied = kubectl(
+        &kc,
+        "node-1",
+        &["apply", "-f", v2.to_str().expect("path"), "-v=8"],
+    );
+    ok(&applied, "apply v2");
+    let log = String::from_utf8_lossy(&applied.stderr);
+    assert!(
+        log.contains("application/strategic-merge-patch+json"),
+        "kubectl apply did not send a strategic merge patch:\n{log}"
+    );
+
+    let cm = get_json("node-2", &["configmap", "settings"]);
+    assert_eq!(cm["data"], serde_json::json!({"a": "10"}));
+    assert_eq!(cm["metadata"]["labels"], serde_json::json!({"tier": "web"}));
+    let dep = get_json("node-3", &["deployment", "api"]);
+    assert_eq!(dep["spec"]["replicas"], 3);
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"],
+        serde_json::json!([{"name": "api", "image": "api:2", "env": [{"name": "X", "value": "1"}]}])
+    );
+    assert_eq!(
+        dep["metadata"]["annotations"]["owner"], "someone-else",
+        "apply dropped a field it does not manage: {dep}"
+    );
+    let last: Value = serde_json::from_str(
+        dep["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .expect("last-applied annotation"),
+    )
+    .expect("last-applied json");
+    assert_eq!(last["spec"]["replicas"], 3);
+
+    stop_cluster(launcher).await;
 }

@@ -67,7 +67,10 @@ pub fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
     match media_type(headers).as_str() {
         "application/json-patch+json" => Ok(PatchKind::Json),
         "application/merge-patch+json" => Ok(PatchKind::Merge),
-        _ => Err(ApiError::UnsupportedMediaType),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+        _ => Err(ApiError::UnsupportedPatchType(
+            crate::http::patch::BUILTIN_PATCH_TYPES,
+        )),
     }
 }
 

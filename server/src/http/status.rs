@@ -33,6 +33,10 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("the body of the request was in an unknown format - accepted media types include: application/json")]
     UnsupportedMediaType,
+    /// A PATCH body of a media type not served for the type: the types
+    /// that are, as kube lists them.
+    #[error("the body of the request was in an unknown format - accepted media types include: {}", .0.join(", "))]
+    UnsupportedPatchType(&'static [&'static str]),
     #[error("only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io")]
     NotAcceptable,
     /// A body over the node's limit (413).
@@ -236,7 +240,7 @@ fn http_failure(e: &ApiError) -> Failure {
         ApiError::NoSuchResource => (StatusCode::NOT_FOUND, "NotFound"),
         ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "BadRequest"),
         ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
-        ApiError::UnsupportedMediaType => {
+        ApiError::UnsupportedMediaType | ApiError::UnsupportedPatchType(_) => {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType")
         }
         ApiError::NotAcceptable => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),

@@ -7,12 +7,14 @@
 //! raft and storage crates and on [`crate::write`], never on `http` or
 //! `etcd`.
 //!
-//! Layout: [`resources`] (the served types and their keys), [`object`]
-//! (objects as JSON and as stored), [`admission`] (prepare and validate for
-//! create, update, delete), [`options`] (`dryRun`, `DeleteOptions`),
-//! [`deletion`] (what a delete does: finalizers, propagation, a
-//! namespace's termination), [`selectors`], [`paging`], [`cache`] (the
-//! watch cache), [`store`] (reads and writes of one node),
+//! Layout: [`resources`] (the served types and their keys), [`types`]
+//! (the built-in types' schemas, generated from the upstream OpenAPI
+//! specification), [`object`] (objects as JSON and as stored),
+//! [`admission`] (prepare and validate for create, update, delete),
+//! [`strategic`] (strategic merge patch), [`options`] (`dryRun`,
+//! `DeleteOptions`), [`deletion`] (what a delete does: finalizers,
+//! propagation, a namespace's termination), [`selectors`], [`paging`],
+//! [`cache`] (the watch cache), [`store`] (reads and writes of one node),
 //! [`controllers`] (the garbage collector and the namespace controller,
 //! on the Raft leader), [`error`].
 
@@ -27,3 +29,5 @@ pub mod paging;
 pub mod resources;
 pub mod selectors;
 pub mod store;
+pub mod strategic;
+pub mod types;
