@@ -482,6 +482,22 @@ impl RaftNode {
         known
     }
 
+    /// Waits until the leader this node knows of is no longer `known` (an
+    /// election, or this node learning of one) and returns the new one:
+    /// what a task that runs on the leader only waits on, instead of
+    /// polling [`RaftNode::current_leader`].
+    pub async fn leader_changed(
+        &self,
+        known: Option<NodeId>,
+    ) -> Result<Option<NodeId>, RaftNodeError> {
+        let mut metrics = self.inner.raft.metrics();
+        let changed = metrics
+            .wait_for(|m| m.current_leader != known)
+            .await
+            .map_err(|_| RaftNodeError::ShuttingDown)?;
+        Ok(changed.current_leader)
+    }
+
     /// Waits until some leader is known.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, RaftNodeError> {
         let mut metrics = self.inner.raft.metrics();

@@ -139,6 +139,13 @@ impl RunningNode {
         }
         tasks.push(tokio::spawn(cache.clone().run(shutdown.subscribe())));
         let kube = KubeStore::new(raft.clone(), cache);
+        // The garbage collector and the namespace controller: they act
+        // while this node is the Raft leader (see `kube::controllers`).
+        tasks.push(tokio::spawn(crate::kube::controllers::run(
+            kube.clone(),
+            raft.clone(),
+            shutdown.subscribe(),
+        )));
         let state = AppState {
             node: raft.clone(),
             kube: kube.clone(),

@@ -253,6 +253,9 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         .await
         .expect("sweep");
     assert_eq!(swept.names(), vec!["doomed"], "{}", swept.text);
+    assert_eq!(swept.body["items"][0]["status"]["phase"], "Terminating");
+    // The namespace controller (on the leader) empties it, then removes it.
+    until_deleted(&n1, "/api/v1/namespaces", "doomed").await;
     let inside = n1.get("/api/v1/configmaps").await.expect("list");
     assert!(
         !inside.names().contains(&"inside".to_string()),
@@ -266,6 +269,8 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         .await
         .expect("delete ns");
     assert_eq!(del.status, StatusCode::OK, "{}", del.text);
+    assert_eq!(del.body["status"]["phase"], "Terminating", "{}", del.text);
+    until_deleted(&n1, "/api/v1/namespaces", "team-a").await;
     let leftovers = c
         .kube(3)
         .get("/apis/apps/v1/deployments")
@@ -273,6 +278,32 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         .expect("list");
     assert!(leftovers.names().is_empty(), "{:?}", leftovers.names());
     c.shutdown().await;
+}
+
+/// Waits until `collection`/`name` is gone: at once if it already is, else
+/// by watching it from the revision read until its DELETED event.
+async fn until_deleted(k: &kubestore_tests::KubeClient, collection: &str, name: &str) {
+    let got = k.get(&format!("{collection}/{name}")).await.expect("get");
+    if got.status == StatusCode::NOT_FOUND {
+        return;
+    }
+    let mut w = k
+        .watch(&format!(
+            "{collection}?watch=1&fieldSelector=metadata.name%3D{name}&resourceVersion={}",
+            got.rv()
+        ))
+        .await
+        .expect("watch");
+    loop {
+        let ev = w
+            .next_event(Duration::from_secs(60))
+            .await
+            .expect("an event")
+            .expect("the watch stays open");
+        if ev["type"] == "DELETED" {
+            return;
+        }
+    }
 }
 
 /// (what, method, path, body and content type, expected code, expected reason)
@@ -441,15 +472,23 @@ async fn bad_input_gets_kube_status_errors_never_500() {
             "NotFound",
         ),
         (
-            "server-side dry run",
+            "a dry run other than All",
             Method::POST,
-            format!("{cms}?dryRun=All"),
+            format!("{cms}?dryRun=Some"),
             Some((
                 br#"{"metadata":{"name":"dry"}}"#.to_vec(),
                 "application/json",
             )),
-            400,
-            "BadRequest",
+            422,
+            "Invalid",
+        ),
+        (
+            "an unknown propagation policy",
+            Method::DELETE,
+            format!("{cms}/x?propagationPolicy=Sideways"),
+            None,
+            422,
+            "Invalid",
         ),
     ];
     for (what, method, path, body, code, reason) in cases {

@@ -437,6 +437,148 @@ async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
         String::from_utf8_lossy(&gone.stderr)
     );
 
+    // Phase 2b: server-side dry run, a namespace deleted with content (the
+    // delete waits until the namespace controller is done), and `kubectl
+    // wait --for=delete` on an object a finalizer holds.
+    let dry = ok(
+        &kubectl(
+            &kubeconfig,
+            "node-3",
+            &[
+                "-n",
+                "e2e",
+                "create",
+                "configmap",
+                "dry",
+                "--from-literal=a=b",
+                "--dry-run=server",
+                "-o",
+                "jsonpath={.metadata.name}",
+            ],
+        ),
+        "create --dry-run=server",
+    );
+    assert_eq!(dry, "dry");
+    let not_made = kubectl(
+        &kubeconfig,
+        "node-1",
+        &["-n", "e2e", "get", "configmap", "dry"],
+    );
+    assert!(!not_made.status.success(), "a dry run stored nothing");
+    ok(
+        &kubectl(&kubeconfig, "node-2", &["create", "namespace", "doomed"]),
+        "create namespace doomed",
+    );
+    for name in ["one", "two"] {
+        ok(
+            &kubectl(
+                &kubeconfig,
+                "node-2",
+                &[
+                    "-n",
+                    "doomed",
+                    "create",
+                    "configmap",
+                    name,
+                    "--from-literal=k=v",
+                ],
+            ),
+            "create configmap in doomed",
+        );
+    }
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-1",
+            &["delete", "namespace", "doomed", "--timeout=90s"],
+        ),
+        "delete namespace doomed",
+    );
+    let gone_ns = kubectl(&kubeconfig, "node-3", &["get", "namespace", "doomed"]);
+    assert!(
+        String::from_utf8_lossy(&gone_ns.stderr).contains("NotFound"),
+        "the namespace is gone when kubectl delete returns: {}",
+        String::from_utf8_lossy(&gone_ns.stdout)
+    );
+    let held = dir.path().join("held.json");
+    std::fs::write(
+        &held,
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"held","namespace":"e2e","finalizers":["example.com/hold"]}}"#,
+    )
+    .expect("write held.json");
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-1",
+            &["create", "-f", held.to_str().expect("path")],
+        ),
+        "create held",
+    );
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-2",
+            &["-n", "e2e", "delete", "configmap", "held", "--wait=false"],
+        ),
+        "delete held without waiting",
+    );
+    // `-v=6` logs each request: the watch's line says kubectl is waiting
+    // on the object (an event to wait for, not a pause), so the release
+    // below is seen by the watch rather than raced by it.
+    let mut waiting = tokio::process::Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "--context",
+            "node-3",
+            "-n",
+            "e2e",
+            "wait",
+            "--for=delete",
+            "configmap/held",
+            "--timeout=90s",
+            "-v=6",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl wait");
+    let mut wait_log = BufReader::new(waiting.stderr.take().expect("stderr")).lines();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = wait_log.next_line().await.expect("line") {
+            if line.contains("watch=true") {
+                return;
+            }
+        }
+        panic!("kubectl wait ended before it watched");
+    })
+    .await
+    .expect("kubectl wait never watched");
+    ok(
+        &kubectl(
+            &kubeconfig,
+            "node-1",
+            &[
+                "-n",
+                "e2e",
+                "patch",
+                "configmap",
+                "held",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ],
+        ),
+        "release held",
+    );
+    let waited = waiting.wait_with_output().await.expect("kubectl wait ends");
+    assert!(
+        waited.status.success(),
+        "kubectl wait --for=delete: {}",
+        String::from_utf8_lossy(&waited.stdout)
+    );
+
     // Phase 3: kill -9 a follower, write, restart it from cluster.json's args.
     let status: Value = reqwest::get(format!(
         "{}/debug/cluster",

@@ -1,6 +1,6 @@
 //! Request bodies: read under the size limit (`413` past it), the media
 //! type of a body (`415` for one not served), object bodies decoded from
-//! JSON or protobuf to JSON, and `DeleteOptions`.
+//! JSON or protobuf to JSON, and `DeleteOptions` (body or query).
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -11,24 +11,43 @@ use crate::http::patch::PatchKind;
 use crate::http::protobuf;
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
+use crate::kube::options::DeleteOptions;
 use crate::kube::resources::ResourceType;
-use crate::kube::store::Preconditions;
 
-pub fn delete_preconditions(body: &[u8]) -> Result<Preconditions, ApiError> {
-    let mut pre = Preconditions::default();
-    if !body.iter().all(u8::is_ascii_whitespace) {
-        let opts: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}")))?;
-        if let Some(p) = opts.get("preconditions") {
-            pre.uid = p.get("uid").and_then(Value::as_str).map(str::to_string);
-            if let Some(rv) = p.get("resourceVersion").and_then(Value::as_str) {
-                pre.resource_version = Some(rv.parse().map_err(|_| {
-                    ApiError::BadRequest(format!("invalid resourceVersion precondition {rv:?}"))
-                })?);
-            }
+/// The `DeleteOptions` of a DELETE: its query parameters
+/// (`propagationPolicy`, `gracePeriodSeconds`, `orphanDependents`,
+/// `dryRun`), overridden by the fields of a body if it has one: JSON (with
+/// or without `kind`/`apiVersion`, as kube accepts it) or, with the
+/// protobuf media type, protobuf.
+pub fn delete_options(
+    body: &[u8],
+    media: &str,
+    q: &std::collections::HashMap<String, String>,
+) -> Result<DeleteOptions, ApiError> {
+    let mut fields = serde_json::Map::new();
+    for key in [
+        "propagationPolicy",
+        "gracePeriodSeconds",
+        "orphanDependents",
+        "dryRun",
+    ] {
+        if let Some(v) = q.get(key) {
+            fields.insert(key.into(), Value::String(v.clone()));
         }
     }
-    Ok(pre)
+    if media == protobuf::MEDIA_TYPE && !body.is_empty() {
+        fields.extend(protobuf::delete_options_to_json(body)?);
+    } else if !body.iter().all(u8::is_ascii_whitespace) {
+        let opts: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}")))?;
+        let Value::Object(opts) = opts else {
+            return Err(ApiError::BadRequest(
+                "couldn't decode DeleteOptions: the body is not a JSON object".into(),
+            ));
+        };
+        fields.extend(opts);
+    }
+    Ok(DeleteOptions::decode(&fields)?)
 }
 
 /// The request's media type without parameters, lower-cased ("" if none).
@@ -116,8 +135,8 @@ mod proptests {
         #![proptest_config(fuzz::config())]
 
         #[test]
-        fn any_delete_options_are_read_or_refused(body in fuzz::body()) {
-            if let Err(e) = delete_preconditions(&body) {
+        fn any_delete_options_are_read_or_refused(body in fuzz::body(), q in fuzz::query()) {
+            if let Err(e) = delete_options(&body, "", &q) {
                 assert_client_error(&e)?;
             }
         }

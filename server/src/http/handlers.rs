@@ -1,6 +1,6 @@
 //! The resource verbs: get, list, create, update, patch, delete and
 //! deletecollection on every served type, cluster- and namespace-scoped,
-//! and the `status` subresource. Each verb reads its inputs through
+//! and the `status` subresource, each with `dryRun`. Each verb reads its inputs through
 //! [`crate::http::query`] and [`crate::http::body`], calls the store, and
 //! answers through [`crate::http::render`]; the path was resolved by
 //! [`crate::http::routing`].
@@ -11,15 +11,16 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::http::body::{delete_preconditions, patch_kind, read_body, read_json_body};
+use crate::http::body::{delete_options, media_type, patch_kind, read_body, read_json_body};
 use crate::http::negotiate::{self, Rendering};
-use crate::http::query::{freshness, page_request, query_bool, query_map};
+use crate::http::query::{dry_run, freshness, page_request, query_bool, query_map};
 use crate::http::render::{json_bytes_response, render_list, render_object, with_read_path};
 use crate::http::routing::{no_resource, resolve, Route, Target};
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
 use crate::http::{discovery, metrics, patch, query, watch};
 use crate::kube::admission::{self, UpdateScope};
+use crate::kube::options::OptionsKind;
 
 /// Entry point for everything under `/api` and `/apis`.
 pub async fn api(State(state): State<AppState>, req: Request) -> Response {
@@ -79,7 +80,6 @@ async fn dispatch(
     let method = req.method().clone();
     let rt = target.rt;
     let ns = target.namespace.as_deref();
-    query::refuse_dry_run(&method, &q)?;
     if target.status {
         return status_subresource(state, target, rendering, req, q).await;
     }
@@ -120,9 +120,10 @@ async fn dispatch(
                     rt.group_resource()
                 )));
             }
+            let dry = dry_run(&q, OptionsKind::Create)?;
             let body = read_json_body(&state, rt, req).await?;
             let admitted = admission::admit_create(rt, ns, &body)?;
-            let created = state.kube.create(rt, admitted).await?;
+            let created = state.kube.create(rt, admitted, dry).await?;
             Ok(render_object(
                 rt,
                 created,
@@ -132,28 +133,44 @@ async fn dispatch(
             ))
         }
         (&Method::PUT, Some(name)) => {
+            let dry = dry_run(&q, OptionsKind::Update)?;
             let body = read_json_body(&state, rt, req).await?;
             let scope = UpdateScope::Object;
             let admitted = admission::admit_update_body(rt, ns, name, scope, &body)?;
-            let updated = state.kube.update(rt, admitted, scope).await?;
+            let updated = state.kube.update(rt, admitted, scope, dry).await?;
             Ok(render_object(rt, updated, StatusCode::OK, rendering, &q))
         }
         (&Method::PATCH, Some(name)) => {
+            let dry = dry_run(&q, OptionsKind::Patch)?;
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
             let patched =
-                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object).await?;
+                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object, dry).await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         (&Method::DELETE, Some(name)) => {
+            let media = media_type(req.headers());
             let body = read_body(&state, req).await?;
-            let pre = delete_preconditions(&body)?;
-            let last = state.kube.delete(rt, ns, name, &pre).await?;
-            Ok(render_object(rt, last, StatusCode::OK, rendering, &q))
+            let opts = delete_options(&body, &media, &q)?;
+            let deleted = state.kube.delete(rt, ns, name, &opts).await?;
+            // As kube: 202 when the client asked for its dependents to be
+            // deleted (`orphanDependents=false`) and the object is not gone yet.
+            let code = if !deleted.gone && opts.orphan_dependents == Some(false) {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            };
+            Ok(render_object(rt, deleted.object, code, rendering, &q))
         }
         (&Method::DELETE, None) => {
             let selectors = query::selectors(rt, &q)?;
-            let deleted = state.kube.delete_collection(rt, ns, &selectors).await?;
+            let media = media_type(req.headers());
+            let body = read_body(&state, req).await?;
+            let opts = delete_options(&body, &media, &q)?;
+            let deleted = state
+                .kube
+                .delete_collection(rt, ns, &selectors, &opts)
+                .await?;
             Ok(render_list(rt, deleted, Rendering::Json, &q))
         }
         (m, _) => Err(ApiError::MethodNotAllowed(format!(
@@ -183,17 +200,19 @@ async fn status_subresource(
             Ok(with_read_path(resp, served))
         }
         Method::PUT => {
+            let dry = dry_run(&q, OptionsKind::Update)?;
             let body = read_json_body(&state, rt, req).await?;
             let scope = UpdateScope::Status;
             let admitted = admission::admit_update_body(rt, ns, name, scope, &body)?;
-            let updated = state.kube.update(rt, admitted, scope).await?;
+            let updated = state.kube.update(rt, admitted, scope, dry).await?;
             Ok(render_object(rt, updated, StatusCode::OK, rendering, &q))
         }
         Method::PATCH => {
+            let dry = dry_run(&q, OptionsKind::Patch)?;
             let kind = patch_kind(req.headers())?;
             let body = read_body(&state, req).await?;
             let patched =
-                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status).await?;
+                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status, dry).await?;
             Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
         }
         m => Err(ApiError::MethodNotAllowed(format!(

@@ -16,6 +16,7 @@ use crate::http::status::ApiError;
 use crate::kube::admission::UpdateScope;
 use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::object;
+use crate::kube::options::DryRun;
 use crate::kube::resources::ResourceType;
 use crate::kube::strategic;
 use crate::kube::types::{Schema, TypeDef};
@@ -56,7 +57,9 @@ const PATCH_RETRIES: usize = 5;
 /// store's guarded read-modify-write: a patch that sets
 /// `metadata.resourceVersion` is guarded by it (`409` on mismatch), any
 /// other by the version it was applied to, and re-applied to the newer
-/// object when another writer got in between.
+/// object when another writer got in between. A dry run (`dry_run`) is
+/// applied the same way and not written.
+#[allow(clippy::too_many_arguments)] // the request's parts, each its own
 pub async fn apply(
     state: &AppState,
     rt: &ResourceType,
@@ -65,6 +68,7 @@ pub async fn apply(
     kind: PatchKind,
     body: &[u8],
     scope: UpdateScope,
+    dry_run: DryRun,
 ) -> Result<Value, ApiError> {
     let patch: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
@@ -72,7 +76,7 @@ pub async fn apply(
     let copy_limit = state.max_body_bytes;
     state
         .kube
-        .update_with(rt, ns, name, scope, PATCH_RETRIES, |current| {
+        .update_with(rt, ns, name, scope, PATCH_RETRIES, dry_run, |current| {
             // A stored value that is not an object (written through the
             // etcd API) is not served as an object: not found.
             let current = current

@@ -3,6 +3,9 @@
 //! envelope (`runtime.Unknown`) around the object, decoded into the JSON
 //! kubestore stores.
 //!
+//! `DeleteOptions` are read from protobuf too (client-go's typed clients
+//! send them so with a protobuf content type).
+//!
 //! Only these three types are modelled (the messages below mirror the
 //! field numbers of `k8s.io/api` and `k8s.io/apimachinery`); a protobuf
 //! body for any other type is answered `415`, and clients fall back to
@@ -133,6 +136,68 @@ fn b64_map(m: BTreeMap<String, Vec<u8>>) -> Value {
     )
 }
 
+/// `metav1.Preconditions`.
+#[derive(Clone, PartialEq, Message)]
+struct Preconditions {
+    #[prost(string, optional, tag = "1")]
+    uid: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    resource_version: Option<String>,
+}
+
+/// `metav1.DeleteOptions`, as client-go's typed clients send it over
+/// protobuf (helm's storage driver deletes its release secrets so).
+#[derive(Clone, PartialEq, Message)]
+struct DeleteOptions {
+    #[prost(int64, optional, tag = "1")]
+    grace_period_seconds: Option<i64>,
+    #[prost(message, optional, tag = "2")]
+    preconditions: Option<Preconditions>,
+    #[prost(bool, optional, tag = "3")]
+    orphan_dependents: Option<bool>,
+    #[prost(string, optional, tag = "4")]
+    propagation_policy: Option<String>,
+    #[prost(string, repeated, tag = "5")]
+    dry_run: Vec<String>,
+}
+
+/// Decodes a protobuf `DeleteOptions` body into its JSON fields.
+pub fn delete_options_to_json(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}"))
+    };
+    let inner = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| bad(&"the body does not start with the protobuf magic"))?;
+    let unknown = Unknown::decode(inner).map_err(|e| bad(&e))?;
+    let raw = unknown.raw.unwrap_or_default();
+    let opts = DeleteOptions::decode(raw.as_slice()).map_err(|e| bad(&e))?;
+    let mut fields = Map::new();
+    if let Some(g) = opts.grace_period_seconds {
+        fields.insert("gracePeriodSeconds".into(), json!(g));
+    }
+    if let Some(p) = opts.preconditions {
+        let mut pre = Map::new();
+        if let Some(uid) = p.uid {
+            pre.insert("uid".into(), json!(uid));
+        }
+        if let Some(rv) = p.resource_version {
+            pre.insert("resourceVersion".into(), json!(rv));
+        }
+        fields.insert("preconditions".into(), Value::Object(pre));
+    }
+    if let Some(o) = opts.orphan_dependents {
+        fields.insert("orphanDependents".into(), json!(o));
+    }
+    if let Some(p) = opts.propagation_policy {
+        fields.insert("propagationPolicy".into(), json!(p));
+    }
+    if !opts.dry_run.is_empty() {
+        fields.insert("dryRun".into(), json!(opts.dry_run));
+    }
+    Ok(fields)
+}
+
 fn bad(rt: &ResourceType, e: impl std::fmt::Display) -> ApiError {
     ApiError::BadRequest(format!(
         "{} in version \"{}\" cannot be handled as a {}: {e}",
@@ -205,6 +270,39 @@ pub fn to_json(rt: &ResourceType, body: &[u8]) -> Result<Vec<u8>, ApiError> {
 mod tests {
     use super::*;
     use crate::kube::resources;
+
+    #[test]
+    fn protobuf_delete_options_become_their_json_fields() {
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some("u1".into()),
+                resource_version: None,
+            }),
+            orphan_dependents: None,
+            propagation_policy: Some("Foreground".into()),
+            dry_run: vec!["All".into()],
+        };
+        let env = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some("meta.k8s.io/v1".into()),
+                kind: Some("DeleteOptions".into()),
+            }),
+            raw: Some(opts.encode_to_vec()),
+        };
+        let mut body = MAGIC.to_vec();
+        body.extend(env.encode_to_vec());
+        let fields = delete_options_to_json(&body).expect("decoded");
+        assert_eq!(
+            Value::Object(fields),
+            json!({"gracePeriodSeconds": 0, "preconditions": {"uid": "u1"},
+                   "propagationPolicy": "Foreground", "dryRun": ["All"]})
+        );
+        assert!(matches!(
+            delete_options_to_json(b"not protobuf"),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
 
     #[test]
     fn a_protobuf_configmap_becomes_json() {

@@ -1,16 +1,16 @@
 //! The query-parameter rules of the resource verbs: reading the query
 //! string, kube's lenient booleans, the read mode of a get or list
 //! (`resourceVersion`, `resourceVersionMatch`), pagination (`limit`,
-//! `continue`), selectors and `dryRun`, each with the `400`/`422` kube
-//! answers for an invalid one.
+//! `continue`), selectors and `dryRun` (`All` or nothing), each with the
+//! `400`/`422` kube answers for an invalid one.
 
 use std::collections::HashMap;
 
 use axum::extract::Request;
-use axum::http::Method;
 
 use crate::http::status::ApiError;
 use crate::kube::error::FieldCause;
+use crate::kube::options::{DryRun, OptionsKind};
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::ResourceType;
 use crate::kube::selectors::Selectors;
@@ -140,15 +140,11 @@ pub fn selectors(rt: &ResourceType, q: &HashMap<String, String>) -> Result<Selec
     )?)
 }
 
-/// `dryRun` on a write is refused rather than ignored: a dry run must
-/// never write.
-pub fn refuse_dry_run(method: &Method, q: &HashMap<String, String>) -> Result<(), ApiError> {
-    if method != Method::GET && q.get("dryRun").is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::BadRequest(
-            "dryRun is not supported by kubestore yet".into(),
-        ));
-    }
-    Ok(())
+/// `dryRun` of a write verb (`verb` names its options kind): `All` is a
+/// dry run, absent or empty a real write, anything else kube's `422`.
+pub fn dry_run(q: &HashMap<String, String>, verb: OptionsKind) -> Result<DryRun, ApiError> {
+    let values = q.get("dryRun").map(std::slice::from_ref).unwrap_or(&[]);
+    Ok(DryRun::parse(values, verb)?)
 }
 
 #[cfg(test)]

@@ -168,6 +168,20 @@ fn kube_failure(e: &KubeError) -> Failure {
         } => {
             Failure::new(StatusCode::FORBIDDEN, "Forbidden", message.clone()).about(resource, name)
         }
+        KubeError::NamespaceTerminating {
+            resource,
+            name,
+            namespace,
+        } => {
+            let mut f = Failure::new(StatusCode::FORBIDDEN, "Forbidden", e.to_string())
+                .about(resource, name);
+            f.details["causes"] = json!([{
+                "reason": "NamespaceTerminating",
+                "message": format!("namespace {namespace} is being terminated"),
+                "field": "metadata.namespace",
+            }]);
+            f
+        }
         KubeError::Expired(message) => Failure::new(StatusCode::GONE, "Expired", message.clone()),
         KubeError::ExpiredContinue { message, token } => {
             let mut f = Failure::new(StatusCode::GONE, "Expired", message.clone());

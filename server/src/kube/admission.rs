@@ -14,7 +14,8 @@
 //!   the stored object, `generation` bumped when `spec` changed, and
 //!   [`UpdateScope`] keeps the status or everything but it;
 //!   [`precondition`] reads the client's `metadata.resourceVersion`;
-//! - delete ([`admit_delete`]): the system namespaces stay.
+//! - delete ([`admit_delete`]): the system namespaces stay (what a delete
+//!   does is `kube::deletion`'s).
 //!
 //! Everything here is pure (no store, no clock but the timestamp, no I/O),
 //! so it is unit-tested on its own. Patch, server-side apply and custom
@@ -301,13 +302,20 @@ fn prepare_create(rt: &ResourceType, obj: &mut Map<String, Value>) {
         meta.remove("generation");
     }
     if rt.plural == "namespaces" {
+        // As kube: a new namespace always carries the namespace
+        // controller's finalizer, after any the client asked for.
+        let mut finalizers = crate::kube::deletion::namespace_finalizers(obj);
         let spec = obj.entry("spec").or_insert_with(|| json!({}));
         if !spec.is_object() {
             *spec = json!({});
         }
-        if spec.get("finalizers").is_none() {
-            spec["finalizers"] = json!(["kubernetes"]);
+        if !finalizers
+            .iter()
+            .any(|f| f == crate::kube::deletion::FINALIZER_NAMESPACE)
+        {
+            finalizers.push(crate::kube::deletion::FINALIZER_NAMESPACE.into());
         }
+        spec["finalizers"] = json!(finalizers);
         obj.insert("status".into(), json!({ "phase": "Active" }));
     }
 }
@@ -365,6 +373,7 @@ fn prepare_update(rt: &ResourceType, old: &Map<String, Value>, new: &mut Map<Str
         "uid",
         "creationTimestamp",
         "deletionTimestamp",
+        "deletionGracePeriodSeconds",
         "generateName",
     ] {
         match old_meta.and_then(|m| m.get(field)) {
@@ -389,9 +398,22 @@ fn prepare_update(rt: &ResourceType, old: &Map<String, Value>, new: &mut Map<Str
         meta.remove("generation");
     }
     if rt.plural == "namespaces" {
-        // Namespace status is owned by the server.
+        // Namespace status is owned by the server, and its
+        // `spec.finalizers` by the namespace controller (kube changes them
+        // only through `/finalize`).
         if let Some(status) = old.get("status") {
             new.insert("status".into(), status.clone());
+        }
+        let kept = old.get("spec").and_then(|s| s.get("finalizers")).cloned();
+        let spec = new.entry("spec").or_insert_with(|| json!({}));
+        if !spec.is_object() {
+            *spec = json!({});
+        }
+        if let Some(spec) = spec.as_object_mut() {
+            match kept {
+                Some(f) => spec.insert("finalizers".into(), f),
+                None => spec.remove("finalizers"),
+            };
         }
     }
 }

@@ -97,6 +97,14 @@ pub enum KubeError {
         name: String,
         message: String,
     },
+    /// A create in a namespace that is being terminated (`403`, with the
+    /// `NamespaceTerminating` cause kube's lifecycle admission adds).
+    #[error("{resource} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated")]
+    NamespaceTerminating {
+        resource: String,
+        name: String,
+        namespace: String,
+    },
     /// The revision a read needs was compacted away.
     #[error("{0}")]
     Expired(String),

@@ -7,6 +7,13 @@
 //! back in the [`Recorder`]. Every value a client writes is unique in the
 //! run (`c<client>-<n>`), so a value read names the write that produced it.
 //!
+//! REST clients also send `dryRun=All` creates, updates and deletes (5%
+//! of their operations). A dry run is no operation of the register model
+//! and is not recorded; it is checked by what it must not do: its value is
+//! unique, so had one been stored, whatever observed it would carry a
+//! value no recorded operation wrote (the `phantom-value` check), and a
+//! dry-run delete that took effect would contradict the reads after it.
+//!
 //! How answers map to outcomes, conservatively (an unknown outcome is never
 //! wrong, only less informative):
 //! - a definite answer is `Ok` (a compare that failed is `Ok` with
@@ -215,6 +222,21 @@ pub async fn rest_client(
         let (kind, done) = match roll {
             0..=24 => rest_get(&http, &node, &name).await,
             25..=44 => rest_list(&http, &node, &name).await,
+            45..=49 => {
+                // A dry-run write: no operation of the model, so it is not
+                // recorded. Its value is unique like any other: had it been
+                // stored, a read, a watch event or the final state would
+                // carry a value no operation wrote (`phantom-value`), and a
+                // dry-run delete that took effect would show as a read of
+                // an absent key the model says is present.
+                let known = c.known.get(&key).cloned().flatten();
+                let value = c.next_value();
+                let delete = c.rng.random_range(0..2) == 0;
+                if !rest_dry_run(&http, &node, &name, known, &value, delete).await {
+                    back_off().await;
+                }
+                continue;
+            }
             _ => {
                 let known = c.known.get(&key).cloned().flatten();
                 let value = c.next_value();
@@ -482,6 +504,36 @@ async fn rest_delete(
     // A delete answers the object as it was: its revision is not the deletion's.
     done.result.revision = None;
     (kind, done)
+}
+
+/// One `dryRun=All` write of the configmap `name` (a create when the
+/// client knows it absent, else an update or a delete guarded by what it
+/// knows); whether the server answered it (any status).
+async fn rest_dry_run(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    name: &str,
+    known: Option<(String, u64)>,
+    value: &str,
+    delete: bool,
+) -> bool {
+    let dry = |url: String| format!("{url}?dryRun=All");
+    let req = match known {
+        None => http
+            .post(dry(format!(
+                "{}/api/v1/namespaces/{NAMESPACE}/configmaps",
+                node.rest_url
+            )))
+            .json(&json!({"metadata": {"name": name}, "data": {"v": value}})),
+        Some((_, rv)) if !delete => http.put(dry(configmap_url(node, name))).json(&json!({
+            "metadata": {"name": name, "resourceVersion": rv.to_string()},
+            "data": {"v": value},
+        })),
+        Some((_, rv)) => http
+            .delete(dry(configmap_url(node, name)))
+            .json(&json!({"preconditions": {"resourceVersion": rv.to_string()}})),
+    };
+    send(req).await.is_ok()
 }
 
 /// Runs one etcd-API client until `stop` turns true.

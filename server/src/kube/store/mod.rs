@@ -14,7 +14,9 @@
 //!   Range]`, all of the changes of one existing object through one
 //!   guarded read-modify-write. The preconditions are decided inside the
 //!   state machine, so a conflict is decided once, identically on every
-//!   node. What a create or update stores is `kube::admission`'s.
+//!   node. What a create or update stores is `kube::admission`'s, what a
+//!   delete does `kube::deletion`'s; `dryRun` stops each write before it
+//!   is proposed.
 
 mod reads;
 mod writes;
@@ -26,7 +28,7 @@ use kubestore_storage::Revision;
 
 use crate::kube::cache::{CachedObject, WatchCache};
 
-pub use writes::Current;
+pub use writes::{Current, Deleted};
 
 /// How fresh a read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,13 +81,6 @@ pub struct Listed {
     /// How many items follow this page (only without selectors).
     pub remaining: Option<u64>,
     pub served: ReadPath,
-}
-
-/// Optional preconditions of a delete (`DeleteOptions.preconditions`).
-#[derive(Debug, Default, Clone)]
-pub struct Preconditions {
-    pub uid: Option<String>,
-    pub resource_version: Option<u64>,
 }
 
 /// The Kubernetes object store of one node: writes through Raft, reads

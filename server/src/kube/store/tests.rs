@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::kube::admission::{self, UpdateScope};
-use crate::kube::cache::CacheLimits;
+use crate::kube::cache::{CacheLimits, WatchCache};
 use crate::kube::error::KubeError;
+use crate::kube::options::{DeleteOptions, DryRun, Preconditions, Propagation};
 use crate::kube::paging::{ContinueToken, PageRequest};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
@@ -68,7 +69,10 @@ impl OneNode {
     async fn create(&self, rt: &ResourceType, ns: Option<&str>, body: Value) -> Value {
         let admitted =
             admission::admit_create(rt, ns, body.to_string().as_bytes()).expect("admitted");
-        self.kube.create(rt, admitted).await.expect("created")
+        self.kube
+            .create(rt, admitted, DryRun::No)
+            .await
+            .expect("created")
     }
 
     async fn update(
@@ -85,7 +89,9 @@ impl OneNode {
             UpdateScope::Object,
             body.to_string().as_bytes(),
         )?;
-        self.kube.update(rt, admitted, UpdateScope::Object).await
+        self.kube
+            .update(rt, admitted, UpdateScope::Object, DryRun::No)
+            .await
     }
 
     async fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Value {
@@ -139,7 +145,7 @@ async fn a_create_is_read_back_at_its_revision_and_guarded_by_absence_and_namesp
 
     let again = admission::admit_create(rt, Some("default"), cm("a", "2").to_string().as_bytes())
         .expect("admitted");
-    match n.kube.create(rt, again).await {
+    match n.kube.create(rt, again, DryRun::No).await {
         Err(KubeError::AlreadyExists { name, .. }) => assert_eq!(name, "a"),
         other => panic!("expected AlreadyExists, got {other:?}"),
     }
@@ -147,7 +153,7 @@ async fn a_create_is_read_back_at_its_revision_and_guarded_by_absence_and_namesp
     let elsewhere =
         admission::admit_create(rt, Some("nowhere"), cm("a", "1").to_string().as_bytes())
             .expect("admitted");
-    match n.kube.create(rt, elsewhere).await {
+    match n.kube.create(rt, elsewhere, DryRun::No).await {
         Err(KubeError::NotFound { resource, name }) => {
             assert_eq!(
                 (resource.as_str(), name.as_str()),
@@ -230,7 +236,7 @@ async fn a_change_that_loses_a_race_is_computed_again_on_the_newer_state() {
     let mut seen = Vec::new();
     let updated = n
         .kube
-        .update_with(rt, Some("default"), "a", UpdateScope::Object, 5, |current| {
+        .update_with(rt, Some("default"), "a", UpdateScope::Object, 5, DryRun::No, |current| {
             let obj = current.object().expect("an object");
             seen.push(obj["data"]["v"].as_str().unwrap_or("").to_string());
             if seen.len() == 1 {
@@ -287,6 +293,7 @@ async fn a_change_with_its_own_precondition_is_not_retried() {
             "a",
             UpdateScope::Object,
             5,
+            DryRun::No,
             |current| {
                 calls += 1;
                 let Some(Value::Object(mut obj)) = current.object() else {
@@ -329,7 +336,7 @@ async fn a_status_update_changes_only_the_status() {
     .expect("admitted");
     let updated = n
         .kube
-        .update(dep, admitted, UpdateScope::Status)
+        .update(dep, admitted, UpdateScope::Status, DryRun::No)
         .await
         .expect("updated");
     assert_eq!(updated["spec"]["replicas"], 1, "spec kept");
@@ -338,8 +345,15 @@ async fn a_status_update_changes_only_the_status() {
     n.shutdown().await;
 }
 
+fn with_preconditions(pre: Preconditions) -> DeleteOptions {
+    DeleteOptions {
+        preconditions: pre,
+        ..DeleteOptions::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletes_check_their_preconditions_and_a_namespace_takes_its_contents() {
+async fn deletes_check_their_preconditions_and_a_namespace_terminates() {
     let n = OneNode::start(100).await;
     let rt = configmaps();
     let ns = resources::namespaces();
@@ -348,34 +362,40 @@ async fn deletes_check_their_preconditions_and_a_namespace_takes_its_contents() 
     let a = n.create(rt, Some("team"), cm("a", "1")).await;
     n.create(rt, Some("team"), cm("b", "1")).await;
 
-    let wrong_uid = Preconditions {
+    let wrong_uid = with_preconditions(Preconditions {
         uid: Some("not-its-uid".into()),
         resource_version: None,
-    };
+    });
     match n.kube.delete(rt, Some("team"), "a", &wrong_uid).await {
         Err(KubeError::Conflict { detail, .. }) => {
             assert!(detail.contains("Precondition failed: UID"), "{detail}")
         }
         other => panic!("expected a UID conflict, got {other:?}"),
     }
-    let stale = Preconditions {
+    let stale = with_preconditions(Preconditions {
         uid: None,
         resource_version: Some(rv(&a) - 1),
-    };
-    assert!(matches!(
-        n.kube.delete(rt, Some("team"), "a", &stale).await,
-        Err(KubeError::Conflict { .. })
-    ));
-    let exact = Preconditions {
+    });
+    match n.kube.delete(rt, Some("team"), "a", &stale).await {
+        Err(KubeError::Conflict { detail, .. }) => {
+            assert!(
+                detail.contains("Precondition failed: ResourceVersion"),
+                "{detail}"
+            )
+        }
+        other => panic!("expected a resourceVersion conflict, got {other:?}"),
+    }
+    let exact = with_preconditions(Preconditions {
         uid: a["metadata"]["uid"].as_str().map(str::to_string),
         resource_version: Some(rv(&a)),
-    };
+    });
     let last = n
         .kube
         .delete(rt, Some("team"), "a", &exact)
         .await
         .expect("deleted");
-    assert_eq!(last["data"]["v"], "1");
+    assert!(last.gone);
+    assert_eq!(last.object["data"]["v"], "1");
     assert!(matches!(
         n.kube
             .get(rt, Some("team"), "a", Freshness::MostRecent)
@@ -385,25 +405,174 @@ async fn deletes_check_their_preconditions_and_a_namespace_takes_its_contents() 
 
     assert!(matches!(
         n.kube
-            .delete(ns, None, "default", &Preconditions::default())
+            .delete(ns, None, "default", &DeleteOptions::default())
             .await,
         Err(KubeError::Forbidden { .. })
     ));
-    n.kube
-        .delete(ns, None, "team", &Preconditions::default())
-        .await
-        .expect("namespace deleted");
-    let left = n
+    // A namespace's first DELETE marks it terminating and keeps it (its
+    // controller, not running here, empties it); creates in it are refused.
+    let terminating = n
         .kube
-        .list(
-            rt,
-            Some("team"),
-            Freshness::MostRecent,
-            &Selectors::default(),
-        )
+        .delete(ns, None, "team", &DeleteOptions::default())
         .await
-        .expect("list");
-    assert!(left.items.is_empty(), "{:?}", names(&left));
+        .expect("namespace marked");
+    assert!(!terminating.gone);
+    assert_eq!(terminating.object["status"]["phase"], "Terminating");
+    assert!(terminating.object["metadata"]["deletionTimestamp"].is_string());
+    let late = admission::admit_create(rt, Some("team"), cm("late", "1").to_string().as_bytes())
+        .expect("admitted");
+    match n.kube.create(rt, late, DryRun::No).await {
+        Err(e @ KubeError::NamespaceTerminating { .. }) => assert_eq!(
+            e.to_string(),
+            "configmaps \"late\" is forbidden: unable to create new content in namespace team because it is being terminated"
+        ),
+        other => panic!("expected 403, got {other:?}"),
+    }
+    // Once its finalizer is gone (what the controller does when it is
+    // empty), the namespace goes.
+    n.kube.finalize_namespace("team").await.expect("finalized");
+    assert!(matches!(
+        n.kube.get(ns, None, "team", Freshness::MostRecent).await,
+        Err(KubeError::NotFound { .. })
+    ));
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_of_every_write_changes_nothing() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    let a = n.create(rt, Some("default"), cm("a", "1")).await;
+    let before = n.node.store().applied().revision;
+
+    let body = cm("dry", "1").to_string();
+    let admitted = admission::admit_create(rt, Some("default"), body.as_bytes()).expect("admitted");
+    let created = n
+        .kube
+        .create(rt, admitted, DryRun::All)
+        .await
+        .expect("a dry-run create");
+    assert_eq!(created["metadata"]["name"], "dry");
+    assert!(
+        created["metadata"]["uid"].is_string(),
+        "defaults are filled in"
+    );
+    assert!(
+        created["metadata"].get("resourceVersion").is_none(),
+        "a dry-run create has no resourceVersion"
+    );
+    let dup = admission::admit_create(rt, Some("default"), cm("a", "2").to_string().as_bytes())
+        .expect("admitted");
+    assert!(matches!(
+        n.kube.create(rt, dup, DryRun::All).await,
+        Err(KubeError::AlreadyExists { .. })
+    ));
+
+    let mut changed = a.clone();
+    changed["data"]["v"] = json!("2");
+    let admitted = admission::admit_update_body(
+        rt,
+        Some("default"),
+        "a",
+        UpdateScope::Object,
+        changed.to_string().as_bytes(),
+    )
+    .expect("admitted");
+    let updated = n
+        .kube
+        .update(rt, admitted, UpdateScope::Object, DryRun::All)
+        .await
+        .expect("a dry-run update");
+    assert_eq!(updated["data"]["v"], "2");
+    assert_eq!(rv(&updated), rv(&a), "at the current revision");
+    let mut stale = changed.clone();
+    stale["metadata"]["resourceVersion"] = json!((rv(&a) - 1).to_string());
+    let admitted = admission::admit_update_body(
+        rt,
+        Some("default"),
+        "a",
+        UpdateScope::Object,
+        stale.to_string().as_bytes(),
+    )
+    .expect("admitted");
+    assert!(matches!(
+        n.kube
+            .update(rt, admitted, UpdateScope::Object, DryRun::All)
+            .await,
+        Err(KubeError::Conflict { .. })
+    ));
+
+    let opts = DeleteOptions {
+        dry_run: DryRun::All,
+        ..DeleteOptions::default()
+    };
+    let deleted = n
+        .kube
+        .delete(rt, Some("default"), "a", &opts)
+        .await
+        .expect("a dry-run delete");
+    assert!(deleted.gone);
+    let swept = n
+        .kube
+        .delete_collection(rt, Some("default"), &Selectors::default(), &opts)
+        .await
+        .expect("a dry-run deletecollection");
+    assert_eq!(names(&swept), ["a"]);
+
+    assert_eq!(
+        n.node.store().applied().revision,
+        before,
+        "no revision consumed"
+    );
+    assert_eq!(n.get(rt, Some("default"), "a").await["data"]["v"], "1");
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_holds_a_deleted_object_until_an_update_removes_it() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}});
+    n.create(rt, Some("default"), held).await;
+
+    let marked = n
+        .kube
+        .delete(rt, Some("default"), "held", &DeleteOptions::default())
+        .await
+        .expect("marked");
+    assert!(!marked.gone);
+    let meta = &marked.object["metadata"];
+    assert!(meta["deletionTimestamp"].is_string());
+    assert_eq!(meta["deletionGracePeriodSeconds"], 0);
+    let stored = n.get(rt, Some("default"), "held").await;
+    assert_eq!(
+        stored["metadata"]["deletionTimestamp"],
+        meta["deletionTimestamp"]
+    );
+    assert_eq!(rv(&stored), rv(&marked.object));
+
+    // No new finalizer on an object being deleted.
+    let mut more = stored.clone();
+    more["metadata"]["finalizers"] = json!(["example.com/hold", "example.com/more"]);
+    more["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
+    assert!(matches!(
+        n.update(rt, Some("default"), "held", more).await,
+        Err(KubeError::Invalid { .. })
+    ));
+    // The update that removes the last finalizer deletes it.
+    let mut released = stored.clone();
+    released["metadata"]["finalizers"] = json!([]);
+    n.update(rt, Some("default"), "held", released)
+        .await
+        .expect("released");
+    assert!(matches!(
+        n.kube
+            .get(rt, Some("default"), "held", Freshness::MostRecent)
+            .await,
+        Err(KubeError::NotFound { .. })
+    ));
     n.shutdown().await;
 }
 
@@ -546,7 +715,7 @@ async fn a_collection_delete_takes_what_matches_in_one_revision() {
     let selectors = Selectors::parse(rt, Some("app=x"), None).expect("a selector");
     let deleted = n
         .kube
-        .delete_collection(rt, Some("default"), &selectors)
+        .delete_collection(rt, Some("default"), &selectors, &DeleteOptions::default())
         .await
         .expect("deleted");
     assert_eq!(names(&deleted), ["a", "b"]);
@@ -562,5 +731,177 @@ async fn a_collection_delete_takes_what_matches_in_one_revision() {
         .await
         .expect("list");
     assert_eq!(names(&left), ["other"]);
+    n.shutdown().await;
+}
+
+/// Waits (on the cache's revisions, not a clock) until `check` holds of
+/// the cache; a generous bound only turns a hang into a failure.
+async fn until(n: &OneNode, what: &str, check: impl Fn(&WatchCache) -> bool) {
+    let cache = n.kube.cache().clone();
+    let mut revisions = cache.subscribe();
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        while !check(&cache) {
+            revisions.changed().await.expect("the cache feed runs");
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never: {what}");
+}
+
+fn cached(cache: &WatchCache, rt: &ResourceType, ns: Option<&str>, name: &str) -> Option<Value> {
+    cache
+        .current(rt)
+        .0
+        .get(&rt.key(ns, name))
+        .map(|o| o.object.clone())
+}
+
+fn owned(name: &str, owner: &Value, block: bool) -> Value {
+    json!({"metadata": {"name": name, "ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+        "blockOwnerDeletion": block,
+    }]}})
+}
+
+fn policy(p: Propagation) -> DeleteOptions {
+    DeleteOptions {
+        propagation: Some(p),
+        ..DeleteOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_collect_dependents_and_empty_a_terminating_namespace() {
+    let n = OneNode::start(1000).await;
+    let (stop, stopped) = watch::channel(false);
+    let controllers = tokio::spawn(crate::kube::controllers::run(
+        n.kube.clone(),
+        n.node.clone(),
+        stopped,
+    ));
+    let rt = configmaps();
+    let d = Some("default");
+
+    // Background: the owner goes now, its dependent after it.
+    let owner = n.create(rt, d, cm("owner", "1")).await;
+    n.create(rt, d, owned("dep", &owner, false)).await;
+    let gone = n
+        .kube
+        .delete(rt, d, "owner", &policy(Propagation::Background))
+        .await;
+    assert!(gone.expect("deleted").gone);
+    until(&n, "the dependent is collected", |c| {
+        cached(c, rt, d, "dep").is_none()
+    })
+    .await;
+
+    // A dependent created for an owner that is already gone goes too.
+    n.create(rt, d, owned("late-dep", &owner, false)).await;
+    until(&n, "the late dependent is collected", |c| {
+        cached(c, rt, d, "late-dep").is_none()
+    })
+    .await;
+
+    // Orphan: the owner goes once its dependents no longer name it.
+    let parent = n.create(rt, d, cm("parent", "1")).await;
+    n.create(rt, d, owned("child", &parent, false)).await;
+    let marked = n
+        .kube
+        .delete(rt, d, "parent", &policy(Propagation::Orphan))
+        .await
+        .expect("marked");
+    assert!(!marked.gone);
+    assert_eq!(marked.object["metadata"]["finalizers"], json!(["orphan"]));
+    until(&n, "the orphaning owner goes", |c| {
+        cached(c, rt, d, "parent").is_none()
+    })
+    .await;
+    let child = n.get(rt, d, "child").await;
+    assert!(
+        child["metadata"].get("ownerReferences").is_none(),
+        "{child}"
+    );
+
+    // Foreground: the owner waits for its blocking dependent, held by a
+    // finalizer of its own, and goes after it.
+    let root = n.create(rt, d, cm("root", "1")).await;
+    let mut leaf = owned("leaf", &root, true);
+    leaf["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    n.create(rt, d, leaf).await;
+    let marked = n
+        .kube
+        .delete(rt, d, "root", &policy(Propagation::Foreground))
+        .await
+        .expect("marked");
+    assert_eq!(
+        marked.object["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    until(&n, "the blocking dependent is being deleted", |c| {
+        cached(c, rt, d, "leaf").is_some_and(|l| l["metadata"]["deletionTimestamp"].is_string())
+    })
+    .await;
+    assert!(
+        cached(n.kube.cache(), rt, d, "root").is_some(),
+        "the owner waits for its blocking dependent"
+    );
+    let mut release = n.get(rt, d, "leaf").await;
+    release["metadata"]["finalizers"] = json!([]);
+    release["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
+    n.update(rt, d, "leaf", release).await.expect("released");
+    until(&n, "the foreground owner goes after its dependent", |c| {
+        cached(c, rt, d, "root").is_none() && cached(c, rt, d, "leaf").is_none()
+    })
+    .await;
+
+    // A namespace: its contents are deleted, one held by a finalizer keeps
+    // it terminating until released, then it goes.
+    let ns = resources::namespaces();
+    n.create(ns, None, json!({"metadata": {"name": "team"}}))
+        .await;
+    let t = Some("team");
+    n.create(rt, t, cm("plain", "1")).await;
+    n.create(
+        resources::find("apps", "v1", "deployments").expect("deployments"),
+        t,
+        json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}}),
+    )
+    .await;
+    n.create(
+        rt,
+        t,
+        json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}),
+    )
+    .await;
+    n.kube
+        .delete(ns, None, "team", &DeleteOptions::default())
+        .await
+        .expect("terminating");
+    until(&n, "the namespace's free contents are deleted", |c| {
+        cached(c, rt, t, "plain").is_none()
+            && cached(c, rt, t, "held")
+                .is_some_and(|h| h["metadata"]["deletionTimestamp"].is_string())
+    })
+    .await;
+    assert_eq!(
+        cached(n.kube.cache(), ns, None, "team").map(|t| t["status"]["phase"].clone()),
+        Some(json!("Terminating"))
+    );
+    let mut release = n.get(rt, t, "held").await;
+    release["metadata"]["finalizers"] = json!([]);
+    release["metadata"]
+        .as_object_mut()
+        .map(|m| m.remove("resourceVersion"));
+    n.update(rt, t, "held", release).await.expect("released");
+    until(&n, "the namespace goes", |c| {
+        cached(c, ns, None, "team").is_none()
+    })
+    .await;
+
+    stop.send_replace(true);
+    controllers.await.expect("the controllers stop");
     n.shutdown().await;
 }

@@ -1,25 +1,37 @@
 //! Writes: each verb is the transaction a kube-apiserver would send to
-//! etcd. A create is guarded by the key's absence (and the namespace's
-//! presence); every change of one existing object (update, status update,
-//! patch, delete) goes through [`KubeStore::read_modify_write`]: after a
-//! read barrier, read the key, compute the change, and write it guarded by
-//! the client's precondition or else by the revision read, retrying a lost
-//! race on the state the guard saw.
+//! etcd. A create is guarded by the key's absence and by the revision of
+//! its namespace as read (so a namespace that started terminating
+//! meanwhile fails the guard and the create is refused); every change of
+//! one existing object (update, status update, patch, delete) goes through
+//! [`KubeStore::read_modify_write`]: after a read barrier, read the key,
+//! compute the change, and write it guarded by the client's precondition
+//! or else by the revision read, retrying a lost race on the state the
+//! guard saw.
+//!
+//! `dryRun` is decided here and nowhere else: a dry run takes the same
+//! path (admission, preconditions, the change computed on the current
+//! state, the guard checked against that state) and stops before the
+//! write, answering what would have been stored at the current revision
+//! (a create: with no `resourceVersion`, as kube answers). What a delete
+//! does (finalizers, propagation, a namespace's termination) is
+//! [`crate::kube::deletion`]'s decision.
 
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
 use kubestore_storage::{
-    Command, Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, KeyValue, Op, OpResponse,
-    PutRequest, RangeRequest, Revision, Txn, TxnResponse,
+    Command, Compare, CompareOp, DeleteRequest, KeyRange, KeyValue, Op, OpResponse, PutRequest,
+    RangeRequest, Revision, Txn, TxnResponse,
 };
 
-use super::{Freshness, KubeStore, Listed, Preconditions, ReadPath};
+use super::{Freshness, KubeStore, Listed, ReadPath};
 use crate::kube::admission::{self, Admitted, UpdateScope, SYSTEM_NAMESPACES};
 use crate::kube::cache::CachedObject;
+use crate::kube::deletion::{self, DeletePlan, UpdateEffect};
 use crate::kube::error::KubeError;
 use crate::kube::object;
+use crate::kube::options::{DeleteOptions, DryRun};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
 use crate::write;
@@ -32,6 +44,13 @@ fn range_one(key: &str) -> Op {
     Op::Range(RangeRequest {
         range: KeyRange::single(key.as_bytes().to_vec()),
         ..RangeRequest::default()
+    })
+}
+
+fn delete_key(key: &str) -> Op {
+    Op::Delete(DeleteRequest {
+        range: KeyRange::single(key.as_bytes().to_vec()),
+        prev_kv: false,
     })
 }
 
@@ -70,9 +89,14 @@ impl Current<'_> {
         )
     }
 
+    /// The revision that last modified it.
+    pub fn revision(&self) -> u64 {
+        self.kv.mod_revision.0
+    }
+
     /// The object as stored (an empty one for a value that is not a JSON
     /// object): what an update carries its server-owned fields from.
-    fn stored(&self) -> Map<String, Value> {
+    pub fn stored(&self) -> Map<String, Value> {
         match serde_json::from_slice::<Value>(&self.kv.value) {
             Ok(Value::Object(o)) => o,
             _ => Map::new(),
@@ -80,9 +104,29 @@ impl Current<'_> {
     }
 }
 
+/// What a DELETE did: the object (its last state, or as it is kept while
+/// finalizers hold it) and whether it is gone.
+#[derive(Debug, Clone)]
+pub struct Deleted {
+    pub object: Value,
+    /// Removed now; `false`: kept, marked for deletion (or a dry run of
+    /// that).
+    pub gone: bool,
+}
+
+/// Whether a stored namespace is terminating (its value is not an object:
+/// written through the etcd API, taken as active).
+fn namespace_terminating(kv: &KeyValue) -> bool {
+    match serde_json::from_slice::<Value>(&kv.value) {
+        Ok(Value::Object(ns)) => deletion::is_terminating(&ns),
+        _ => false,
+    }
+}
+
 /// What a guarded change does to the current state of its key.
 struct Change<T> {
-    /// Run when the guard holds.
+    /// Run when the guard holds; none: nothing to write, the answer
+    /// stands at the revision read.
     ops: Vec<Op>,
     /// The client's own precondition (a resourceVersion): a mismatch is a
     /// `409`. `None`: the guard is the revision read, and a lost race is
@@ -117,12 +161,17 @@ impl KubeStore {
     /// client's; otherwise a lost race, retried (at most `attempts` times
     /// in all) on the state the guard saw. A key that is or becomes absent
     /// is `404`. Returns the change's answer and the write's revision.
+    ///
+    /// A dry run stops before the write: the guard is checked against the
+    /// state read (a client's precondition that does not hold is the same
+    /// `409`) and the answer stands at the revision read.
     async fn read_modify_write<T, E>(
         &self,
         rt: &ResourceType,
         name: &str,
         key: &str,
         attempts: usize,
+        dry_run: DryRun,
         mut change: impl FnMut(Current<'_>) -> Result<Change<T>, E>,
     ) -> Result<(T, Revision), E>
     where
@@ -143,6 +192,12 @@ impl KubeStore {
                 answer,
             } = change(Current { rt, kv: &current })?;
             let guard = precondition.unwrap_or(current.mod_revision.0);
+            if dry_run.is_dry_run() || ops.is_empty() {
+                if guard != current.mod_revision.0 {
+                    return Err(KubeError::conflict(rt, name).into());
+                }
+                return Ok((answer, current.mod_revision));
+            }
             let txn = Txn {
                 compare: vec![Compare::mod_revision(
                     key.to_string(),
@@ -168,9 +223,19 @@ impl KubeStore {
     }
 
     /// Creates an admitted object. The namespace of a namespaced object
-    /// must exist, checked in the same transaction.
+    /// must exist and not be terminating (`404`, `403`): it is read here
+    /// and the create is guarded by the revision read, so a namespace
+    /// that changed meanwhile (say, started terminating) is read again.
+    /// The local read is enough on the common path; a namespace this node
+    /// finds absent or terminating is read again after a read barrier
+    /// before the create is refused.
     #[tracing::instrument(level = "debug", skip(self, rt, admitted), fields(resource = rt.plural))]
-    pub async fn create(&self, rt: &ResourceType, admitted: Admitted) -> Result<Value, KubeError> {
+    pub async fn create(
+        &self,
+        rt: &ResourceType,
+        admitted: Admitted,
+        dry_run: DryRun,
+    ) -> Result<Value, KubeError> {
         let Admitted {
             name,
             namespace: ns,
@@ -178,53 +243,92 @@ impl KubeStore {
         } = admitted;
         let ns = ns.as_deref();
         let key = rt.key(ns, &name);
-        let mut compare = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, 0)];
-        let mut failure = vec![range_one(&key)];
         let ns_key = ns
             .filter(|_| rt.namespaced)
             .map(|ns| resources::namespaces().key(None, ns));
-        if let Some(ns_key) = &ns_key {
-            compare.push(Compare {
-                range: KeyRange::single(ns_key.as_bytes().to_vec()),
-                op: CompareOp::Greater,
-                target: CompareTarget::Create(Revision::ZERO),
-            });
-            failure.push(range_one(ns_key));
+        let mut barrier_done = false;
+        if dry_run.is_dry_run() {
+            self.node
+                .linearizable_barrier()
+                .await
+                .map_err(KubeError::from)?;
+            barrier_done = true;
         }
-        let txn = Txn {
-            compare,
-            success: vec![put(&key, &obj)],
-            failure,
-        };
-        let (resp, revision) = self.write_txn(txn).await?;
-        if resp.succeeded {
-            let mut obj = obj;
-            object::metadata_mut(&mut obj)
-                .insert("resourceVersion".into(), json!(revision.0.to_string()));
-            return Ok(Value::Object(obj));
-        }
-        if let Some(existing) = range_kvs(&resp, 0).first() {
-            // A create retried after its first attempt committed finds its own
-            // uid: that is this request's success, not a conflict.
-            let ours = object::meta_str(&obj, "uid");
-            let stored = Current { rt, kv: existing }.object();
-            if ours.is_some()
-                && stored
-                    .as_ref()
-                    .and_then(|s| s.pointer("/metadata/uid"))
-                    .and_then(Value::as_str)
-                    == ours
-            {
-                return stored.ok_or_else(|| KubeError::Internal("stored object vanished".into()));
+        for _ in 0..UPDATE_RETRIES {
+            let mut compare = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, 0)];
+            let mut failure = vec![range_one(&key)];
+            if let (Some(ns_key), Some(ns)) = (&ns_key, ns) {
+                let found = self.read_key(ns_key)?.0;
+                let usable = found.as_ref().filter(|kv| !namespace_terminating(kv));
+                let Some(kv) = usable else {
+                    if !barrier_done {
+                        // This node may lag: decide on the most recent state.
+                        self.node
+                            .linearizable_barrier()
+                            .await
+                            .map_err(KubeError::from)?;
+                        barrier_done = true;
+                        continue;
+                    }
+                    return Err(match found {
+                        None => KubeError::not_found(resources::namespaces(), ns),
+                        Some(_) => KubeError::NamespaceTerminating {
+                            resource: rt.group_resource(),
+                            name: name.clone(),
+                            namespace: ns.to_string(),
+                        },
+                    });
+                };
+                compare.push(Compare::mod_revision(
+                    ns_key.clone(),
+                    CompareOp::Equal,
+                    kv.mod_revision.0,
+                ));
+                failure.push(range_one(ns_key));
             }
-            return Err(KubeError::already_exists(rt, &name));
+            if dry_run.is_dry_run() {
+                if self.read_key(&key)?.0.is_some() {
+                    return Err(KubeError::already_exists(rt, &name));
+                }
+                return Ok(Value::Object(obj));
+            }
+            let txn = Txn {
+                compare,
+                success: vec![put(&key, &obj)],
+                failure,
+            };
+            let (resp, revision) = self.write_txn(txn).await?;
+            if resp.succeeded {
+                let mut obj = obj;
+                object::metadata_mut(&mut obj)
+                    .insert("resourceVersion".into(), json!(revision.0.to_string()));
+                return Ok(Value::Object(obj));
+            }
+            if let Some(existing) = range_kvs(&resp, 0).first() {
+                // A create retried after its first attempt committed finds its own
+                // uid: that is this request's success, not a conflict.
+                let ours = object::meta_str(&obj, "uid");
+                let stored = Current { rt, kv: existing }.object();
+                if ours.is_some()
+                    && stored
+                        .as_ref()
+                        .and_then(|s| s.pointer("/metadata/uid"))
+                        .and_then(Value::as_str)
+                        == ours
+                {
+                    return stored
+                        .ok_or_else(|| KubeError::Internal("stored object vanished".into()));
+                }
+                return Err(KubeError::already_exists(rt, &name));
+            }
+            if ns_key.is_none() {
+                return Err(KubeError::Internal(
+                    "create guard failed without a cause".into(),
+                ));
+            }
+            // The namespace changed (or went) since it was read: read it again.
         }
-        match ns {
-            Some(ns) => Err(KubeError::not_found(resources::namespaces(), ns)),
-            None => Err(KubeError::Internal(
-                "create guard failed without a cause".into(),
-            )),
-        }
+        Err(KubeError::conflict(rt, &name))
     }
 
     /// Replaces an admitted object (`PUT`), or only its status with
@@ -237,6 +341,7 @@ impl KubeStore {
         rt: &ResourceType,
         admitted: Admitted,
         scope: UpdateScope,
+        dry_run: DryRun,
     ) -> Result<Value, KubeError> {
         let Admitted {
             name,
@@ -252,6 +357,7 @@ impl KubeStore {
             &name,
             scope,
             UPDATE_RETRIES,
+            dry_run,
             |_| Ok::<_, KubeError>(obj.clone()),
         )
         .await
@@ -262,7 +368,11 @@ impl KubeStore {
     /// `metadata.resourceVersion`, when set, is its precondition; without
     /// one, `change` runs again on the newer state after a lost race, at
     /// most `attempts` times in all. [`admission::admit_update`] prepares
-    /// what it returns, within `scope`.
+    /// what it returns, within `scope`; the deletion rules
+    /// ([`deletion::check_update`]) then refuse new finalizers on an
+    /// object being deleted, and turn the update that removes its last
+    /// finalizer into its deletion.
+    #[allow(clippy::too_many_arguments)] // the verb's inputs, each its own
     pub async fn update_with<E>(
         &self,
         rt: &ResourceType,
@@ -270,6 +380,7 @@ impl KubeStore {
         name: &str,
         scope: UpdateScope,
         attempts: usize,
+        dry_run: DryRun,
         mut change: impl FnMut(Current<'_>) -> Result<Map<String, Value>, E>,
     ) -> Result<Value, E>
     where
@@ -277,87 +388,168 @@ impl KubeStore {
     {
         let key = rt.key(ns, name);
         let (mut new, revision) = self
-            .read_modify_write(rt, name, &key, attempts, |current| -> Result<_, E> {
-                let mut new = change(current)?;
-                let precondition = admission::precondition(&new).map_err(E::from)?;
-                admission::admit_update(rt, scope, &current.stored(), &mut new);
-                Ok(Change {
-                    ops: vec![put(&key, &new)],
-                    precondition,
-                    answer: new,
-                })
-            })
+            .read_modify_write(
+                rt,
+                name,
+                &key,
+                attempts,
+                dry_run,
+                |current| -> Result<_, E> {
+                    let mut new = change(current)?;
+                    let precondition = admission::precondition(&new).map_err(E::from)?;
+                    let stored = current.stored();
+                    admission::admit_update(rt, scope, &stored, &mut new);
+                    let op =
+                        match deletion::check_update(rt, name, &stored, &new).map_err(E::from)? {
+                            UpdateEffect::Write => put(&key, &new),
+                            UpdateEffect::Delete => delete_key(&key),
+                        };
+                    Ok(Change {
+                        ops: vec![op],
+                        precondition,
+                        answer: new,
+                    })
+                },
+            )
             .await?;
         object::metadata_mut(&mut new)
             .insert("resourceVersion".into(), json!(revision.0.to_string()));
         Ok(Value::Object(new))
     }
 
-    /// Deletes one object and returns its last state. Deleting a namespace
-    /// deletes every object in it in the same revision.
-    #[tracing::instrument(level = "debug", skip(self, rt), fields(resource = rt.plural))]
+    /// A DELETE of one object with `opts`, decided by
+    /// [`deletion::plan_delete`] (a namespace:
+    /// [`deletion::plan_namespace_delete`]) on the state the write is
+    /// guarded by, after the preconditions: the object is removed now, or
+    /// kept marked for deletion (finalizers, or a terminating namespace)
+    /// for the controllers to finish.
+    #[tracing::instrument(level = "debug", skip(self, rt, opts), fields(resource = rt.plural))]
     pub async fn delete(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
-        pre: &Preconditions,
-    ) -> Result<Value, KubeError> {
+        opts: &DeleteOptions,
+    ) -> Result<Deleted, KubeError> {
         admission::admit_delete(rt, name)?;
         let key = rt.key(ns, name);
-        let (last, _) = self
-            .read_modify_write(rt, name, &key, UPDATE_RETRIES, |current| {
+        let now = object::now_rfc3339();
+        let (deleted, revision) = self
+            .read_modify_write(rt, name, &key, UPDATE_RETRIES, opts.dry_run, |current| {
+                let stored = current.stored();
+                deletion::check_preconditions(
+                    rt,
+                    name,
+                    &stored,
+                    current.revision(),
+                    &opts.preconditions,
+                )?;
                 let last = current.object().unwrap_or_else(|| json!({}));
-                if let Some(uid) = &pre.uid {
-                    let actual = last
-                        .pointer("/metadata/uid")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    if actual != uid {
-                        return Err(KubeError::Conflict {
-                            resource: rt.group_resource(),
-                            name: name.to_string(),
-                            detail: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
-                        });
-                    }
-                }
-                let mut ops = vec![Op::Delete(DeleteRequest {
-                    range: KeyRange::single(key.clone().into_bytes()),
-                    prev_kv: false,
-                })];
-                if rt.plural == "namespaces" {
-                    for member in resources::RESOURCES.iter().filter(|r| r.namespaced) {
-                        ops.push(Op::Delete(DeleteRequest {
-                            range: KeyRange::prefix(
-                                member.collection_prefix(Some(name)).into_bytes(),
-                            ),
-                            prev_kv: false,
-                        }));
-                    }
-                }
-                Ok(Change {
+                let plan = if rt.plural == "namespaces" {
+                    deletion::plan_namespace_delete(&stored, &now)
+                } else {
+                    deletion::plan_delete(&stored, opts, &now)
+                };
+                let (ops, deleted) = match plan {
+                    DeletePlan::Delete => (
+                        vec![delete_key(&key)],
+                        Deleted {
+                            object: last,
+                            gone: true,
+                        },
+                    ),
+                    DeletePlan::Mark(marked) => (
+                        vec![put(&key, &marked)],
+                        Deleted {
+                            object: Value::Object(marked),
+                            gone: false,
+                        },
+                    ),
+                    DeletePlan::Pending => (
+                        Vec::new(),
+                        Deleted {
+                            object: last,
+                            gone: false,
+                        },
+                    ),
+                };
+                Ok::<_, KubeError>(Change {
                     ops,
-                    precondition: pre.resource_version,
-                    answer: last,
+                    precondition: None,
+                    answer: deleted,
                 })
             })
             .await?;
-        Ok(last)
+        let mut deleted = deleted;
+        if !deleted.gone {
+            if let Some(meta) = deleted
+                .object
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+            {
+                meta.insert("resourceVersion".into(), json!(revision.0.to_string()));
+            }
+        }
+        Ok(deleted)
     }
 
-    /// Deletes every object of a collection matching `selectors` and returns
-    /// what was deleted. Each object is guarded by the revision it was listed
-    /// at, so one changed meanwhile (and maybe no longer matching) is listed
-    /// again rather than deleted blindly; all deletes share one revision.
-    /// Namespaces go one by one through [`KubeStore::delete`], which also
-    /// deletes their contents.
-    #[tracing::instrument(level = "debug", skip(self, rt, selectors), fields(resource = rt.plural))]
+    /// Removes the namespace controller's `kubernetes` finalizer from a
+    /// terminating namespace whose contents are gone, and the namespace
+    /// with it when no other finalizer holds it. Guarded like any update;
+    /// a namespace that is not terminating is left alone.
+    pub async fn finalize_namespace(&self, name: &str) -> Result<(), KubeError> {
+        let rt = resources::namespaces();
+        let key = rt.key(None, name);
+        self.read_modify_write(rt, name, &key, UPDATE_RETRIES, DryRun::No, |current| {
+            let mut stored = current.stored();
+            if !deletion::is_being_deleted(&stored) {
+                return Ok::<_, KubeError>(Change {
+                    ops: Vec::new(),
+                    precondition: None,
+                    answer: (),
+                });
+            }
+            let left: Vec<String> = deletion::namespace_finalizers(&stored)
+                .into_iter()
+                .filter(|f| f != deletion::FINALIZER_NAMESPACE)
+                .collect();
+            let op = if left.is_empty() && deletion::finalizers(&stored).is_empty() {
+                delete_key(&key)
+            } else {
+                let spec = stored.entry("spec").or_insert_with(|| json!({}));
+                if !spec.is_object() {
+                    *spec = json!({});
+                }
+                spec["finalizers"] = json!(left);
+                put(&key, &stored)
+            };
+            Ok(Change {
+                ops: vec![op],
+                precondition: None,
+                answer: (),
+            })
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes every object of a collection matching `selectors` with
+    /// `opts` (each as [`deletion::plan_delete`] decides: removed, or kept
+    /// marked while finalizers hold it) and returns what was deleted or
+    /// marked. Each object is guarded by the revision it was listed at, so
+    /// one changed meanwhile (and maybe no longer matching) is listed again
+    /// rather than deleted blindly; all changes share one revision.
+    /// Namespaces go one by one through [`KubeStore::delete`], which marks
+    /// them terminating.
+    #[tracing::instrument(level = "debug", skip(self, rt, selectors, opts), fields(resource = rt.plural))]
     pub async fn delete_collection(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
         selectors: &Selectors,
+        opts: &DeleteOptions,
     ) -> Result<Listed, KubeError> {
+        let now = object::now_rfc3339();
         for _ in 0..UPDATE_RETRIES {
             let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
             let mut compare = Vec::new();
@@ -378,33 +570,45 @@ impl KubeStore {
                     if SYSTEM_NAMESPACES.contains(&name.as_str()) {
                         continue;
                     }
-                    match self
-                        .delete(rt, None, &name, &Preconditions::default())
-                        .await
-                    {
-                        Ok(last) => {
-                            deleted.extend(CachedObject::from_value(last.clone()).map(Arc::new))
+                    match self.delete(rt, None, &name, opts).await {
+                        Ok(done) => {
+                            deleted.extend(CachedObject::from_value(done.object).map(Arc::new))
                         }
                         Err(KubeError::NotFound { .. }) => {}
                         Err(e) => return Err(e),
                     }
                     continue;
                 }
-                let rv: u64 = item
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0);
+                let Value::Object(mut stored) = item.clone() else {
+                    continue;
+                };
+                object::metadata_mut(&mut stored).remove("resourceVersion");
                 let key = rt.key(item_ns.as_deref(), &name);
-                compare.push(Compare::mod_revision(key.clone(), CompareOp::Equal, rv));
-                success.push(Op::Delete(DeleteRequest {
-                    range: KeyRange::single(key.into_bytes()),
-                    prev_kv: false,
-                }));
-                deleted.push(cached.clone());
+                let op = match deletion::plan_delete(&stored, opts, &now) {
+                    DeletePlan::Delete => {
+                        deleted.push(cached.clone());
+                        delete_key(&key)
+                    }
+                    DeletePlan::Mark(marked) => {
+                        deleted.extend(
+                            CachedObject::from_value(Value::Object(marked.clone())).map(Arc::new),
+                        );
+                        put(&key, &marked)
+                    }
+                    DeletePlan::Pending => {
+                        deleted.push(cached.clone());
+                        continue;
+                    }
+                };
+                compare.push(Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    cached.revision,
+                ));
+                success.push(op);
             }
-            let revision = if success.is_empty() {
-                self.node.store().applied().revision
+            let revision = if success.is_empty() || opts.dry_run.is_dry_run() {
+                listed.revision
             } else {
                 let txn = Txn {
                     compare,

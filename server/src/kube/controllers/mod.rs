@@ -1,0 +1,428 @@
+//! The controllers that finish what a DELETE leaves pending: the garbage
+//! collector ([`gc`]: owner references, the `orphan` and
+//! `foregroundDeletion` finalizers) and the namespace controller
+//! ([`namespaces`]: a terminating namespace's contents, then the
+//! namespace).
+//!
+//! Where they run and why that is safe:
+//!
+//! - on the Raft leader only: every node runs [`run`], which waits (on
+//!   Raft's leader changes, not a timer) until its node leads, and stops
+//!   the moment it does not. A new leader starts with a full resync from
+//!   its watch cache, so work a deposed leader left half done is found
+//!   again: the controllers are level-triggered, the events only say where
+//!   to look;
+//! - driven by the watch cache's ordered event stream: each type's events
+//!   after the revision last seen (a full resync when the ring no longer
+//!   reaches back that far), never by polling the objects;
+//! - every write is a normal guarded write of the store (an update
+//!   guarded by the revision read, a delete with the uid and
+//!   resourceVersion the decision was made on), so a decision made on a
+//!   state that changed meanwhile is refused by the state machine, not
+//!   applied; the changed object's event brings it back to be decided
+//!   again. Two leaders overlapping for a moment (a deposed one that has
+//!   not noticed yet) therefore cannot undo each other: each decision is
+//!   checked against the state it was made on, and the facts decided on
+//!   are monotonic (an owner's uid, once gone, never comes back; a
+//!   terminating namespace cannot gain contents, since a create is
+//!   guarded by its namespace's revision).
+//!
+//! Failed writes (Raft unavailable, an unknown outcome) are retried after
+//! a backoff; everything else the next event or resync brings back.
+
+mod actions;
+pub mod gc;
+mod namespaces;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubestore_raft::RaftNode;
+use kubestore_storage::EventKind;
+use serde_json::Value;
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::kube::cache::{CachedObject, WatchCache};
+use crate::kube::deletion::{self, FINALIZER_FOREGROUND, FINALIZER_ORPHAN};
+use crate::kube::error::KubeError;
+use crate::kube::resources::{self, ResourceType, RESOURCES};
+use crate::kube::store::KubeStore;
+
+use gc::OwnerIndex;
+
+/// Events read from the cache per type per step.
+const EVENTS_PER_STEP: usize = 1024;
+/// Objects a resync visits between two yields to the runtime.
+const OBJECTS_PER_YIELD: usize = 4096;
+/// The first and the longest wait before failed work is tried again.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// One piece of work, by type index in [`RESOURCES`] and etcd key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Work {
+    /// An object with owner references: are its owners still there?
+    Dependent(usize, String),
+    /// An object being deleted with the `orphan` or `foregroundDeletion`
+    /// finalizer.
+    Owner(usize, String),
+    /// A terminating namespace, by name.
+    Namespace(String),
+}
+
+/// Runs the controllers on this node whenever it is the Raft leader,
+/// until `stop` turns true.
+pub async fn run(kube: KubeStore, node: RaftNode, mut stop: watch::Receiver<bool>) {
+    let me = node.id();
+    loop {
+        let leader = node.current_leader();
+        if leader != Some(me) {
+            tokio::select! {
+                changed = node.leader_changed(leader) => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            continue;
+        }
+        let span = tracing::info_span!("controllers", node = me, term = node.current_term());
+        tokio::select! {
+            _ = lead(&kube).instrument(span) => {}
+            _ = node.leader_changed(Some(me)) => {
+                tracing::info!(node = me, "no longer the leader: controllers pause");
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// The controllers' state while this node leads.
+struct Controllers {
+    kube: KubeStore,
+    index: OwnerIndex,
+    /// Namespaces being terminated, by name.
+    terminating: HashSet<String>,
+    queue: VecDeque<Work>,
+    queued: HashSet<Work>,
+    /// Per type, the revision its events have been read to.
+    seen: Vec<u64>,
+}
+
+/// Leads until cancelled: resync, then follow the events.
+async fn lead(kube: &KubeStore) {
+    let cache = kube.cache().clone();
+    let mut revisions = cache.subscribe();
+    let mut c = Controllers {
+        kube: kube.clone(),
+        index: OwnerIndex::default(),
+        terminating: HashSet::new(),
+        queue: VecDeque::new(),
+        queued: HashSet::new(),
+        seen: vec![0; RESOURCES.len()],
+    };
+    c.resync(&cache).await;
+    let mut retry: Vec<Work> = Vec::new();
+    let mut backoff = RETRY_MIN;
+    loop {
+        while let Some(work) = c.queue.pop_front() {
+            c.queued.remove(&work);
+            match c.process(&cache, &work).await {
+                Ok(()) => backoff = RETRY_MIN,
+                Err(e) => {
+                    tracing::debug!(error = %e, ?work, "controller work failed; retried later");
+                    retry.push(work);
+                }
+            }
+        }
+        if retry.is_empty() {
+            if revisions.changed().await.is_err() {
+                return;
+            }
+        } else {
+            tokio::select! {
+                changed = revisions.changed() => if changed.is_err() { return },
+                _ = tokio::time::sleep(backoff) => {
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    for work in retry.drain(..) {
+                        c.enqueue(work);
+                    }
+                }
+            }
+        }
+        if !c.follow(&cache) {
+            tracing::info!("the watch cache's ring no longer reaches back: resync");
+            c.resync(&cache).await;
+        }
+    }
+}
+
+fn lookup(cache: &WatchCache, rt: &ResourceType, key: &str) -> Option<Arc<CachedObject>> {
+    cache.current(rt).0.get(key).cloned()
+}
+
+fn as_map(v: &Value) -> Option<&serde_json::Map<String, Value>> {
+    v.as_object()
+}
+
+impl Controllers {
+    fn enqueue(&mut self, work: Work) {
+        if self.queued.insert(work.clone()) {
+            self.queue.push_back(work);
+        }
+    }
+
+    /// Rebuilds everything from the cache's current state and queues every
+    /// object that may need work. It visits every object (a second or so
+    /// for a million), so it yields to the runtime every
+    /// [`OBJECTS_PER_YIELD`] of them rather than hold a worker thread.
+    async fn resync(&mut self, cache: &WatchCache) {
+        self.index = OwnerIndex::default();
+        self.terminating.clear();
+        for (i, rt) in RESOURCES.iter().enumerate() {
+            let (objects, revision) = cache.current(rt);
+            self.seen[i] = revision;
+            for (n, (key, obj)) in objects.iter().enumerate() {
+                self.observe(cache, i, key, Some(&obj.object));
+                if n % OBJECTS_PER_YIELD == OBJECTS_PER_YIELD - 1 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        tracing::debug!(queued = self.queue.len(), "controllers resynced");
+    }
+
+    /// Reads the events after what was seen, type by type; `false` when a
+    /// type's ring no longer reaches back (a resync is needed).
+    fn follow(&mut self, cache: &WatchCache) -> bool {
+        let target = cache.revision();
+        for (i, rt) in RESOURCES.iter().enumerate() {
+            loop {
+                let Ok((events, upto)) = cache.events_after(rt, self.seen[i], EVENTS_PER_STEP)
+                else {
+                    return false;
+                };
+                let done = events.is_empty() || upto >= target;
+                for event in events {
+                    let last = event.object.as_ref().or(event.prev.as_ref());
+                    let Some(key) = last.map(|o| o.key.clone()) else {
+                        continue;
+                    };
+                    if event.kind == EventKind::Delete {
+                        if let Some(last) = &event.object {
+                            self.gone(i, &last.object);
+                        }
+                    }
+                    let current = lookup(cache, rt, &key);
+                    self.observe(cache, i, &key, current.as_ref().map(|o| &o.object));
+                }
+                self.seen[i] = self.seen[i].max(upto);
+                if done {
+                    break;
+                }
+            }
+        }
+        true
+    }
+
+    /// Follows the events until every type has been read to at least
+    /// `revision` (one step, as the cache already holds it).
+    async fn catch_up(&mut self, cache: &WatchCache, revision: u64) {
+        while self.seen.iter().copied().min().unwrap_or(0) < revision {
+            if !self.follow(cache) {
+                self.resync(cache).await;
+            }
+        }
+    }
+
+    /// An object of type `i` was deleted (`last`: its last state): its
+    /// dependents may be orphans now, its owners may wait for it, its
+    /// namespace may be emptying.
+    fn gone(&mut self, i: usize, last: &Value) {
+        if let Some(uid) = last.pointer("/metadata/uid").and_then(Value::as_str) {
+            for (j, key) in self.index.dependents(uid) {
+                self.enqueue(Work::Dependent(j, key));
+            }
+        }
+        let ns = last.pointer("/metadata/namespace").and_then(Value::as_str);
+        for r in gc::owner_refs(last) {
+            if let Some((j, key)) = gc::owner_key(&r, ns) {
+                self.enqueue(Work::Owner(j, key));
+            }
+        }
+        if RESOURCES[i].namespaced {
+            if let Some(ns) = ns.filter(|ns| self.terminating.contains(*ns)) {
+                self.enqueue(Work::Namespace(ns.to_string()));
+            }
+        }
+    }
+
+    /// The current state of one object (`None`: gone): index it and queue
+    /// what it may need.
+    fn observe(&mut self, cache: &WatchCache, i: usize, key: &str, current: Option<&Value>) {
+        self.index.refresh(i, key, current);
+        let rt = &RESOURCES[i];
+        let name = || key.rsplit('/').next().unwrap_or_default().to_string();
+        let Some(obj) = current.and_then(as_map) else {
+            if std::ptr::eq(rt, resources::namespaces()) {
+                self.terminating.remove(&name());
+            }
+            return;
+        };
+        if std::ptr::eq(rt, resources::namespaces()) {
+            if deletion::is_being_deleted(obj) {
+                self.terminating.insert(name());
+                self.enqueue(Work::Namespace(name()));
+            } else {
+                self.terminating.remove(&name());
+            }
+        }
+        let refs = current.map(gc::owner_refs).unwrap_or_default();
+        if !refs.is_empty() {
+            self.enqueue(Work::Dependent(i, key.to_string()));
+            // An owner being deleted may be waiting for this one (or for it
+            // to drop a blocking reference): let it look again.
+            let ns = obj
+                .get("metadata")
+                .and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str);
+            for r in refs {
+                if let Some((j, owner_key)) = gc::owner_key(&r, ns) {
+                    let owner = lookup(cache, &RESOURCES[j], &owner_key);
+                    if owner
+                        .is_some_and(|o| as_map(&o.object).is_some_and(deletion::is_being_deleted))
+                    {
+                        self.enqueue(Work::Owner(j, owner_key));
+                    }
+                }
+            }
+        }
+        if deletion::is_being_deleted(obj)
+            && deletion::finalizers(obj)
+                .iter()
+                .any(|f| f == FINALIZER_ORPHAN || f == FINALIZER_FOREGROUND)
+        {
+            self.enqueue(Work::Owner(i, key.to_string()));
+        }
+    }
+
+    async fn process(&mut self, cache: &WatchCache, work: &Work) -> Result<(), KubeError> {
+        match work {
+            Work::Dependent(i, key) => self.dependent(cache, *i, key).await,
+            Work::Owner(i, key) => self.owner(cache, *i, key).await,
+            Work::Namespace(name) => namespaces::finish(&self.kube, cache, name).await,
+        }
+    }
+
+    /// Decides on a dependent from its owners' current states.
+    #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = RESOURCES[i].plural))]
+    async fn dependent(
+        &mut self,
+        cache: &WatchCache,
+        i: usize,
+        key: &str,
+    ) -> Result<(), KubeError> {
+        let rt = &RESOURCES[i];
+        let Some(current) = lookup(cache, rt, key) else {
+            return Ok(());
+        };
+        let Some(obj) = as_map(&current.object) else {
+            return Ok(());
+        };
+        let ns = current
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str);
+        let mut owners = Vec::new();
+        for r in gc::owner_refs(&current.object) {
+            let state = gc::owner_key(&r, ns).map(|(j, owner_key)| {
+                let found = lookup(cache, &RESOURCES[j], &owner_key);
+                gc::owner_state(&r, found.as_ref().map(|o| &o.object))
+            });
+            owners.push((r, state));
+        }
+        let uid = obj
+            .get("metadata")
+            .and_then(|m| m.get("uid"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let has_dependents = self.index.has_dependents(uid);
+        match gc::verdict(obj, &owners, has_dependents) {
+            gc::Verdict::Keep => Ok(()),
+            gc::Verdict::DropRefs(uids) => {
+                tracing::info!(
+                    key,
+                    ?uids,
+                    "removing references to owners that are gone or waiting"
+                );
+                actions::drop_owner_refs(&self.kube, rt, &current, &uids).await
+            }
+            gc::Verdict::Delete(policy) => {
+                tracing::info!(key, ?policy, "deleting a dependent whose owners are gone");
+                actions::delete_seen(&self.kube, rt, &current, Some(policy)).await
+            }
+        }
+    }
+
+    /// Moves an owner being deleted on: orphans or deletes its dependents,
+    /// and removes its garbage-collector finalizer once done.
+    #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = RESOURCES[i].plural))]
+    async fn owner(&mut self, cache: &WatchCache, i: usize, key: &str) -> Result<(), KubeError> {
+        let rt = &RESOURCES[i];
+        let Some(seen) = lookup(cache, rt, key) else {
+            return Ok(());
+        };
+        // The owner index must know every dependent created before the
+        // state acted on: the owner's state may be newer than the events
+        // followed so far (it is read from the cache as it is now), and a
+        // dependent missing from the index would be neither orphaned nor
+        // waited for.
+        self.catch_up(cache, seen.revision).await;
+        let Some(current) = lookup(cache, rt, key) else {
+            return Ok(());
+        };
+        let Some(obj) = as_map(&current.object) else {
+            return Ok(());
+        };
+        let uid = obj
+            .get("metadata")
+            .and_then(|m| m.get("uid"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let dependents: Vec<(usize, Arc<CachedObject>)> = self
+            .index
+            .dependents(&uid)
+            .into_iter()
+            .filter_map(|(j, k)| lookup(cache, &RESOURCES[j], &k).map(|o| (j, o)))
+            .collect();
+        let values: Vec<Value> = dependents.iter().map(|(_, o)| o.object.clone()).collect();
+        match gc::owner_step(obj, &uid, &values) {
+            gc::OwnerStep::Nothing => Ok(()),
+            gc::OwnerStep::Orphan => {
+                for (j, dep) in &dependents {
+                    actions::drop_owner_refs(
+                        &self.kube,
+                        &RESOURCES[*j],
+                        dep,
+                        std::slice::from_ref(&uid),
+                    )
+                    .await?;
+                }
+                tracing::info!(key, orphaned = dependents.len(), "dependents orphaned");
+                actions::remove_finalizer(&self.kube, rt, &current, FINALIZER_ORPHAN).await
+            }
+            gc::OwnerStep::Foreground { blocking } => {
+                for (j, dep) in dependents {
+                    self.enqueue(Work::Dependent(j, dep.key.clone()));
+                }
+                if blocking == 0 {
+                    tracing::info!(key, "no blocking dependents left: foreground deletion ends");
+                    actions::remove_finalizer(&self.kube, rt, &current, FINALIZER_FOREGROUND).await
+                } else {
+                    tracing::debug!(key, blocking, "waiting for blocking dependents");
+                    Ok(())
+                }
+            }
+        }
+    }
+}
