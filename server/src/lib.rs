@@ -34,6 +34,7 @@
 //! - [`node`]: a running node (Raft + gRPC + REST), also used by tests.
 //! - [`compaction`]: the leader's history compaction through the log.
 //! - [`launcher`]: `kubestore cluster`, the local multi-process launcher.
+//! - [`histogram`]: the fixed-bucket latency histogram of `/metrics`.
 //! - [`limits`]: the per-node limits of requests in flight (429 /
 //!   ResourceExhausted beyond them).
 //! - [`write`]: a command through Raft and its answer unpacked, one
@@ -52,6 +53,7 @@ pub mod config;
 pub mod etcd;
 #[cfg(test)]
 mod fuzz;
+pub mod histogram;
 pub mod http;
 pub mod kube;
 pub mod launcher;

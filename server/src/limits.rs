@@ -5,12 +5,17 @@
 //! `Retry-After`, etcd `ResourceExhausted`) instead of queueing, so an
 //! overloaded node's memory stays bounded and the requests it admitted
 //! keep their latency. Watches are exempt (they are long-running and
-//! bounded by their own queues); both front ends share one budget.
+//! bounded by their own queues); both front ends share one budget. Every
+//! admitted request is timed from its admission to its answer (the slot
+//! held), per class, for `/metrics`: the latency the limits keep bounded.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::histogram::Histogram;
 
 /// Which budget a request draws from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,10 +31,24 @@ pub struct Overloaded {
     pub class: RequestClass,
 }
 
-/// A request's place in its budget; released when dropped.
+/// A request's place in its budget; released, and the time it was held
+/// recorded, when dropped.
 #[derive(Debug)]
 pub struct Admitted {
     _permit: Option<OwnedSemaphorePermit>,
+    budget: Arc<Budget>,
+    since: Instant,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let held = self.since.elapsed().as_secs_f64();
+        self.budget
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(held);
+    }
 }
 
 #[derive(Debug)]
@@ -38,6 +57,8 @@ struct Budget {
     /// `None`: no limit.
     slots: Option<Arc<Semaphore>>,
     rejected: AtomicU64,
+    /// How long admitted requests held their slot.
+    held: Mutex<Histogram>,
 }
 
 impl Budget {
@@ -46,6 +67,7 @@ impl Budget {
             limit,
             slots: (limit > 0).then(|| Arc::new(Semaphore::new(limit))),
             rejected: AtomicU64::new(0),
+            held: Mutex::new(Histogram::default()),
         }
     }
 }
@@ -66,7 +88,7 @@ impl InflightLimits {
         }
     }
 
-    fn budget(&self, class: RequestClass) -> &Budget {
+    fn budget(&self, class: RequestClass) -> &Arc<Budget> {
         match class {
             RequestClass::ReadOnly => &self.read_only,
             RequestClass::Mutating => &self.mutating,
@@ -76,19 +98,22 @@ impl InflightLimits {
     /// Takes a slot of `class`, or refuses at once.
     pub fn admit(&self, class: RequestClass) -> Result<Admitted, Overloaded> {
         let budget = self.budget(class);
-        let Some(slots) = &budget.slots else {
-            return Ok(Admitted { _permit: None });
+        let permit = match &budget.slots {
+            None => None,
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    budget.rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(?class, "request refused: too many in flight");
+                    return Err(Overloaded { class });
+                }
+            },
         };
-        match slots.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Admitted {
-                _permit: Some(permit),
-            }),
-            Err(_) => {
-                budget.rejected.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(?class, "request refused: too many in flight");
-                Err(Overloaded { class })
-            }
-        }
+        Ok(Admitted {
+            _permit: permit,
+            budget: budget.clone(),
+            since: Instant::now(),
+        })
     }
 
     /// Requests of `class` in flight now (0 when unlimited: not counted).
@@ -103,6 +128,15 @@ impl InflightLimits {
     /// Requests of `class` refused so far.
     pub fn rejected(&self, class: RequestClass) -> u64 {
         self.budget(class).rejected.load(Ordering::Relaxed)
+    }
+
+    /// How long admitted requests of `class` held their slot so far.
+    pub fn held(&self, class: RequestClass) -> Histogram {
+        self.budget(class)
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -140,6 +174,22 @@ mod tests {
             limits.admit(RequestClass::ReadOnly).is_ok(),
             "a released slot is reused"
         );
+    }
+
+    #[test]
+    fn every_admitted_request_is_timed_when_it_ends_limited_or_not() {
+        let limits = InflightLimits::new(0, 1);
+        drop(limits.admit(RequestClass::Mutating).expect("admitted"));
+        drop(limits.admit(RequestClass::ReadOnly).expect("admitted"));
+        drop(limits.admit(RequestClass::ReadOnly).expect("admitted"));
+        assert!(limits.admit(RequestClass::Mutating).is_ok());
+        let render = |class| {
+            let mut out = String::new();
+            limits.held(class).render(&mut out, "h", "");
+            out
+        };
+        assert!(render(RequestClass::Mutating).contains("h_count{} 2\n"));
+        assert!(render(RequestClass::ReadOnly).contains("h_count{} 2\n"));
     }
 
     #[test]

@@ -14,6 +14,15 @@
 //! memory stays flat; without them, requests queue in the nodes, latency
 //! and memory grow with the backlog. `results.json` holds both runs and
 //! the ratios overload/sustainable of each.
+//!
+//! Admitted latency is reported twice: as the client saw it, from the
+//! moment it sent the request (which includes the wait in its own HTTP/2
+//! streams, long when the generator shares the nodes' cores), and as the
+//! nodes measured it, from admission to answer (the
+//! `kubestore_admitted_request_duration_seconds` histogram of every node,
+//! before and after the phase). Memory is the largest node's peak RSS over
+//! the first half of the overload phase and over all of it: a node whose
+//! memory is bounded levels off, one that queues keeps growing.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,11 +87,70 @@ struct Phases {
     admitted_per_second: f64,
     admitted_p50_ms: f64,
     admitted_p99_ms: f64,
+    /// p99 of the admitted puts as the nodes measured them, from admission
+    /// to answer (`kubestore_admitted_request_duration_seconds`): the upper
+    /// bound of the bucket holding it.
+    server_admitted_p99_ms: f64,
     refused: u64,
     failed: u64,
     not_sent: u64,
     overload_peak_rss_mb: f64,
+    /// The peak over the first half of the overload phase: against the
+    /// whole phase's peak, whether memory levelled off or kept growing.
+    overload_first_half_peak_rss_mb: f64,
     first_error: Option<String>,
+}
+
+/// Cumulative bucket counts (upper bound in seconds → count) of the
+/// mutating class's admitted-request histogram, summed over `nodes` (REST
+/// addresses).
+async fn admitted_mutating_buckets(nodes: &[String]) -> anyhow::Result<Vec<(f64, u64)>> {
+    const PREFIX: &str =
+        "kubestore_admitted_request_duration_seconds_bucket{class=\"mutating\",le=\"";
+    let http = reqwest::Client::new();
+    let mut sum: Vec<(f64, u64)> = Vec::new();
+    for node in nodes {
+        let text = http
+            .get(format!("http://{node}/metrics"))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        let buckets = text.lines().filter_map(|line| {
+            let (bound, count) = line.strip_prefix(PREFIX)?.split_once("\"} ")?;
+            let bound = if bound == "+Inf" {
+                f64::INFINITY
+            } else {
+                bound.parse().ok()?
+            };
+            Some((bound, count.trim().parse::<u64>().ok()?))
+        });
+        for (i, (bound, count)) in buckets.enumerate() {
+            match sum.get_mut(i) {
+                Some(slot) => slot.1 += count,
+                None => sum.push((bound, count)),
+            }
+        }
+    }
+    anyhow::ensure!(!sum.is_empty(), "no admitted-request histogram in /metrics");
+    Ok(sum)
+}
+
+/// The upper bound (ms) of the bucket that holds the p99 of the
+/// observations made between `before` and `after`.
+fn bucket_p99_ms(before: &[(f64, u64)], after: &[(f64, u64)]) -> f64 {
+    let delta: Vec<(f64, u64)> = after
+        .iter()
+        .enumerate()
+        .map(|(i, (bound, n))| (*bound, n - before.get(i).map_or(0, |b| b.1).min(*n)))
+        .collect();
+    let total = delta.last().map_or(0, |d| d.1);
+    let rank = (total as f64 * 0.99).ceil() as u64;
+    delta
+        .iter()
+        .find(|(_, n)| *n >= rank)
+        .map_or(f64::INFINITY, |(bound, _)| bound * 1000.0)
 }
 
 /// What the open-loop phase records.
@@ -96,24 +164,23 @@ struct OpenLoop {
     first_error: std::sync::Mutex<Option<String>>,
 }
 
-/// Samples the largest node's RSS every 100 ms until stopped; returns the peak.
-fn sample_peak_rss(
+/// Samples the largest node's RSS every 100 ms until stopped; returns every
+/// sample, in order.
+fn sample_rss(
     pids: Vec<u32>,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<u64>,
+    tokio::task::JoinHandle<Vec<u64>>,
 ) {
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        let mut peak = 0;
+        let mut samples = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
-                _ = &mut stopped => return peak,
+                _ = &mut stopped => return samples,
                 _ = tick.tick() => {
-                    for &pid in &pids {
-                        peak = peak.max(rss_bytes(pid).unwrap_or(0));
-                    }
+                    samples.push(pids.iter().map(|&pid| rss_bytes(pid).unwrap_or(0)).max().unwrap_or(0));
                 }
             }
         }
@@ -121,14 +188,18 @@ fn sample_peak_rss(
     (stop, task)
 }
 
+/// Stops sampling; returns the peak RSS in MB over the whole sampling and
+/// over its first half.
 async fn stop_sampling(
     sampler: (
         tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<u64>,
+        tokio::task::JoinHandle<Vec<u64>>,
     ),
-) -> f64 {
+) -> (f64, f64) {
     let _ = sampler.0.send(());
-    sampler.1.await.unwrap_or(0) as f64 / 1e6
+    let samples = sampler.1.await.unwrap_or_default();
+    let peak = |s: &[u64]| s.iter().copied().max().unwrap_or(0) as f64 / 1e6;
+    (peak(&samples), peak(&samples[..samples.len() / 2]))
 }
 
 /// Offers puts at `rate` per second for `seconds`, open loop.
@@ -230,19 +301,22 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
         out: args.out.clone(),
         no_progress: args.no_progress,
     };
-    let sampler = sample_peak_rss(pids.clone());
+    let sampler = sample_rss(pids.clone());
     let sustainable =
         workload::run_etcd(&Workload::EtcdPut, &endpoints, args.clients, &load).await?;
-    let sustainable_rss = stop_sampling(sampler).await;
+    let (sustainable_rss, _) = stop_sampling(sampler).await;
+    let rest: Vec<String> = specs.iter().map(|s| s.rest.clone()).collect();
+    let before = admitted_mutating_buckets(&rest).await?;
 
     let offered = sustainable.throughput * args.factor;
     println!(
         "{label}: sustainable {:.0} puts/s; offering {offered:.0}/s open loop for {} s",
         sustainable.throughput, args.seconds
     );
-    let sampler = sample_peak_rss(pids);
+    let sampler = sample_rss(pids);
     let (stats, hist, elapsed) = open_loop(&endpoints, offered, args.seconds, args.size).await?;
-    let overload_rss = stop_sampling(sampler).await;
+    let (overload_rss, overload_first_half_rss) = stop_sampling(sampler).await;
+    let after = admitted_mutating_buckets(&rest).await?;
     for c in &mut children {
         let _ = c.kill().await;
     }
@@ -257,10 +331,12 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
         admitted_per_second: admitted as f64 / elapsed.max(1e-9),
         admitted_p50_ms: ms(0.5),
         admitted_p99_ms: ms(0.99),
+        server_admitted_p99_ms: bucket_p99_ms(&before, &after),
         refused: stats.refused.load(Ordering::Relaxed),
         failed: stats.failed.load(Ordering::Relaxed),
         not_sent: stats.not_sent.load(Ordering::Relaxed),
         overload_peak_rss_mb: overload_rss,
+        overload_first_half_peak_rss_mb: overload_first_half_rss,
         first_error: stats
             .first_error
             .into_inner()
@@ -277,28 +353,32 @@ pub async fn run(args: OverloadArgs) -> anyhow::Result<()> {
         .await
         .context("without in-flight limits")?;
     println!(
-        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>12} {:>12}",
+        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>14} {:>12}",
         "limits",
         "sustained/s",
         "offered/s",
         "admitted/s",
         "p99 ms 1x",
         "p99 ms ov",
+        "node p99 ov",
         "refused",
         "RSS MB 1x",
+        "RSS MB ov 1/2",
         "RSS MB ov"
     );
     for p in [&with, &without] {
         println!(
-            "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>12.1} {:>10.1} {:>10} {:>12.0} {:>12.0}",
+            "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>12.1} {:>10.1} {:>12} {:>10} {:>12.0} {:>14.0} {:>12.0}",
             if p.limits { "on" } else { "off" },
             p.sustainable_per_second,
             p.offered_per_second,
             p.admitted_per_second,
             p.sustainable_p99_ms,
             p.admitted_p99_ms,
+            format!("<= {}", p.server_admitted_p99_ms),
             p.refused,
             p.sustainable_peak_rss_mb,
+            p.overload_first_half_peak_rss_mb,
             p.overload_peak_rss_mb,
         );
         if let Some(e) = &p.first_error {

@@ -49,8 +49,8 @@ fn frame<'a, 'b, DB: DrawingBackend>(
 }
 
 /// The series labels, upper left on a light box.
-fn legend<DB: DrawingBackend, CT: CoordTranslate>(
-    chart: &mut ChartContext<'_, DB, CT>,
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     chart
         .configure_series_labels()

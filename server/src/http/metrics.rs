@@ -17,12 +17,8 @@ use axum::response::{IntoResponse, Response};
 
 use kubestore_raft::RaftNode;
 
+use crate::histogram::Histogram;
 use crate::limits::{InflightLimits, RequestClass};
-
-/// Upper bounds of the latency buckets, in seconds.
-const BUCKETS: [f64; 14] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
 
 /// The `X-Kubestore-Read` header: how a read was served
 /// (`kube::store::ReadPath`), so benchmarks and tests can tell. Handlers
@@ -32,25 +28,6 @@ pub const READ_HEADER: &str = "x-kubestore-read";
 /// The verb a handler served, attached to its response for the metrics layer.
 #[derive(Debug, Clone, Copy)]
 pub struct Verb(pub &'static str);
-
-#[derive(Debug, Default)]
-struct Histogram {
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, secs: f64) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if secs <= *bound {
-                self.buckets[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += secs;
-    }
-}
 
 /// (verb, read path) → latency; (verb, read path, code) → count.
 #[derive(Debug, Default)]
@@ -85,16 +62,11 @@ impl Metrics {
         out.push_str("# HELP kubestore_http_request_duration_seconds Time to the response headers (for watches: to the stream's start).\n");
         out.push_str("# TYPE kubestore_http_request_duration_seconds histogram\n");
         for ((verb, read), h) in &s.latency {
-            for (bound, n) in BUCKETS.iter().zip(h.buckets.iter()) {
-                let _ = writeln!(out, "kubestore_http_request_duration_seconds_bucket{{verb=\"{verb}\",read=\"{read}\",le=\"{bound}\"}} {n}");
-            }
-            let _ = writeln!(out, "kubestore_http_request_duration_seconds_bucket{{verb=\"{verb}\",read=\"{read}\",le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(
+            h.render(
                 out,
-                "kubestore_http_request_duration_seconds_sum{{verb=\"{verb}\",read=\"{read}\"}} {}",
-                h.sum
+                "kubestore_http_request_duration_seconds",
+                &format!("verb=\"{verb}\",read=\"{read}\""),
             );
-            let _ = writeln!(out, "kubestore_http_request_duration_seconds_count{{verb=\"{verb}\",read=\"{read}\"}} {}", h.count);
         }
     }
 }
@@ -179,6 +151,16 @@ pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Re
         "gauge",
         |class| u64::try_from(limits.in_flight(class)).unwrap_or(u64::MAX),
     );
+    let held = "kubestore_admitted_request_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {held} Time an admitted API request (REST and etcd, watches exempt) held its in-flight slot: from admission to its answer.\n# TYPE {held} histogram"
+    );
+    for (class, label) in CLASSES {
+        limits
+            .held(class)
+            .render(&mut out, held, &format!("class=\"{label}\""));
+    }
     let mut resp = (StatusCode::OK, out).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -186,6 +168,12 @@ pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Re
     );
     resp
 }
+
+/// The request classes and their label values.
+const CLASSES: [(RequestClass, &str); 2] = [
+    (RequestClass::ReadOnly, "read-only"),
+    (RequestClass::Mutating, "mutating"),
+];
 
 /// One metric family with a sample per request class.
 fn write_per_class(
@@ -196,10 +184,7 @@ fn write_per_class(
     value: impl Fn(RequestClass) -> u64,
 ) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    for (class, label) in [
-        (RequestClass::ReadOnly, "read-only"),
-        (RequestClass::Mutating, "mutating"),
-    ] {
+    for (class, label) in CLASSES {
         let _ = writeln!(out, "{name}{{class=\"{label}\"}} {}", value(class));
     }
 }
