@@ -11,13 +11,16 @@
 //! (the built-in types' schemas, generated from the upstream OpenAPI
 //! specification), [`object`] (objects as JSON and as stored),
 //! [`admission`] (prepare and validate for create, update, delete),
-//! [`strategic`] (strategic merge patch), [`selectors`], [`paging`],
-//! [`cache`] (the watch cache), [`store`] (reads and writes of one node),
-//! [`error`].
+//! [`strategic`] (strategic merge patch), [`apply`] (server-side apply
+//! and managed fields), [`fieldvalidation`] (unknown and duplicate
+//! fields), [`selectors`], [`paging`], [`cache`] (the watch cache),
+//! [`store`] (reads and writes of one node), [`error`].
 
 pub mod admission;
+pub mod apply;
 pub mod cache;
 pub mod error;
+pub mod fieldvalidation;
 pub mod object;
 pub mod paging;
 pub mod resources;
