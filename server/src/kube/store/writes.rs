@@ -17,6 +17,7 @@ use kubestore_storage::{
 
 use super::{Freshness, KubeStore, Listed, Preconditions, ReadPath};
 use crate::kube::admission::{self, Admitted, UpdateScope, SYSTEM_NAMESPACES};
+use crate::kube::apply;
 use crate::kube::cache::CachedObject;
 use crate::kube::error::KubeError;
 use crate::kube::object;
@@ -257,6 +258,33 @@ impl KubeStore {
         .await
     }
 
+    /// [`update`](Self::update) recorded as an `Update` by `manager` in
+    /// the object's `managedFields`.
+    pub async fn update_as(
+        &self,
+        rt: &ResourceType,
+        admitted: Admitted,
+        scope: UpdateScope,
+        manager: &apply::Manager,
+    ) -> Result<Value, KubeError> {
+        let Admitted {
+            name,
+            namespace,
+            object: obj,
+        } = admitted;
+        admission::precondition(&obj)?;
+        self.update_managed(
+            rt,
+            namespace.as_deref(),
+            &name,
+            scope,
+            UPDATE_RETRIES,
+            Some(manager),
+            |_| Ok::<_, KubeError>(obj.clone()),
+        )
+        .await
+    }
+
     /// An update computed from the current object (a patch): `change`
     /// gets the stored state and returns the object to write, whose
     /// `metadata.resourceVersion`, when set, is its precondition; without
@@ -270,17 +298,52 @@ impl KubeStore {
         name: &str,
         scope: UpdateScope,
         attempts: usize,
+        change: impl FnMut(Current<'_>) -> Result<Map<String, Value>, E>,
+    ) -> Result<Value, E>
+    where
+        E: From<KubeError>,
+    {
+        self.update_managed(rt, ns, name, scope, attempts, None, change)
+            .await
+    }
+
+    /// [`update_with`](Self::update_with) recording the write as an
+    /// `Update` by `manager` in the object's `managedFields`
+    /// ([`apply::track_update`], against the stored object, after
+    /// admission); `None` leaves them as `change` wrote them (an apply
+    /// writes its own).
+    #[allow(clippy::too_many_arguments)] // the update's inputs, each distinct
+    pub async fn update_managed<E>(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        scope: UpdateScope,
+        attempts: usize,
+        manager: Option<&apply::Manager>,
         mut change: impl FnMut(Current<'_>) -> Result<Map<String, Value>, E>,
     ) -> Result<Value, E>
     where
         E: From<KubeError>,
     {
         let key = rt.key(ns, name);
+        let target = apply::Target::of(rt);
         let (mut new, revision) = self
             .read_modify_write(rt, name, &key, attempts, |current| -> Result<_, E> {
                 let mut new = change(current)?;
                 let precondition = admission::precondition(&new).map_err(E::from)?;
-                admission::admit_update(rt, scope, &current.stored(), &mut new);
+                let stored = current.stored();
+                admission::admit_update(rt, scope, &stored, &mut new);
+                if let Some(manager) = manager {
+                    apply::track_update(
+                        &target,
+                        manager,
+                        Some(&stored),
+                        &mut new,
+                        &object::now_rfc3339(),
+                    )
+                    .map_err(|e| E::from(KubeError::from(e)))?;
+                }
                 Ok(Change {
                     ops: vec![put(&key, &new)],
                     precondition,
