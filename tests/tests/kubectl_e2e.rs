@@ -951,5 +951,42 @@ spec:
         .collect();
     assert_eq!(managers, ["kubectl-client-side-apply"]);
 
+    // Phase 6: an object made by client-side apply moves to server-side
+    // apply, a changed field and all, without conflicts (kube's
+    // last-applied upgrade), and its annotation follows.
+    let csa = write(
+        "csa.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: moved, namespace: ssa}
+data: {a: "1", b: "2"}
+"#,
+    );
+    ok(
+        &kubectl(&kc, "node-1", &["apply", "-f", &csa]),
+        "client-side apply",
+    );
+    let ssa = write(
+        "ssa.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: moved, namespace: ssa}
+data: {a: "1", b: "3"}
+"#,
+    );
+    ok(
+        &kubectl(&kc, "node-2", &["apply", "--server-side", "-f", &ssa]),
+        "server-side apply after client-side apply",
+    );
+    let cm = get_json("node-3", &["configmap", "moved"]);
+    assert_eq!(cm["data"], serde_json::json!({"a": "1", "b": "3"}));
+    let last: Value = serde_json::from_str(
+        cm["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .expect("last-applied annotation"),
+    )
+    .expect("json");
+    assert_eq!(last["data"]["b"], "3");
+
     stop_cluster(launcher).await;
 }

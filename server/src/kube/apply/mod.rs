@@ -28,6 +28,10 @@
 //!   is not the main resource's, and a status write owns only the status.
 //! - `managedFields: []` (or `[{}]`) in a written object resets the
 //!   ownerships; a written object without valid ones keeps the stored.
+//! - kubectl moving an object from client-side to server-side apply: an
+//!   apply by the manager `kubectl` does not conflict on fields the
+//!   object's `last-applied-configuration` annotation set (and the object
+//!   still has), and the annotation becomes the applied configuration.
 //!
 //! Where kubestore differs: kube drops a decoded `Update` manager's
 //! struct-typed fields' own membership in ways that depend on Go's
@@ -346,7 +350,7 @@ fn encode(obj: &mut Map<String, Value>, mut entries: Vec<Entry>, now: &str) {
     let had_ancient = entries.iter().any(is_ancient);
     let updates = entries
         .iter()
-        .filter(|e| e.operation == Operation::Update && !is_ancient(*e))
+        .filter(|e| e.operation == Operation::Update && !is_ancient(e))
         .count();
     if updates + usize::from(had_ancient) > MAX_UPDATE_MANAGERS {
         // Fold the oldest updates (and the earlier ancient changes) into
@@ -526,15 +530,28 @@ pub fn apply(
 
     let c = compare_owned(target, manager, live_obj, &merged)?;
     let changed = c.changed();
-    let mut conflicts: Vec<(String, String)> = Vec::new();
+    let mut conflicts: Vec<(String, fieldpath::Path)> = Vec::new();
     for e in entries.iter().filter(|e| !e.is(manager, Operation::Apply)) {
         for path in e.fields.intersection(&changed).paths() {
-            conflicts.push((e.describe(), fieldpath::path_string(&path)));
+            conflicts.push((e.describe(), path));
+        }
+    }
+    if manager.name == KUBECTL && !conflicts.is_empty() {
+        // kubectl moving from client- to server-side apply: what its
+        // last-applied configuration set (and the object still has) is
+        // its own already, as kube's last-applied manager allows.
+        if let Some(allowed) = last_applied_fields(target, live_obj) {
+            conflicts.retain(|(_, path)| !allowed.has(path));
         }
     }
     if !force && !conflicts.is_empty() {
         conflicts.sort_by(|a, b| a.0.cmp(&b.0));
-        return Err(ApplyError::Conflicts(conflicts));
+        return Err(ApplyError::Conflicts(
+            conflicts
+                .into_iter()
+                .map(|(m, p)| (m, fieldpath::path_string(&p)))
+                .collect(),
+        ));
     }
     for e in entries
         .iter_mut()
@@ -544,5 +561,55 @@ pub fn apply(
     }
     set_own(&mut entries, manager, Operation::Apply, applied, now);
     encode(&mut merged, entries, now);
+    if manager.name == KUBECTL {
+        sync_last_applied(&mut merged, config_value);
+    }
     Ok(merged)
+}
+
+/// The field manager of `kubectl apply --server-side`.
+pub const KUBECTL: &str = "kubectl";
+/// Client-side apply's record of what it applied.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn last_applied(obj: &Map<String, Value>) -> Option<&str> {
+    obj.get("metadata")?
+        .get("annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()
+        .filter(|s| !s.is_empty())
+}
+
+/// The fields both the last-applied configuration of `live` and `live`
+/// itself set; `None` without one (or one that is not an object).
+fn last_applied_fields(target: &Target<'_>, live: &Map<String, Value>) -> Option<FieldSet> {
+    let config: Value = serde_json::from_str(last_applied(live)?).ok()?;
+    if !config.is_object() {
+        return None;
+    }
+    let of_config = walk::field_set(target.schema, target.ty, &config).ok()?;
+    let of_live = walk::field_set(target.schema, target.ty, &Value::Object(live.clone())).ok()?;
+    Some(of_config.intersection(&of_live))
+}
+
+/// After a server-side apply by kubectl of an object client-side apply
+/// managed, its last-applied annotation becomes the applied configuration
+/// (without the annotation itself), as kube keeps the two in step.
+fn sync_last_applied(merged: &mut Map<String, Value>, mut config: Value) {
+    if last_applied(merged).is_none() {
+        return;
+    }
+    if let Some(a) = config
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(LAST_APPLIED);
+    }
+    let annotations = crate::kube::object::metadata_mut(merged)
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(a) = annotations.as_object_mut() {
+        a.insert(LAST_APPLIED.into(), Value::String(config.to_string()));
+    }
 }

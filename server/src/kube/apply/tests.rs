@@ -539,3 +539,75 @@ mod proptests {
         }
     }
 }
+
+#[test]
+fn kubectl_moves_from_client_side_apply_without_conflicts() {
+    let t = target("configmaps");
+    let last = r#"{"apiVersion":"v1","data":{"a":"1","b":"2"},"kind":"ConfigMap","metadata":{"annotations":{},"name":"c"}}"#;
+    let mut live = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "annotations": {LAST_APPLIED: last}},
+        "data": {"a": "1", "b": "2"}}));
+    track_update(
+        &t,
+        &mgr("kubectl-client-side-apply", "v1"),
+        None,
+        &mut live,
+        T0,
+    )
+    .expect("csa");
+    let config = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c"}, "data": {"a": "1", "b": "3"}}));
+    // Another manager conflicts with client-side apply's fields...
+    let err = apply(
+        &t,
+        &mgr("other", "v1"),
+        Some(&live),
+        config.clone(),
+        false,
+        T1,
+    )
+    .expect_err("conflict");
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using v1: .data.b"
+    );
+    // ... kubectl's server-side apply takes what its last-applied set.
+    let upgraded = apply(&t, &mgr(KUBECTL, "v1"), Some(&live), config, false, T1).expect("upgrade");
+    assert_eq!(upgraded["data"]["b"], "3");
+    let m = managers(&upgraded);
+    assert_eq!(m[0].0, "kubectl");
+    let csa = &m
+        .iter()
+        .find(|e| e.0 == "kubectl-client-side-apply")
+        .expect("csa")
+        .2;
+    assert!(csa["f:data"].get("f:b").is_none(), "{csa}");
+    // The annotation now records the server-side applied configuration.
+    let annotation: Value = serde_json::from_str(
+        upgraded["metadata"]["annotations"][LAST_APPLIED]
+            .as_str()
+            .expect("annotation"),
+    )
+    .expect("json");
+    assert_eq!(annotation["data"], json!({"a": "1", "b": "3"}));
+    // Fields outside the last-applied configuration still conflict.
+    let mut edited = upgraded.clone();
+    edited["data"]["z"] = json!("1");
+    track_update(
+        &t,
+        &mgr("kubectl-edit", "v1"),
+        Some(&upgraded),
+        &mut edited,
+        T1,
+    )
+    .expect("edit");
+    let config = obj(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c"}, "data": {"a": "1", "b": "3", "z": "2"}}));
+    let err =
+        apply(&t, &mgr(KUBECTL, "v1"), Some(&edited), config, false, T1).expect_err("conflict");
+    assert!(
+        err.to_string()
+            .contains("\"kubectl-edit\" using v1: .data.z"),
+        "{err}"
+    );
+}
