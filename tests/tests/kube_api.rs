@@ -408,12 +408,39 @@ async fn bad_input_gets_kube_status_errors_never_500() {
             "UnsupportedMediaType",
         ),
         (
-            "yaml patch type",
+            "apply without a fieldManager",
             Method::PATCH,
             format!("{cms}/a"),
             Some((b"{}".to_vec(), "application/apply-patch+yaml")),
+            422,
+            "Invalid",
+        ),
+        (
+            "unknown patch type",
+            Method::PATCH,
+            format!("{cms}/a"),
+            Some((b"{}".to_vec(), "application/yaml")),
             415,
             "UnsupportedMediaType",
+        ),
+        (
+            "unsupported fieldValidation",
+            Method::POST,
+            format!("{cms}?fieldValidation=Loud"),
+            Some((br#"{"metadata":{"name":"a"}}"#.to_vec(), "application/json")),
+            422,
+            "Invalid",
+        ),
+        (
+            "strict validation of an unknown field",
+            Method::POST,
+            format!("{cms}?fieldValidation=Strict"),
+            Some((
+                br#"{"metadata":{"name":"a"},"dataa":{}}"#.to_vec(),
+                "application/json",
+            )),
+            400,
+            "BadRequest",
         ),
         (
             "POST on an object",
@@ -1231,5 +1258,205 @@ async fn the_status_subresource_owns_the_status_as_in_kube() {
         .collect();
     assert!(names.contains(&"pods/status"), "{names:?}");
     assert!(!names.contains(&"configmaps/status"), "{names:?}");
+    c.shutdown().await;
+}
+
+/// Server-side apply and managed fields over REST, through different
+/// nodes: an apply (YAML) creates (201) and re-applies (200); POST, PUT
+/// and merge patches are recorded as `Update`s by `fieldManager` or the
+/// User-Agent; an apply guarded by a stale resourceVersion is a 409; and
+/// `fieldValidation` warns (`Warning: 299`), refuses (400 on POST, 422 on
+/// PATCH) or ignores unknown and duplicate fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_managed_fields_and_field_validation() {
+    let c = cluster().await;
+    let (n1, n2, n3) = (c.kube(1), c.kube(2), c.kube(3));
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let managers = |obj: &Value| -> Vec<(String, String, Value)> {
+        obj["metadata"]["managedFields"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .map(|e| {
+                        (
+                            e["manager"].as_str().unwrap_or("").to_string(),
+                            e["operation"].as_str().unwrap_or("").to_string(),
+                            e["fieldsV1"].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let warnings = |r: &kubestore_tests::kube::Reply| -> Vec<String> {
+        r.headers
+            .get_all("warning")
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .collect()
+    };
+
+    // Phase 1: an apply of YAML creates (201), again answers 200.
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: \"1\"\n";
+    let apply = |n: &kubestore_tests::KubeClient, query: &str, body: &str| {
+        let n = n.clone();
+        let path = format!("{cms}/applied?{query}");
+        let body = body.as_bytes().to_vec();
+        async move {
+            n.request(
+                Method::PATCH,
+                &path,
+                Some((body, "application/apply-patch+yaml")),
+            )
+            .await
+            .expect("apply")
+        }
+    };
+    let created = apply(&n1, "fieldManager=tool", yaml).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(
+        managers(&created.body),
+        [(
+            "tool".into(),
+            "Apply".into(),
+            json!({"f:data": {"f:a": {}}})
+        )]
+    );
+    let again = apply(&n2, "fieldManager=tool", yaml).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+
+    // A stale resourceVersion in the config is a precondition.
+    let stale = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"applied","resourceVersion":"{}"}},"data":{{"a":"2"}}}}"#,
+        created.rv()
+    );
+    let refused = apply(&n3, "fieldManager=tool", &stale).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.text);
+    // ... and on an absent object it is not found, not a create.
+    let absent = n3
+        .request(
+            Method::PATCH,
+            &format!("{cms}/absent?fieldManager=tool"),
+            Some((
+                stale.replace("applied", "absent").into_bytes(),
+                "application/apply-patch+yaml",
+            )),
+        )
+        .await
+        .expect("apply");
+    assert_eq!(absent.status, StatusCode::NOT_FOUND, "{}", absent.text);
+
+    // Phase 2: POST, PUT and a merge patch are Updates by their manager.
+    let posted = n1
+        .request(
+            Method::POST,
+            &format!("{cms}?fieldManager=creator"),
+            Some((
+                br#"{"metadata":{"name":"updated"},"data":{"k":"v"}}"#.to_vec(),
+                "application/json",
+            )),
+        )
+        .await
+        .expect("post");
+    assert_eq!(posted.status, StatusCode::CREATED, "{}", posted.text);
+    assert_eq!(
+        managers(&posted.body),
+        [(
+            "creator".into(),
+            "Update".into(),
+            json!({"f:data": {".": {}, "f:k": {}}})
+        )]
+    );
+    let put = reqwest::Client::new()
+        .put(format!("{}{cms}/updated", n2.base()))
+        .header("user-agent", "my-tool/1.2 (linux)")
+        .json(&json!({"metadata": {"name": "updated"}, "data": {"k": "v", "l": "w"}}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(put.status(), StatusCode::OK);
+    let put: Value = put.json().await.expect("json");
+    let m = managers(&put);
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert_eq!(m[1].0, "my-tool");
+    assert_eq!(m[1].2, json!({"f:data": {"f:l": {}}}));
+
+    // Phase 3: unknown and duplicate fields under each mode.
+    let merge = |query: &str, body: &str| {
+        let n = n3.clone();
+        let path = format!("{cms}/updated?{query}");
+        let body = body.as_bytes().to_vec();
+        async move {
+            n.request(
+                Method::PATCH,
+                &path,
+                Some((body, "application/merge-patch+json")),
+            )
+            .await
+            .expect("patch")
+        }
+    };
+    let warned = merge("fieldManager=m", r#"{"dataa":{"x":"y"},"data":{"k":"1"}}"#).await;
+    assert_eq!(warned.status, StatusCode::OK, "{}", warned.text);
+    assert_eq!(warnings(&warned), [r#"299 - "unknown field \"dataa\"""#]);
+    assert!(warned.body.get("dataa").is_none(), "{}", warned.text);
+    assert_eq!(warned.body["data"]["k"], "1");
+    let strict = merge("fieldValidation=Strict", r#"{"dataa":{"x":"y"}}"#).await;
+    assert_eq!(
+        strict.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        strict.text
+    );
+    assert_eq!(strict.body["reason"], "Invalid");
+    let message = strict.body["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(r#" "" is invalid: patch: Invalid value: "{"#)
+            && message.ends_with(r#"strict decoding error: unknown field "dataa""#),
+        "{message}"
+    );
+    let ignored = merge(
+        "fieldValidation=Ignore",
+        r#"{"dataa":{"x":"y"},"data":{"k":"2","k":"3"}}"#,
+    )
+    .await;
+    assert_eq!(ignored.status, StatusCode::OK, "{}", ignored.text);
+    assert!(warnings(&ignored).is_empty());
+    assert_eq!(ignored.body["data"]["k"], "3");
+    let dup = n1
+        .request(
+            Method::POST,
+            &format!("{cms}?fieldValidation=Strict"),
+            Some((
+                br#"{"metadata":{"name":"dup","name":"dup"},"data":{}}"#.to_vec(),
+                "application/json",
+            )),
+        )
+        .await
+        .expect("post");
+    assert_eq!(dup.status, StatusCode::BAD_REQUEST, "{}", dup.text);
+    assert_eq!(
+        dup.body["message"],
+        r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "metadata.name""#
+    );
+    let warned = n1
+        .request(
+            Method::POST,
+            cms,
+            Some((
+                br#"{"metadata":{"name":"dup","name":"dup"},"spec":{}}"#.to_vec(),
+                "application/json",
+            )),
+        )
+        .await
+        .expect("post");
+    assert_eq!(warned.status, StatusCode::CREATED, "{}", warned.text);
+    assert_eq!(
+        warnings(&warned),
+        [
+            r#"299 - "unknown field \"spec\"""#,
+            r#"299 - "duplicate field \"metadata.name\"""#
+        ]
+    );
     c.shutdown().await;
 }

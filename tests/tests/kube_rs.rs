@@ -180,3 +180,127 @@ async fn kube_rs_reflector_converges_through_writes_compactions_and_a_restart() 
     driver.abort();
     c.shutdown().await;
 }
+
+/// kube-rs `Patch::Apply` (server-side apply) through a follower of a
+/// 3-node cluster: create, a second manager's conflict (409 with one
+/// cause per field), `force`, a field dropped by its only applier, and
+/// the managers read back through another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_server_side_apply_conflicts_forces_and_removes_fields() {
+    use kube::api::{Patch, PatchParams};
+
+    let c = TestCluster::new(3).await.expect("cluster");
+    c.wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("leader");
+    let follower = c.follower().await.expect("follower");
+    let leader = c.leader().await.expect("leader");
+    let cms: Api<ConfigMap> = Api::namespaced(client_for(&c.rest_url(follower)), "default");
+    let cm = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": data});
+
+    // Phase 1: an apply of an absent object creates it.
+    let created = cms
+        .patch(
+            "ssa",
+            &PatchParams::apply("team-a"),
+            &Patch::Apply(cm(json!({"a": "1", "b": "2", "c": "3"}))),
+        )
+        .await
+        .expect("apply creates");
+    assert_eq!(
+        created
+            .data
+            .as_ref()
+            .and_then(|d| d.get("a"))
+            .map(String::as_str),
+        Some("1")
+    );
+
+    // Phase 2: another manager changing a and b conflicts on both.
+    let err = cms
+        .patch(
+            "ssa",
+            &PatchParams::apply("team-b"),
+            &Patch::Apply(cm(json!({"a": "9", "b": "8"}))),
+        )
+        .await
+        .expect_err("conflict");
+    let kube::Error::Api(status) = err else {
+        panic!("expected a Status, got {err:?}");
+    };
+    assert_eq!(status.code, 409);
+    assert_eq!(status.reason, "Conflict");
+    assert_eq!(
+        status.message,
+        "Apply failed with 2 conflicts: conflicts with \"team-a\":\n- .data.a\n- .data.b"
+    );
+    let causes = status.details.expect("details").causes;
+    assert_eq!(causes.len(), 2);
+    assert_eq!(causes[0].reason, "FieldManagerConflict");
+    assert_eq!(causes[0].field, ".data.a");
+
+    // Phase 3: forced, team-b takes a and b.
+    let forced = cms
+        .patch(
+            "ssa",
+            &PatchParams::apply("team-b").force(),
+            &Patch::Apply(cm(json!({"a": "9", "b": "8"}))),
+        )
+        .await
+        .expect("forced apply");
+    let data = forced.data.expect("data");
+    assert_eq!((data["a"].as_str(), data["b"].as_str()), ("9", "8"));
+
+    // Phase 4: team-a drops everything but c; a and b stay (team-b's).
+    cms.patch(
+        "ssa",
+        &PatchParams::apply("team-a"),
+        &Patch::Apply(cm(json!({"c": "3"}))),
+    )
+    .await
+    .expect("re-apply");
+    // team-b drops b: nobody else owns it, so it goes.
+    cms.patch(
+        "ssa",
+        &PatchParams::apply("team-b"),
+        &Patch::Apply(cm(json!({"a": "9"}))),
+    )
+    .await
+    .expect("re-apply");
+
+    // Phase 5: read back through the leader, managers included.
+    let other: Api<ConfigMap> = Api::namespaced(client_for(&c.rest_url(leader)), "default");
+    let read = other.get("ssa").await.expect("get");
+    let data = read.data.clone().expect("data");
+    assert_eq!(
+        data.into_iter().collect::<Vec<_>>(),
+        [
+            ("a".to_string(), "9".to_string()),
+            ("c".to_string(), "3".to_string())
+        ]
+    );
+    let managers: Vec<(String, String, serde_json::Value)> = read
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            (
+                e.manager.unwrap_or_default(),
+                e.operation.unwrap_or_default(),
+                e.fields_v1.map(|f| f.0).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        managers
+            .iter()
+            .map(|(m, op, f)| (m.as_str(), op.as_str(), f.clone()))
+            .collect::<Vec<_>>(),
+        [
+            ("team-a", "Apply", json!({"f:data": {"f:c": {}}})),
+            ("team-b", "Apply", json!({"f:data": {"f:a": {}}})),
+        ]
+    );
+    c.shutdown().await;
+}

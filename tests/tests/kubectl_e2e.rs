@@ -876,3 +876,259 @@ spec:
 
     stop_cluster(launcher).await;
 }
+
+/// `kubectl apply --server-side` on a 3-node cluster: create, re-apply
+/// with a changed and a removed field, a second manager's conflict named
+/// by field and manager, `--force-conflicts`, the managers read back with
+/// `--show-managed-fields`; and kubectl's default strict validation:
+/// valid manifests pass, a typo'd field fails with kube's message (and
+/// only warns under `--validate=warn`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_server_side_apply_and_field_validation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, _nodes) = start_cluster(dir.path()).await;
+    let kc = dir.path().join("kubeconfig");
+    let get_json = |ctx: &str, what: &[&str]| -> Value {
+        let mut args = vec!["-n", "ssa", "get"];
+        args.extend_from_slice(what);
+        args.extend_from_slice(&["-o", "json", "--show-managed-fields"]);
+        serde_json::from_str(&ok(&kubectl(&kc, ctx, &args), "get -o json")).expect("json")
+    };
+    let write = |name: &str, text: &str| -> String {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("manifest");
+        path.to_str().expect("path").to_string()
+    };
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "ssa"]),
+        "create namespace",
+    );
+
+    // Phase 1: a server-side apply creates both objects.
+    let v1 = write(
+        "v1.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: ssa}
+data: {a: "1", b: "2"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: ssa}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+      - name: api
+        image: api:1
+        env: [{name: X, value: "1"}]
+"#,
+    );
+    let applied = kubectl(
+        &kc,
+        "node-1",
+        &["apply", "--server-side", "-f", &v1, "-v=8"],
+    );
+    ok(&applied, "apply --server-side v1");
+    let log = String::from_utf8_lossy(&applied.stderr);
+    assert!(
+        log.contains("application/apply-patch+yaml") && log.contains("fieldManager=kubectl"),
+        "kubectl did not send a server-side apply:\n{log}"
+    );
+
+    // Phase 2: re-applied with a changed and a removed field.
+    let v2 = write(
+        "v2.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: ssa}
+data: {a: "10"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: ssa}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers:
+      - name: api
+        image: api:2
+"#,
+    );
+    ok(
+        &kubectl(&kc, "node-2", &["apply", "--server-side", "-f", &v2]),
+        "apply --server-side v2",
+    );
+    let cm = get_json("node-3", &["configmap", "settings"]);
+    assert_eq!(cm["data"], serde_json::json!({"a": "10"}));
+    let dep = get_json("node-3", &["deployment", "api"]);
+    assert_eq!(dep["spec"]["replicas"], 3);
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"],
+        serde_json::json!([{"name": "api", "image": "api:2"}])
+    );
+
+    // Phase 3: another manager changing a field kubectl owns conflicts.
+    let other = write(
+        "other.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: ssa}
+data: {a: "other"}
+"#,
+    );
+    let conflict = kubectl(
+        &kc,
+        "node-3",
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "other",
+            "-f",
+            &other,
+        ],
+    );
+    assert!(!conflict.status.success(), "a conflicting apply succeeded");
+    let err = String::from_utf8_lossy(&conflict.stderr);
+    assert!(
+        err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .data.a"),
+        "kubectl did not report the conflict: {err}"
+    );
+    assert_eq!(
+        get_json("node-1", &["configmap", "settings"])["data"]["a"],
+        "10"
+    );
+
+    // Phase 4: forced, the field changes hands.
+    ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager",
+                "other",
+                "--force-conflicts",
+                "-f",
+                &other,
+            ],
+        ),
+        "apply --force-conflicts",
+    );
+    let cm = get_json("node-2", &["configmap", "settings"]);
+    assert_eq!(cm["data"]["a"], "other");
+    let managers: Vec<(String, String, Value)> = cm["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .map(|e| {
+            assert_eq!(e["fieldsType"], "FieldsV1");
+            assert_eq!(e["apiVersion"], "v1");
+            assert!(e["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{e}");
+            (
+                e["manager"].as_str().unwrap_or("").to_string(),
+                e["operation"].as_str().unwrap_or("").to_string(),
+                e["fieldsV1"].clone(),
+            )
+        })
+        .collect();
+    // kubectl lost .data.a and owns nothing else of the configmap.
+    assert_eq!(
+        managers,
+        [(
+            "other".to_string(),
+            "Apply".to_string(),
+            serde_json::json!({"f:data": {"f:a": {}}})
+        )]
+    );
+
+    // Phase 5: a client-side apply of a typo'd field fails under
+    // kubectl's default strict validation, with kube's message; a valid
+    // manifest passes; --validate=warn only warns.
+    let typo = write(
+        "typo.yaml",
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: typo, namespace: ssa}
+spec:
+  replicaz: 2
+  selector: {matchLabels: {app: typo}}
+  template:
+    metadata: {labels: {app: typo}}
+    spec:
+      containers: [{name: c, image: c:1}]
+"#,
+    );
+    let refused = kubectl(&kc, "node-1", &["apply", "-f", &typo]);
+    assert!(!refused.status.success(), "a typo'd manifest was applied");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("strict decoding error: unknown field \"spec.replicaz\""),
+        "kubectl did not report the unknown field: {err}"
+    );
+    let missing = kubectl(&kc, "node-1", &["-n", "ssa", "get", "deployment", "typo"]);
+    assert!(!missing.status.success(), "the refused deployment exists");
+    let warned = kubectl(&kc, "node-2", &["apply", "--validate=warn", "-f", &typo]);
+    ok(&warned, "apply --validate=warn");
+    let err = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        err.contains("unknown field \"spec.replicaz\""),
+        "kubectl did not print the warning: {err}"
+    );
+    let dep = get_json("node-3", &["deployment", "typo"]);
+    assert!(dep["spec"].get("replicaz").is_none(), "{dep}");
+    let managers: Vec<&str> = dep["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    assert_eq!(managers, ["kubectl-client-side-apply"]);
+
+    // Phase 6: an object made by client-side apply moves to server-side
+    // apply, a changed field and all, without conflicts (kube's
+    // last-applied upgrade), and its annotation follows.
+    let csa = write(
+        "csa.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: moved, namespace: ssa}
+data: {a: "1", b: "2"}
+"#,
+    );
+    ok(
+        &kubectl(&kc, "node-1", &["apply", "-f", &csa]),
+        "client-side apply",
+    );
+    let ssa = write(
+        "ssa.yaml",
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {name: moved, namespace: ssa}
+data: {a: "1", b: "3"}
+"#,
+    );
+    ok(
+        &kubectl(&kc, "node-2", &["apply", "--server-side", "-f", &ssa]),
+        "server-side apply after client-side apply",
+    );
+    let cm = get_json("node-3", &["configmap", "moved"]);
+    assert_eq!(cm["data"], serde_json::json!({"a": "1", "b": "3"}));
+    let last: Value = serde_json::from_str(
+        cm["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .expect("last-applied annotation"),
+    )
+    .expect("json");
+    assert_eq!(last["data"]["b"], "3");
+
+    stop_cluster(launcher).await;
+}

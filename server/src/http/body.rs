@@ -68,6 +68,7 @@ pub fn patch_kind(headers: &HeaderMap) -> Result<PatchKind, ApiError> {
         "application/json-patch+json" => Ok(PatchKind::Json),
         "application/merge-patch+json" => Ok(PatchKind::Merge),
         "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+        "application/apply-patch+yaml" => Ok(PatchKind::Apply),
         _ => Err(ApiError::UnsupportedPatchType(
             crate::http::patch::BUILTIN_PATCH_TYPES,
         )),

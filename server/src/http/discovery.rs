@@ -199,6 +199,8 @@ pub fn openapi_group_version(group: &str, version: &str) -> Result<Response, Api
         patch["requestBody"] = json!({ "content": {
             "application/json-patch+json": { "schema": { "type": "object" } },
             "application/merge-patch+json": { "schema": { "type": "object" } },
+            "application/strategic-merge-patch+json": { "schema": { "type": "object" } },
+            "application/apply-patch+yaml": { "schema": { "type": "object" } },
         }});
         let (collection, object) = if rt.namespaced {
             (

@@ -18,9 +18,15 @@ use crate::http::render::{json_bytes_response, render_list, render_object, with_
 use crate::http::routing::{no_resource, resolve, Route, Target};
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
+use crate::http::write_options::{decode_object, with_warnings, WriteOptions};
 use crate::http::{discovery, metrics, patch, query, watch};
 use crate::kube::admission::{self, UpdateScope};
+use crate::kube::apply;
+use crate::kube::error::KubeError;
+use crate::kube::fieldvalidation::WriteVerb;
+use crate::kube::object;
 use crate::kube::options::OptionsKind;
+use crate::kube::resources::ResourceType;
 
 /// Entry point for everything under `/api` and `/apis`.
 pub async fn api(State(state): State<AppState>, req: Request) -> Response {
@@ -121,32 +127,47 @@ async fn dispatch(
                 )));
             }
             let dry = dry_run(&q, OptionsKind::Create)?;
+            let opts = WriteOptions::parse(&q, req.headers(), WriteVerb::Create, false)?;
             let body = read_json_body(&state, rt, req).await?;
-            let admitted = admission::admit_create(rt, ns, &body)?;
+            let (obj, warnings) = decode_object(rt, &body, opts.validation, WriteVerb::Create)?;
+            let mut admitted = admission::admit_create_object(rt, ns, obj)?;
+            apply::track_update(
+                &apply::Target::of(rt),
+                &opts.manager_for(rt, false),
+                None,
+                &mut admitted.object,
+                &object::now_rfc3339(),
+            )
+            .map_err(KubeError::from)?;
             let created = state.kube.create(rt, admitted, dry).await?;
-            Ok(render_object(
-                rt,
-                created,
-                StatusCode::CREATED,
-                rendering,
-                &q,
-            ))
+            let resp = render_object(rt, created, StatusCode::CREATED, rendering, &q);
+            Ok(with_warnings(resp, &warnings))
         }
         (&Method::PUT, Some(name)) => {
-            let dry = dry_run(&q, OptionsKind::Update)?;
-            let body = read_json_body(&state, rt, req).await?;
-            let scope = UpdateScope::Object;
-            let admitted = admission::admit_update_body(rt, ns, name, scope, &body)?;
-            let updated = state.kube.update(rt, admitted, scope, dry).await?;
-            Ok(render_object(rt, updated, StatusCode::OK, rendering, &q))
+            update(
+                &state,
+                rt,
+                ns,
+                name,
+                UpdateScope::Object,
+                rendering,
+                req,
+                &q,
+            )
+            .await
         }
         (&Method::PATCH, Some(name)) => {
-            let dry = dry_run(&q, OptionsKind::Patch)?;
-            let kind = patch_kind(req.headers())?;
-            let body = read_body(&state, req).await?;
-            let patched =
-                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Object, dry).await?;
-            Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
+            patch(
+                &state,
+                rt,
+                ns,
+                name,
+                UpdateScope::Object,
+                rendering,
+                req,
+                &q,
+            )
+            .await
         }
         (&Method::DELETE, Some(name)) => {
             let media = media_type(req.headers());
@@ -200,20 +221,30 @@ async fn status_subresource(
             Ok(with_read_path(resp, served))
         }
         Method::PUT => {
-            let dry = dry_run(&q, OptionsKind::Update)?;
-            let body = read_json_body(&state, rt, req).await?;
-            let scope = UpdateScope::Status;
-            let admitted = admission::admit_update_body(rt, ns, name, scope, &body)?;
-            let updated = state.kube.update(rt, admitted, scope, dry).await?;
-            Ok(render_object(rt, updated, StatusCode::OK, rendering, &q))
+            update(
+                &state,
+                rt,
+                ns,
+                name,
+                UpdateScope::Status,
+                rendering,
+                req,
+                &q,
+            )
+            .await
         }
         Method::PATCH => {
-            let dry = dry_run(&q, OptionsKind::Patch)?;
-            let kind = patch_kind(req.headers())?;
-            let body = read_body(&state, req).await?;
-            let patched =
-                patch::apply(&state, rt, ns, name, kind, &body, UpdateScope::Status, dry).await?;
-            Ok(render_object(rt, patched, StatusCode::OK, rendering, &q))
+            patch(
+                &state,
+                rt,
+                ns,
+                name,
+                UpdateScope::Status,
+                rendering,
+                req,
+                &q,
+            )
+            .await
         }
         m => Err(ApiError::MethodNotAllowed(format!(
             "{} is not supported on resources of kind \"{}/status\"",
@@ -221,4 +252,64 @@ async fn status_subresource(
             rt.group_resource()
         ))),
     }
+}
+
+/// `PUT` of an object or its status: the body decoded under
+/// `fieldValidation`, the write recorded in `managedFields` as an
+/// `Update` by its manager.
+#[allow(clippy::too_many_arguments)] // the request's parts, each distinct
+async fn update(
+    state: &AppState,
+    rt: &'static ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    scope: UpdateScope,
+    rendering: Rendering,
+    req: Request,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let dry = dry_run(q, OptionsKind::Update)?;
+    let opts = WriteOptions::parse(q, req.headers(), WriteVerb::Update, false)?;
+    let body = read_json_body(state, rt, req).await?;
+    let (obj, warnings) = decode_object(rt, &body, opts.validation, WriteVerb::Update)?;
+    let admitted = admission::admit_update_object(rt, ns, name, scope, obj)?;
+    let manager = opts.manager_for(rt, scope == UpdateScope::Status);
+    let updated = state
+        .kube
+        .update_as(rt, admitted, scope, dry, Some(&manager))
+        .await?;
+    let resp = render_object(rt, updated, StatusCode::OK, rendering, q);
+    Ok(with_warnings(resp, &warnings))
+}
+
+/// `PATCH` of an object or its status, by its media type (`201` when a
+/// server-side apply created the object).
+#[allow(clippy::too_many_arguments)] // the request's parts, each distinct
+async fn patch(
+    state: &AppState,
+    rt: &'static ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    scope: UpdateScope,
+    rendering: Rendering,
+    req: Request,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let dry = dry_run(q, OptionsKind::Patch)?;
+    let kind = patch_kind(req.headers())?;
+    let opts = WriteOptions::parse(
+        q,
+        req.headers(),
+        WriteVerb::Patch,
+        kind == patch::PatchKind::Apply,
+    )?;
+    let body = read_body(state, req).await?;
+    let patched = patch::apply(state, rt, ns, name, kind, &body, scope, &opts, dry).await?;
+    let code = if patched.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let resp = render_object(rt, patched.object, code, rendering, q);
+    Ok(with_warnings(resp, &patched.warnings))
 }

@@ -27,6 +27,7 @@ pub mod state;
 pub mod status;
 pub mod table;
 pub mod watch;
+pub mod write_options;
 
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};

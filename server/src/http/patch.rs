@@ -1,20 +1,32 @@
-//! PATCH: JSON Patch (RFC 6902), JSON Merge Patch (RFC 7386) and
-//! strategic merge patch, applied to the current object and written back
-//! with the current revision as the precondition, retried when another
-//! writer got in between.
+//! PATCH: JSON Patch (RFC 6902), JSON Merge Patch (RFC 7386), strategic
+//! merge patch and server-side apply, applied to the current object and
+//! written back with the current revision as the precondition, retried
+//! when another writer got in between.
 //!
 //! Uses the `json-patch` crate for the first two; strategic merge patch is
 //! `kube::strategic`, driven by the built-in types' schemas
 //! (`kube::types`): a type without one (a custom resource, once served)
-//! gets `415` as in kube. Server-side apply is not served yet: its content
-//! type gets `415`.
+//! gets `415` as in kube. Server-side apply
+//! (`application/apply-patch+yaml`, a YAML or JSON body, read with
+//! `serde_norway`, the maintained fork of `serde_yaml`) is `kube::apply`:
+//! an absent object is created (`201`), conflicts are `409`, and every
+//! other patch is recorded in `managedFields` as an `Update` by its
+//! manager. Unknown fields of the patched object and keys the patch
+//! repeats are warned about or refused as `fieldValidation` says
+//! (`kube::fieldvalidation`; `422` under `Strict`, as kube answers a
+//! patch).
 
-use serde_json::Value;
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
 
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
-use crate::kube::admission::UpdateScope;
+use crate::http::write_options::WriteOptions;
+use crate::kube::admission::{self, UpdateScope};
+use crate::kube::apply::{self, Manager, Target};
 use crate::kube::error::{FieldCause, KubeError};
+use crate::kube::fieldvalidation::{parse_json, unknown_fields, Problems, WriteVerb};
 use crate::kube::object;
 use crate::kube::options::DryRun;
 use crate::kube::resources::ResourceType;
@@ -28,6 +40,8 @@ pub enum PatchKind {
     Merge,
     /// `application/strategic-merge-patch+json`, for built-in types.
     Strategic,
+    /// `application/apply-patch+yaml`: server-side apply.
+    Apply,
 }
 
 /// The PATCH media types kube accepts for a built-in type, in kube's order
@@ -51,15 +65,25 @@ pub const CUSTOM_PATCH_TYPES: &[&str] = &[
 /// when another writer changed the object in between.
 const PATCH_RETRIES: usize = 5;
 
+/// What a PATCH did: the stored object, whether an apply created it, and
+/// the field-validation warnings.
+#[derive(Debug)]
+pub struct Patched {
+    pub object: Value,
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
 /// Applies a patch to one object (or, with [`UpdateScope::Status`], to its
 /// status subresource: only the patched status is kept) and returns the
 /// stored result. The patch is applied to the current object inside the
 /// store's guarded read-modify-write: a patch that sets
 /// `metadata.resourceVersion` is guarded by it (`409` on mismatch), any
 /// other by the version it was applied to, and re-applied to the newer
-/// object when another writer got in between. A dry run (`dry_run`) is
-/// applied the same way and not written.
-#[allow(clippy::too_many_arguments)] // the request's parts, each its own
+/// object when another writer got in between. A server-side apply of an
+/// object that does not exist creates it. A dry run (`dry_run`) is applied
+/// the same way and not written.
+#[allow(clippy::too_many_arguments)] // the request's parts, each distinct
 pub async fn apply(
     state: &AppState,
     rt: &ResourceType,
@@ -68,23 +92,191 @@ pub async fn apply(
     kind: PatchKind,
     body: &[u8],
     scope: UpdateScope,
+    opts: &WriteOptions,
     dry_run: DryRun,
-) -> Result<Value, ApiError> {
-    let patch: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+) -> Result<Patched, ApiError> {
+    let (patch, duplicate) = match kind {
+        PatchKind::Apply => parse_apply_body(body)?,
+        _ => parse_json(body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?,
+    };
     let patch = Patch::parse(kind, patch, rt)?;
-    let copy_limit = state.max_body_bytes;
-    state
-        .kube
-        .update_with(rt, ns, name, scope, PATCH_RETRIES, dry_run, |current| {
-            // A stored value that is not an object (written through the
-            // etcd API) is not served as an object: not found.
-            let current = current
-                .object()
-                .ok_or_else(|| KubeError::not_found(rt, name))?;
-            patch_object(rt, ns, name, current, &patch, copy_limit)
-        })
-        .await
+    let manager = opts.manager_for(rt, scope == UpdateScope::Status);
+    let ctx = Context {
+        rt,
+        ns,
+        name,
+        opts,
+        manager: &manager,
+        duplicate: &duplicate,
+        copy_limit: state.max_body_bytes,
+    };
+    // Every patch but an apply is an `Update` of its manager.
+    let track = (kind != PatchKind::Apply).then_some(&manager);
+    // An apply racing another create of the same object: at most a few
+    // rounds of "update, absent; create, exists".
+    for _ in 0..3 {
+        let mut warnings = Vec::new();
+        let updated = state
+            .kube
+            .update_managed(
+                rt,
+                ns,
+                name,
+                scope,
+                PATCH_RETRIES,
+                dry_run,
+                track,
+                |current| {
+                    // A stored value that is not an object (written through the
+                    // etcd API) is not served as an object: not found.
+                    let current = current
+                        .object()
+                        .ok_or_else(|| KubeError::not_found(rt, name))?;
+                    let (obj, w) = ctx.patch(Some(current), &patch)?;
+                    warnings = w;
+                    Ok::<_, ApiError>(obj)
+                },
+            )
+            .await;
+        match updated {
+            // An apply creates an absent object, unless it carries a
+            // resourceVersion: a precondition no absent object meets.
+            Err(ApiError::Kube(KubeError::NotFound { .. }))
+                if scope == UpdateScope::Object && patch.creates() => {}
+            other => {
+                return other.map(|object| Patched {
+                    object,
+                    created: false,
+                    warnings,
+                })
+            }
+        }
+        let (obj, warnings) = ctx.patch(None, &patch)?;
+        let admitted = admission::admit_create_object(rt, ns, obj)?;
+        match state.kube.create(rt, admitted, dry_run).await {
+            Ok(object) => {
+                return Ok(Patched {
+                    object,
+                    created: true,
+                    warnings,
+                })
+            }
+            Err(KubeError::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(KubeError::conflict(rt, name).into())
+}
+
+/// An apply body: JSON (what kubectl and client-go send; its repeated
+/// keys are noted), else YAML.
+fn parse_apply_body(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
+    if let Ok(parsed) = parse_json(body) {
+        return Ok(parsed);
+    }
+    let value: Value = serde_norway::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
+    Ok((value, Vec::new()))
+}
+
+/// What a patch of one object needs besides the object and the patch.
+struct Context<'a> {
+    rt: &'a ResourceType,
+    ns: Option<&'a str>,
+    name: &'a str,
+    opts: &'a WriteOptions,
+    manager: &'a Manager,
+    /// Keys the patch body repeats.
+    duplicate: &'a [String],
+    copy_limit: usize,
+}
+
+impl Context<'_> {
+    /// The patched object (`current` is `None` for an apply that creates)
+    /// and the field-validation warnings, or the `Strict` refusal.
+    fn patch(
+        &self,
+        current: Option<Value>,
+        patch: &Patch,
+    ) -> Result<(Map<String, Value>, Vec<String>), ApiError> {
+        let rt = self.rt;
+        let problems = |unknown: Vec<String>, obj: &Map<String, Value>| {
+            Problems {
+                unknown,
+                duplicate: self.duplicate.to_vec(),
+            }
+            .outcome(self.opts.validation, rt, WriteVerb::Patch, Some(obj))
+        };
+        if let Patch::Apply(config) = patch {
+            let mut config = config.clone();
+            check_apply_type(rt, &config)?;
+            let unknown = unknown_fields(rt, &mut config, true);
+            let live = match current {
+                Some(Value::Object(mut live)) => {
+                    object::metadata_mut(&mut live).remove("resourceVersion");
+                    live
+                }
+                _ => {
+                    // A create: the object named as the URL says.
+                    let mut live = Map::new();
+                    let meta = object::metadata_mut(&mut live);
+                    meta.insert("name".into(), Value::String(self.name.into()));
+                    if let Some(ns) = self.ns.filter(|_| rt.namespaced) {
+                        meta.insert("namespace".into(), Value::String(ns.into()));
+                    }
+                    live
+                }
+            };
+            let merged = apply::apply(
+                &Target::of(rt),
+                self.manager,
+                Some(&live),
+                config,
+                self.opts.force,
+                &object::now_rfc3339(),
+            )
+            .map_err(KubeError::from)?;
+            let warnings = problems(unknown, &merged)?;
+            return Ok((finish(rt, self.ns, self.name, merged)?, warnings));
+        }
+        let current = current.unwrap_or_else(|| Value::Object(Map::new()));
+        let mut before = match &current {
+            Value::Object(m) => m.clone(),
+            _ => Map::new(),
+        };
+        let known: HashSet<String> = unknown_fields(rt, &mut before, false).into_iter().collect();
+        let mut obj = patch_object(rt, self.ns, self.name, current, patch, self.copy_limit)?;
+        let unknown: Vec<String> = unknown_fields(rt, &mut obj, false)
+            .into_iter()
+            .filter(|f| !known.contains(f))
+            .collect();
+        let warnings = problems(unknown, &obj)?;
+        unknown_fields(rt, &mut obj, true);
+        Ok((obj, warnings))
+    }
+}
+
+/// An applied configuration must name the URL's type: kube's `400`s.
+fn check_apply_type(rt: &ResourceType, config: &Map<String, Value>) -> Result<(), ApiError> {
+    let api_version = config
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if api_version != rt.api_version() {
+        return Err(ApiError::BadRequest(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {api_version}, expected: {}",
+            rt.api_version()
+        )));
+    }
+    let kind = config.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind != rt.kind {
+        return Err(ApiError::BadRequest(format!(
+            "Incorrect kind specified in apply patch. Specified patch kind: {kind}, expected: {}",
+            rt.kind
+        )));
+    }
+    Ok(())
 }
 
 /// kube-apiserver's cap on the operations of one JSON Patch.
@@ -100,9 +292,22 @@ enum Patch {
         patch: serde_json::Map<String, Value>,
         root: &'static TypeDef,
     },
+    /// A server-side apply's configuration.
+    Apply(Map<String, Value>),
 }
 
 impl Patch {
+    /// Whether the patch creates the object when it is absent: an apply
+    /// without `metadata.resourceVersion`.
+    fn creates(&self) -> bool {
+        match self {
+            Patch::Apply(config) => {
+                object::meta_str(config, "resourceVersion").is_none_or(str::is_empty)
+            }
+            _ => false,
+        }
+    }
+
     /// Decodes a patch of `kind` for an object of the type `rt`; a JSON
     /// Patch of more than [`MAX_JSON_PATCH_OPERATIONS`] operations is
     /// refused (413) before any of it runs, a strategic merge patch of a
@@ -110,6 +315,12 @@ impl Patch {
     fn parse(kind: PatchKind, patch: Value, rt: &ResourceType) -> Result<Self, ApiError> {
         match kind {
             PatchKind::Merge => Ok(Patch::Merge(patch)),
+            PatchKind::Apply => match patch {
+                Value::Object(config) => Ok(Patch::Apply(config)),
+                _ => Err(ApiError::BadRequest(
+                    "error decoding patch: an applied configuration must be an object".into(),
+                )),
+            },
             PatchKind::Strategic => {
                 let root = Schema::builtin()
                     .for_kind(rt.group, rt.version, rt.kind)
@@ -204,12 +415,29 @@ fn patch_object(
                 .map_err(|e| e.into_kube(rt, name))?;
             patched = Value::Object(merged);
         }
+        Patch::Apply(_) => {
+            return Err(ApiError::BadRequest(
+                "an apply is not a patch of the current object".into(),
+            ))
+        }
     }
-    let Value::Object(mut obj) = patched else {
+    let Value::Object(obj) = patched else {
         return Err(ApiError::BadRequest(
             "the patched object is not a JSON object".into(),
         ));
     };
+    finish(rt, ns, name, obj)
+}
+
+/// The patched object named as the URL names it: a cluster-scoped object
+/// without a namespace, a namespaced one in the URL's, the URL's name,
+/// `kind` and `apiVersion` of the URL's type.
+fn finish(
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    mut obj: Map<String, Value>,
+) -> Result<Map<String, Value>, ApiError> {
     if !rt.namespaced {
         // As for an update (and in kube): a cluster-scoped object has no
         // namespace, whatever the patch wrote.

@@ -136,6 +136,15 @@ fn kube_failure(e: &KubeError) -> Failure {
             format!("Operation cannot be fulfilled on {resource} \"{name}\": {detail}"),
         )
         .about(resource, name),
+        KubeError::ApplyConflict { message, causes } => {
+            let mut f = Failure::new(StatusCode::CONFLICT, "Conflict", message.clone());
+            let causes: Vec<Value> = causes
+                .iter()
+                .map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field }))
+                .collect();
+            f.details = json!({ "causes": causes });
+            f
+        }
         KubeError::Invalid {
             kind,
             group,

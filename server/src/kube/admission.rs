@@ -51,7 +51,15 @@ pub fn admit_create(
     url_ns: Option<&str>,
     body: &[u8],
 ) -> Result<Admitted, KubeError> {
-    let mut obj = object::decode_body(rt, body)?;
+    admit_create_object(rt, url_ns, object::decode_body(rt, body)?)
+}
+
+/// [`admit_create`] of a body already decoded ([`object::decode_value`]).
+pub fn admit_create_object(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    mut obj: Map<String, Value>,
+) -> Result<Admitted, KubeError> {
     let name = resolve_create_name(rt, &mut obj)?;
     let namespace = check_namespace(rt, url_ns, &mut obj)?;
     validate_object_meta(rt, &name, namespace.as_deref())?;
@@ -75,7 +83,17 @@ pub fn admit_update_body(
     scope: UpdateScope,
     body: &[u8],
 ) -> Result<Admitted, KubeError> {
-    let mut obj = object::decode_body(rt, body)?;
+    admit_update_object(rt, url_ns, url_name, scope, object::decode_body(rt, body)?)
+}
+
+/// [`admit_update_body`] of a body already decoded.
+pub fn admit_update_object(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    url_name: &str,
+    scope: UpdateScope,
+    mut obj: Map<String, Value>,
+) -> Result<Admitted, KubeError> {
     let body_name = object::meta_str(&obj, "name").unwrap_or("").to_string();
     if body_name != url_name {
         return Err(KubeError::BadRequest(format!(

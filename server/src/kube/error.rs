@@ -78,6 +78,14 @@ pub enum KubeError {
         name: String,
         detail: String,
     },
+    /// A server-side apply that would change fields other managers own:
+    /// kube's message and one `FieldManagerConflict` cause per field and
+    /// manager.
+    #[error("{message}")]
+    ApplyConflict {
+        message: String,
+        causes: Vec<FieldCause>,
+    },
     /// The object (or the list options, kind `ListOptions.meta.k8s.io`)
     /// fails validation; `kind` is the group kind.
     #[error("{kind} \"{name}\" is invalid ({} causes)", .causes.len())]

@@ -11,18 +11,21 @@
 //! (the built-in types' schemas, generated from the upstream OpenAPI
 //! specification), [`object`] (objects as JSON and as stored),
 //! [`admission`] (prepare and validate for create, update, delete),
-//! [`strategic`] (strategic merge patch), [`options`] (`dryRun`,
-//! `DeleteOptions`), [`deletion`] (what a delete does: finalizers,
-//! propagation, a namespace's termination), [`selectors`], [`paging`],
-//! [`cache`] (the watch cache), [`store`] (reads and writes of one node),
-//! [`controllers`] (the garbage collector and the namespace controller,
-//! on the Raft leader), [`error`].
+//! [`strategic`] (strategic merge patch), [`apply`] (server-side apply
+//! and managed fields), [`fieldvalidation`] (unknown and duplicate
+//! fields), [`options`] (`dryRun`, `DeleteOptions`), [`deletion`] (what a
+//! delete does: finalizers, propagation, a namespace's termination),
+//! [`selectors`], [`paging`], [`cache`] (the watch cache), [`store`]
+//! (reads and writes of one node), [`controllers`] (the garbage collector
+//! and the namespace controller, on the Raft leader), [`error`].
 
 pub mod admission;
+pub mod apply;
 pub mod cache;
 pub mod controllers;
 pub mod deletion;
 pub mod error;
+pub mod fieldvalidation;
 pub mod object;
 pub mod options;
 pub mod paging;

@@ -12,9 +12,17 @@ use crate::kube::resources::ResourceType;
 /// Parses a request body into a JSON object of the type `rt`, checking
 /// `kind`/`apiVersion` when present (kube defaults them from the URL).
 pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Map<String, Value>, KubeError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        KubeError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
+    let value: Value = serde_json::from_slice(body).map_err(json_error)?;
+    decode_value(rt, value)
+}
+
+/// The `400` of a body that is not JSON.
+pub fn json_error(e: serde_json::Error) -> KubeError {
+    KubeError::BadRequest(format!("couldn't get version/kind; json parse error: {e}"))
+}
+
+/// [`decode_body`] of a body already parsed.
+pub fn decode_value(rt: &ResourceType, value: Value) -> Result<Map<String, Value>, KubeError> {
     let Value::Object(mut obj) = value else {
         return Err(KubeError::BadRequest(format!(
             "{} in version \"{}\" cannot be handled as a {}: the body is not a JSON object",

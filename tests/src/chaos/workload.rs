@@ -241,9 +241,13 @@ pub async fn rest_client(
                 let known = c.known.get(&key).cloned().flatten();
                 let value = c.next_value();
                 match known {
+                    None if roll >= 85 => rest_apply(&http, &node, &name, None, &value).await,
                     None => rest_create(&http, &node, &name, &value).await,
-                    Some((old, rv)) if roll < 90 => {
+                    Some((old, rv)) if roll < 70 => {
                         rest_update(&http, &node, &name, &old, rv, &value).await
+                    }
+                    Some((old, rv)) if roll < 90 => {
+                        rest_apply(&http, &node, &name, Some((&old, rv)), &value).await
                     }
                     Some((old, rv)) => rest_delete(&http, &node, &name, &old, rv).await,
                 }
@@ -486,6 +490,51 @@ async fn rest_update(
         kind,
         rest_write_done(send(http.put(configmap_url(node, name)).json(&body)).await),
     )
+}
+
+/// A server-side apply (`application/apply-patch+yaml`, one manager for
+/// every client, forced, so appliers never conflict on `data.v`). With an
+/// expected state, its `metadata.resourceVersion` is a precondition: a
+/// compare-and-set like an update (`409` on another revision, `404` when
+/// absent). Without, a blind write that creates or overwrites: a register
+/// put, which a `409` (kube's bounded create/update race) did not apply.
+async fn rest_apply(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    name: &str,
+    expect: Option<(&str, u64)>,
+    value: &str,
+) -> (OpKind, Done) {
+    let mut meta = json!({"name": name});
+    let kind = match expect {
+        Some((old, rv)) => {
+            meta["resourceVersion"] = json!(rv.to_string());
+            OpKind::Cas {
+                expect: Some(old.to_string()),
+                value: Some(value.to_string()),
+            }
+        }
+        None => OpKind::Put {
+            value: value.to_string(),
+        },
+    };
+    let body =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"v": value}});
+    let req = http
+        .patch(format!(
+            "{}?fieldManager=chaos&force=true",
+            configmap_url(node, name)
+        ))
+        .header("content-type", "application/apply-patch+yaml")
+        .body(body.to_string());
+    let answer = send(req).await;
+    let done = match (&kind, answer) {
+        (OpKind::Put { .. }, Ok((status, body))) if status.is_client_error() => {
+            Done::not_ok(Outcome::Failed, status_error(status, &body))
+        }
+        (_, answer) => rest_write_done(answer),
+    };
+    (kind, done)
 }
 
 async fn rest_delete(

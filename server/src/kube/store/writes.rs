@@ -27,6 +27,7 @@ use kubestore_storage::{
 
 use super::{Freshness, KubeStore, Listed, ReadPath};
 use crate::kube::admission::{self, Admitted, UpdateScope, SYSTEM_NAMESPACES};
+use crate::kube::apply;
 use crate::kube::cache::CachedObject;
 use crate::kube::deletion::{self, DeletePlan, UpdateEffect};
 use crate::kube::error::KubeError;
@@ -343,6 +344,19 @@ impl KubeStore {
         scope: UpdateScope,
         dry_run: DryRun,
     ) -> Result<Value, KubeError> {
+        self.update_as(rt, admitted, scope, dry_run, None).await
+    }
+
+    /// [`update`](Self::update) recorded as an `Update` by `manager` in
+    /// the object's `managedFields` (`None`: as [`update`](Self::update)).
+    pub async fn update_as(
+        &self,
+        rt: &ResourceType,
+        admitted: Admitted,
+        scope: UpdateScope,
+        dry_run: DryRun,
+        manager: Option<&apply::Manager>,
+    ) -> Result<Value, KubeError> {
         let Admitted {
             name,
             namespace,
@@ -351,13 +365,14 @@ impl KubeStore {
         // Checked before the barrier: a malformed precondition is refused
         // whether or not the object exists.
         admission::precondition(&obj)?;
-        self.update_with(
+        self.update_managed(
             rt,
             namespace.as_deref(),
             &name,
             scope,
             UPDATE_RETRIES,
             dry_run,
+            manager,
             |_| Ok::<_, KubeError>(obj.clone()),
         )
         .await
@@ -381,12 +396,37 @@ impl KubeStore {
         scope: UpdateScope,
         attempts: usize,
         dry_run: DryRun,
+        change: impl FnMut(Current<'_>) -> Result<Map<String, Value>, E>,
+    ) -> Result<Value, E>
+    where
+        E: From<KubeError>,
+    {
+        self.update_managed(rt, ns, name, scope, attempts, dry_run, None, change)
+            .await
+    }
+
+    /// [`update_with`](Self::update_with) recording the write as an
+    /// `Update` by `manager` in the object's `managedFields`
+    /// ([`apply::track_update`], against the stored object, after
+    /// admission); `None` leaves them as `change` wrote them (an apply
+    /// writes its own).
+    #[allow(clippy::too_many_arguments)] // the update's inputs, each distinct
+    pub async fn update_managed<E>(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        scope: UpdateScope,
+        attempts: usize,
+        dry_run: DryRun,
+        manager: Option<&apply::Manager>,
         mut change: impl FnMut(Current<'_>) -> Result<Map<String, Value>, E>,
     ) -> Result<Value, E>
     where
         E: From<KubeError>,
     {
         let key = rt.key(ns, name);
+        let target = apply::Target::of(rt);
         let (mut new, revision) = self
             .read_modify_write(
                 rt,
@@ -399,6 +439,16 @@ impl KubeStore {
                     let precondition = admission::precondition(&new).map_err(E::from)?;
                     let stored = current.stored();
                     admission::admit_update(rt, scope, &stored, &mut new);
+                    if let Some(manager) = manager {
+                        apply::track_update(
+                            &target,
+                            manager,
+                            Some(&stored),
+                            &mut new,
+                            &object::now_rfc3339(),
+                        )
+                        .map_err(|e| E::from(KubeError::from(e)))?;
+                    }
                     let op =
                         match deletion::check_update(rt, name, &stored, &new).map_err(E::from)? {
                             UpdateEffect::Write => put(&key, &new),
