@@ -20,7 +20,8 @@ use kubestore_proto::raft::raft_service_server::RaftServiceServer;
 use kubestore_proto::raft::ClientAddrRequest;
 use kubestore_storage::{Limits, LogIndex, Node, NodeId, Revision, Store, TypeConfig};
 use openraft::error::RaftError;
-use openraft::{Raft, RaftMetrics, ServerState, SnapshotPolicy};
+use openraft::metrics::RaftServerMetrics;
+use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
 use tracing::instrument;
 
@@ -159,16 +160,18 @@ fn election_window(config: &RaftNodeConfig) -> (Duration, Duration) {
 
 /// Logs every change of this node's role, term or known leader at `info`
 /// (the elections a fault causes, with when each node learned of them),
-/// until Raft shuts down.
+/// until Raft shuts down. It follows openraft's server metrics, which
+/// change only with the vote, role, leader or membership, not with every
+/// entry.
 async fn log_role_changes(
     id: NodeId,
-    mut metrics: tokio::sync::watch::Receiver<RaftMetrics<NodeId, Node>>,
+    mut metrics: tokio::sync::watch::Receiver<RaftServerMetrics<NodeId, Node>>,
 ) {
     let mut last = None;
     loop {
         let now = {
             let m = metrics.borrow_and_update();
-            (m.state, m.current_term, m.current_leader)
+            (m.state, m.vote.leader_id().term, m.current_leader)
         };
         if last != Some(now) {
             let (state, term, leader) = now;
@@ -315,7 +318,7 @@ impl RaftNode {
         let faults = Faults::default();
         let network = NetworkFactory::new(faults.clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
-        tokio::spawn(log_role_changes(config.id, raft.metrics()));
+        tokio::spawn(log_role_changes(config.id, raft.server_metrics()));
         let leader_contact = LeaderContact::new();
         election::spawn(
             config.id,
