@@ -320,6 +320,13 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
     for c in &mut children {
         let _ = c.kill().await;
     }
+    // The nodes' data is only for the run (gigabytes after a long one);
+    // their logs stay.
+    for spec in &specs {
+        if let Err(e) = std::fs::remove_dir_all(&spec.data_dir) {
+            tracing::warn!(error = %e, dir = %spec.data_dir.display(), "could not remove a node's data");
+        }
+    }
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     let admitted = stats.admitted.load(Ordering::Relaxed);
     Ok(Phases {

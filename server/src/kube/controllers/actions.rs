@@ -69,39 +69,19 @@ pub async fn drop_owner_refs(
     seen: &CachedObject,
     uids: &[String],
 ) -> Result<(), KubeError> {
-    let (name, ns) = name_and_namespace(seen);
-    let uid = seen.object.pointer("/metadata/uid").cloned();
-    let result = kube
-        .update_with(
-            rt,
-            ns.as_deref(),
-            &name,
-            UpdateScope::Object,
-            RETRIES,
-            DryRun::No,
-            |current| {
-                let mut obj = same_object(rt, &name, current.object(), &uid)?;
-                let meta = object::metadata_mut(&mut obj);
-                meta.remove("resourceVersion");
-                if let Some(Value::Array(refs)) = meta.get_mut("ownerReferences") {
-                    refs.retain(|r| {
-                        !r.get("uid")
-                            .and_then(Value::as_str)
-                            .is_some_and(|u| uids.iter().any(|x| x == u))
-                    });
-                    if refs.is_empty() {
-                        meta.remove("ownerReferences");
-                    }
-                }
-                Ok::<_, KubeError>(obj)
-            },
-        )
-        .await;
-    match result {
-        Ok(_) => Ok(()),
-        Err(e) if moved_on(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
+    edit_metadata(kube, rt, seen, |meta| {
+        if let Some(Value::Array(refs)) = meta.get_mut("ownerReferences") {
+            refs.retain(|r| {
+                !r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| uids.iter().any(|x| x == u))
+            });
+            if refs.is_empty() {
+                meta.remove("ownerReferences");
+            }
+        }
+    })
+    .await
 }
 
 /// Removes `finalizer` from the object `seen` names (an update: the one
@@ -111,6 +91,31 @@ pub async fn remove_finalizer(
     rt: &ResourceType,
     seen: &CachedObject,
     finalizer: &str,
+) -> Result<(), KubeError> {
+    edit_metadata(kube, rt, seen, |meta| {
+        let left: Vec<Value> = meta
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .map(|f| {
+                f.iter()
+                    .filter(|x| x.as_str() != Some(finalizer))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        meta.insert("finalizers".into(), json!(left));
+    })
+    .await
+}
+
+/// Updates the metadata of the object `seen` names with `edit`, if it is
+/// still that object (same uid); an object gone or replaced meanwhile is
+/// no error: the controller has nothing left to do for it.
+async fn edit_metadata(
+    kube: &KubeStore,
+    rt: &ResourceType,
+    seen: &CachedObject,
+    mut edit: impl FnMut(&mut serde_json::Map<String, Value>),
 ) -> Result<(), KubeError> {
     let (name, ns) = name_and_namespace(seen);
     let uid = seen.object.pointer("/metadata/uid").cloned();
@@ -126,17 +131,7 @@ pub async fn remove_finalizer(
                 let mut obj = same_object(rt, &name, current.object(), &uid)?;
                 let meta = object::metadata_mut(&mut obj);
                 meta.remove("resourceVersion");
-                let left: Vec<Value> = meta
-                    .get("finalizers")
-                    .and_then(Value::as_array)
-                    .map(|f| {
-                        f.iter()
-                            .filter(|x| x.as_str() != Some(finalizer))
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                meta.insert("finalizers".into(), json!(left));
+                edit(meta);
                 Ok::<_, KubeError>(obj)
             },
         )
