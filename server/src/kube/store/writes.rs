@@ -483,7 +483,7 @@ impl KubeStore {
     ) -> Result<Deleted, KubeError> {
         admission::admit_delete(rt, name)?;
         let key = rt.key(ns, name);
-        let now = object::now_rfc3339();
+        let now = chrono::Utc::now();
         let (deleted, revision) = self
             .read_modify_write(rt, name, &key, UPDATE_RETRIES, opts.dry_run, |current| {
                 let stored = current.stored();
@@ -496,9 +496,9 @@ impl KubeStore {
                 )?;
                 let last = current.object().unwrap_or_else(|| json!({}));
                 let plan = if rt.plural == "namespaces" {
-                    deletion::plan_namespace_delete(&stored, &now)
+                    deletion::plan_namespace_delete(&stored, now)
                 } else {
-                    deletion::plan_delete(&stored, opts, &now)
+                    deletion::plan_delete(rt, &stored, opts, now)
                 };
                 let (ops, deleted) = match plan {
                     DeletePlan::Delete => (
@@ -599,7 +599,7 @@ impl KubeStore {
         selectors: &Selectors,
         opts: &DeleteOptions,
     ) -> Result<Listed, KubeError> {
-        let now = object::now_rfc3339();
+        let now = chrono::Utc::now();
         for _ in 0..UPDATE_RETRIES {
             let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
             let mut compare = Vec::new();
@@ -634,7 +634,7 @@ impl KubeStore {
                 };
                 object::metadata_mut(&mut stored).remove("resourceVersion");
                 let key = rt.key(item_ns.as_deref(), &name);
-                let op = match deletion::plan_delete(&stored, opts, &now) {
+                let op = match deletion::plan_delete(rt, &stored, opts, now) {
                     DeletePlan::Delete => {
                         deleted.push(cached.clone());
                         delete_key(&key)
