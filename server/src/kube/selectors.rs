@@ -421,7 +421,7 @@ mod proptests {
             field in proptest::option::of(selector()),
             obj in fuzz::object_value(),
         ) {
-            for rt in resources::RESOURCES {
+            for rt in resources::RESOURCES.iter() {
                 match Selectors::parse(rt, label.as_deref(), field.as_deref()) {
                     Ok(s) => {
                         let _ = s.matches(&obj);
