@@ -1,9 +1,10 @@
 //! The resource verbs: get, list, create, update, patch, delete and
 //! deletecollection on every served type, cluster- and namespace-scoped
-//! (those the specification gives the type: `405` for the others), and
-//! the subresources (`status`; `scale`, read and written as a view of its
-//! parent through `kube::scale`; a namespace's `finalize`), each with
-//! `dryRun`. Each verb reads its inputs through
+//! (namespaces too, which kube does not delete as a collection), and the
+//! subresources with the verbs the specification gives them (`status`;
+//! `scale`, read and written as a view of its parent through
+//! `kube::scale`; a namespace's `finalize`; `405` for other verbs), each
+//! with `dryRun`. Each verb reads its inputs through
 //! [`crate::http::query`] and [`crate::http::body`], calls the store, and
 //! answers through [`crate::http::render`]; the path was resolved by
 //! [`crate::http::routing`].
@@ -120,11 +121,6 @@ async fn dispatch(
             Subresource::Scale => scale_subresource(state, target, rendering, req, q).await,
             Subresource::Finalize => finalize_subresource(state, target, rendering, req, q).await,
         };
-    }
-    if !rt.serves(verb) {
-        // A verb kube does not serve for the type (a namespace collection's
-        // DELETE), or a method no verb has.
-        return Err(not_supported(&method, &rt.group_resource()));
     }
     match (&method, &target.name) {
         (&Method::GET, None) => {

@@ -158,11 +158,6 @@ impl ResourceType {
     pub fn verbs(&self) -> &'static [String] {
         &self.spec.verbs
     }
-
-    /// Whether the type serves `verb` (a discovery verb: `create`, `list`, ...).
-    pub fn serves(&self, verb: &str) -> bool {
-        self.spec.verbs.iter().any(|v| v == verb)
-    }
 }
 
 /// What the specification does not say of a served type, written by
@@ -689,7 +684,7 @@ mod tests {
             .is_some_and(|d| d.has_status_subresource() && !d.has_scale_subresource()));
         assert!(namespaces().subresource(Subresource::Finalize).is_some());
         assert!(dep.subresource(Subresource::Finalize).is_none());
-        assert!(!namespaces().serves("deletecollection") && cm.serves("deletecollection"));
+        assert!(!namespaces().verbs().iter().any(|v| v == "deletecollection"));
         assert_eq!(Subresource::from_name("scale"), Some(Subresource::Scale));
         assert_eq!(Subresource::from_name("log"), None, "not served");
     }
