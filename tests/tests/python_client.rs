@@ -1,6 +1,7 @@
 //! The official Kubernetes Python client (installed by `scripts/test.sh`)
 //! against a follower of a 3-node cluster: typed list models, `watch=True`,
-//! watch decoding and error codes (`tests/e2e/python_client.py`).
+//! watch decoding and error codes (`tests/e2e/python_client.py`), and the
+//! deployment scale calls (`tests/e2e/python_scale.py`).
 
 use kubestore_tests::TestCluster;
 
