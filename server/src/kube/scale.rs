@@ -532,3 +532,64 @@ mod tests {
         assert_eq!(e.to_string(), "namespaces \"d\" not found");
     }
 }
+
+/// Property tests: any parent gives a `Scale` or a client error, and any
+/// written `Scale` is decoded and applied to any parent, or refused as the
+/// client's mistake; a write never changes more than `spec.replicas` and
+/// the precondition.
+#[cfg(test)]
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::{self, assert_client_error};
+    use crate::kube::resources;
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn any_parent_has_a_scale_or_is_a_bad_request(
+            parent in fuzz::object_value(),
+            selector in fuzz::json_value(),
+        ) {
+            let mut parent = parent;
+            if let Some(spec) = parent.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("selector".into(), selector);
+            }
+            match scale_of(&parent) {
+                Ok(scale) => {
+                    prop_assert_eq!(&scale["kind"], "Scale");
+                    prop_assert!(scale["status"]["replicas"].is_i64());
+                }
+                Err(e) => assert_client_error(&e)?,
+            }
+        }
+
+        #[test]
+        fn any_written_scale_is_applied_or_refused(
+            body in fuzz::object_value(),
+            parent in fuzz::object_value(),
+        ) {
+            let rt = resources::find("apps", "v1", "statefulsets").expect("statefulsets");
+            let Value::Object(body) = body else { return Ok(()) };
+            let Value::Object(parent) = parent else { return Ok(()) };
+            let write = match decode(rt, Some("default"), "a", &body) {
+                Ok(w) => w,
+                Err(e) => return assert_client_error(&e),
+            };
+            prop_assert!(write.replicas >= 0);
+            match write_to_parent(rt, "a", parent.clone(), &write) {
+                Ok(after) => {
+                    prop_assert_eq!(&after["spec"]["replicas"], &json!(write.replicas));
+                    for (k, v) in &parent {
+                        if k != "spec" && k != "metadata" {
+                            prop_assert_eq!(after.get(k), Some(v));
+                        }
+                    }
+                }
+                Err(e) => assert_client_error(&e)?,
+            }
+        }
+    }
+}
