@@ -674,8 +674,25 @@ async fn discovery_version_health_openapi_and_debug() {
         .iter()
         .filter_map(|g| g["name"].as_str())
         .collect();
-    assert_eq!(groups, vec!["apps", "coordination.k8s.io"]);
-    for gv in ["/apis/apps/v1", "/apis/coordination.k8s.io/v1"] {
+    assert_eq!(
+        groups,
+        vec![
+            "apps",
+            "batch",
+            "autoscaling",
+            "networking.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "storage.k8s.io",
+            "coordination.k8s.io"
+        ]
+    );
+    for gv in [
+        "/apis/apps/v1",
+        "/apis/batch/v1",
+        "/apis/autoscaling/v2",
+        "/apis/coordination.k8s.io/v1",
+    ] {
         let r = n.get(gv).await.expect("gv");
         assert_eq!(r.body["kind"], "APIResourceList", "{gv}");
     }

@@ -346,6 +346,10 @@ pub enum UpdateScope {
     Object,
     /// Only its status (`PUT <name>/status`): everything else is kept.
     Status,
+    /// A namespace's finalizers (`PUT namespaces/<name>/finalize`): an
+    /// update of the object whose `spec.finalizers` are the body's (kube's
+    /// namespace finalize strategy); an update of the object keeps them.
+    Finalize,
 }
 
 /// Turns the body of an update into the object to store, from the stored
@@ -373,6 +377,17 @@ fn prepare_update_in(
                 match old.get("status") {
                     Some(status) => new.insert("status".into(), status.clone()),
                     None => new.remove("status"),
+                };
+            }
+        }
+        UpdateScope::Finalize => {
+            let finalizers = new.get("spec").and_then(|s| s.get("finalizers")).cloned();
+            prepare_update_in(rt, UpdateScope::Object, old, new);
+            let spec = new.entry("spec").or_insert_with(|| json!({}));
+            if let Value::Object(spec) = spec {
+                match finalizers {
+                    Some(f) => spec.insert("finalizers".into(), f),
+                    None => spec.remove("finalizers"),
                 };
             }
         }
