@@ -1777,3 +1777,143 @@ source: {{component: e2e}}
 
     stop_cluster(launcher).await;
 }
+
+/// `kubectl diff` (a server-side dry run of the manifest against what is
+/// stored) and `kubectl edit` through `KUBE_EDITOR`, as a user runs them:
+/// a changed manifest diffs with exit code 1 and leaves the object and
+/// the revision as they were, an unchanged one diffs empty with exit
+/// code 0; an edit that changes a value is stored, one that changes
+/// nothing is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_diff_and_edit() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, _nodes) = start_cluster(dir.path()).await;
+    let kc = dir.path().join("kubeconfig");
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "ed"]),
+        "create namespace",
+    );
+    let manifest = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: ed\ndata:\n  mode: \"{value}\"\n  keep: \"yes\"\n"
+        )
+    };
+    let file = dir.path().join("settings.yaml");
+    std::fs::write(&file, manifest("fast")).expect("manifest");
+    let file_arg = file.to_str().expect("utf-8 path");
+    ok(&kubectl(&kc, "node-1", &["apply", "-f", file_arg]), "apply");
+    let rv = |ctx: &str| -> String {
+        ok(
+            &kubectl(
+                &kc,
+                ctx,
+                &[
+                    "-n",
+                    "ed",
+                    "get",
+                    "configmap",
+                    "settings",
+                    "-o",
+                    "jsonpath={.metadata.resourceVersion}",
+                ],
+            ),
+            "get rv",
+        )
+    };
+    let before = rv("node-2");
+
+    // Phase 1: diff of the stored manifest: nothing, exit 0.
+    let same = kubectl(&kc, "node-2", &["diff", "-f", file_arg]);
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&same.stdout),
+        String::from_utf8_lossy(&same.stderr)
+    );
+    assert!(
+        same.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&same.stdout)
+    );
+
+    // Phase 2: a changed manifest: the change, exit 1, nothing stored.
+    std::fs::write(&file, manifest("safe")).expect("manifest");
+    let changed = kubectl(&kc, "node-3", &["diff", "-f", file_arg]);
+    let text = String::from_utf8_lossy(&changed.stdout);
+    assert_eq!(
+        changed.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&changed.stderr)
+    );
+    assert!(text.contains("-  mode: fast"), "{text}");
+    assert!(text.contains("+  mode: safe"), "{text}");
+    assert_eq!(rv("node-1"), before, "a diff stores nothing");
+
+    // Phase 3: kubectl edit with an editor that changes the value.
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/mode: fast/mode: edited/' \"$1\"\n",
+    )
+    .expect("editor");
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let edited = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args([
+            "--context",
+            "node-2",
+            "-n",
+            "ed",
+            "edit",
+            "configmap",
+            "settings",
+        ])
+        .env("KUBE_EDITOR", &editor)
+        .output()
+        .expect("kubectl edit");
+    let out = ok(&edited, "edit");
+    assert!(out.contains("configmap/settings edited"), "{out}");
+    let data: Value = serde_json::from_str(&ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &["-n", "ed", "get", "configmap", "settings", "-o", "json"],
+        ),
+        "get",
+    ))
+    .expect("json");
+    assert_eq!(
+        data["data"],
+        serde_json::json!({"mode": "edited", "keep": "yes"})
+    );
+    assert_ne!(rv("node-1"), before);
+
+    // Phase 4: an edit that changes nothing is cancelled.
+    let unchanged = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args([
+            "--context",
+            "node-1",
+            "-n",
+            "ed",
+            "edit",
+            "configmap",
+            "settings",
+        ])
+        .env("KUBE_EDITOR", "true")
+        .output()
+        .expect("kubectl edit");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&unchanged.stdout),
+        String::from_utf8_lossy(&unchanged.stderr)
+    );
+    assert!(all.contains("Edit cancelled, no changes made."), "{all}");
+    stop_cluster(launcher).await;
+}
