@@ -228,7 +228,8 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         .expect("list");
     assert_eq!(left.names(), vec!["l3"]);
 
-    // deletecollection of namespaces cascades like a single delete.
+    // Namespaces have no deletecollection (405, as kube); deleting one
+    // cascades.
     let doomed = n1
         .post(
             "/api/v1/namespaces",
@@ -252,8 +253,22 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         )
         .await
         .expect("sweep");
-    assert_eq!(swept.names(), vec!["doomed"], "{}", swept.text);
-    assert_eq!(swept.body["items"][0]["status"]["phase"], "Terminating");
+    assert_eq!(
+        swept.status,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "{}",
+        swept.text
+    );
+    assert_eq!(swept.body["reason"], "MethodNotAllowed", "{}", swept.text);
+    let doomed = n1
+        .delete("/api/v1/namespaces/doomed")
+        .await
+        .expect("delete ns");
+    assert_eq!(
+        doomed.body["status"]["phase"], "Terminating",
+        "{}",
+        doomed.text
+    );
     // The namespace controller (on the leader) empties it, then removes it.
     until_deleted(&n1, "/api/v1/namespaces", "doomed").await;
     let inside = n1.get("/api/v1/configmaps").await.expect("list");

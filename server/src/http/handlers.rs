@@ -217,6 +217,11 @@ async fn dispatch(
             Ok(render_object(rt, deleted.object, code, rendering, &q))
         }
         (&Method::DELETE, None) => {
+            // As kube: a collection DELETE only where the specification
+            // serves deletecollection (namespaces have none).
+            if !rt.verbs().iter().any(|v| v == "deletecollection") {
+                return Err(not_supported(&Method::DELETE, &rt.group_resource()));
+            }
             let selectors = query::selectors(rt, &q)?;
             let media = media_type(req.headers());
             let body = read_body(&state, req).await?;

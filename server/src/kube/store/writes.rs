@@ -589,8 +589,8 @@ impl KubeStore {
     /// marked. Each object is guarded by the revision it was listed at, so
     /// one changed meanwhile (and maybe no longer matching) is listed again
     /// rather than deleted blindly; all changes share one revision.
-    /// Namespaces go one by one through [`KubeStore::delete`], which marks
-    /// them terminating.
+    /// Namespaces have no collection delete (the front end answers `405`,
+    /// as kube does).
     #[tracing::instrument(level = "debug", skip(self, rt, selectors, opts), fields(resource = rt.plural))]
     pub async fn delete_collection(
         &self,
@@ -616,19 +616,6 @@ impl KubeStore {
                     .pointer("/metadata/namespace")
                     .and_then(Value::as_str)
                     .map(str::to_string);
-                if rt.plural == "namespaces" {
-                    if SYSTEM_NAMESPACES.contains(&name.as_str()) {
-                        continue;
-                    }
-                    match self.delete(rt, None, &name, opts).await {
-                        Ok(done) => {
-                            deleted.extend(CachedObject::from_value(done.object).map(Arc::new))
-                        }
-                        Err(KubeError::NotFound { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
-                    continue;
-                }
                 let Value::Object(mut stored) = item.clone() else {
                     continue;
                 };
