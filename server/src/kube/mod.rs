@@ -11,6 +11,7 @@
 //! (the built-in types' schemas, generated from the upstream OpenAPI
 //! specification), [`object`] (objects as JSON and as stored),
 //! [`admission`] (prepare and validate for create, update, delete),
+//! [`names`] (kube's name, label and key formats),
 //! [`strategic`] (strategic merge patch), [`apply`] (server-side apply
 //! and managed fields), [`fieldvalidation`] (unknown and duplicate
 //! fields), [`options`] (`dryRun`, `DeleteOptions`), [`deletion`] (what a
@@ -26,6 +27,7 @@ pub mod controllers;
 pub mod deletion;
 pub mod error;
 pub mod fieldvalidation;
+pub mod names;
 pub mod object;
 pub mod options;
 pub mod paging;
