@@ -171,7 +171,9 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
 
     // generation starts at 1 and moves only when spec changes.
     let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-                     "spec": {"replicas": 1}});
+                     "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                              "template": {"metadata": {"labels": {"app": "web"}},
+                                           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
     let created = n1
         .post("/apis/apps/v1/namespaces/team-a/deployments", &dep)
         .await
