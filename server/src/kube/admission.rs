@@ -17,9 +17,11 @@
 //!   (`objectmeta::before_update`), the type's defaults and strategy
 //!   applied, `generation` bumped when `spec` changed (both sides
 //!   defaulted, as kube compares them), the metadata and the type's update
-//!   rules validated (`422`), and [`UpdateScope`] keeps the status or
-//!   everything but it; [`precondition`] reads the client's
-//!   `metadata.resourceVersion`;
+//!   rules validated (`422`; a problem the stored object already had,
+//!   written before these rules or through the etcd API, is not held
+//!   against the update, which kube, whose objects all passed its rules,
+//!   never needs), and [`UpdateScope`] keeps the status or everything but
+//!   it; [`precondition`] reads the client's `metadata.resourceVersion`;
 //! - delete ([`admit_delete`]): the system namespaces stay (what a delete
 //!   does is `kube::deletion`'s).
 //!
@@ -247,14 +249,32 @@ pub fn admit_update(
     if scope == UpdateScope::Status {
         return Ok(());
     }
-    let mut causes = objectmeta::validate_update(&old, new);
-    causes.extend(builtin::validate_update(rt, &old, new));
+    let mut causes = update_causes(rt, &old, new);
+    if !causes.is_empty() {
+        // Problems the stored object has itself (written before these
+        // rules, or through the etcd API) are not this update's: it may
+        // keep them, so a controller can still edit its metadata.
+        let own = update_causes(rt, &old, &old);
+        causes.retain(|c| !own.contains(c));
+    }
     if causes.is_empty() {
         Ok(())
     } else {
         let name = object::meta_str(new, "name").unwrap_or("").to_string();
         Err(KubeError::invalid(rt, &name, causes))
     }
+}
+
+/// What the metadata's and the type's rules refuse in an update of `old`
+/// to `new`.
+fn update_causes(
+    rt: &ResourceType,
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+) -> Vec<crate::kube::error::FieldCause> {
+    let mut causes = objectmeta::validate_update(old, new);
+    causes.extend(builtin::validate_update(rt, old, new));
+    causes
 }
 
 /// A delete of `name`: the system namespaces may not be deleted.
@@ -664,6 +684,30 @@ mod tests {
         assert_eq!(status["spec"]["replicas"], 1);
         assert!(status["metadata"].get("labels").is_none());
         assert_eq!(status["status"], json!({"ready": 7}));
+    }
+
+    #[test]
+    fn a_stored_object_that_breaks_the_rules_may_keep_its_problems() {
+        // Written before the rules (or through the etcd API): no template.
+        let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+        let Value::Object(old) = json!({"metadata": {"name": "a", "namespace": "default", "uid": "u1", "finalizers": ["example.com/x"]},
+                                        "spec": {"replicas": 1}})
+        else {
+            unreachable!()
+        };
+        let mut edited = old.clone();
+        metadata_mut(&mut edited).remove("finalizers");
+        admit_update(dep, UpdateScope::Object, &old, &mut edited).expect("a metadata edit");
+        // A problem of its own is still refused.
+        let mut labelled = old.clone();
+        metadata_mut(&mut labelled).insert("labels".into(), json!({"-x": "y"}));
+        match admit_update(dep, UpdateScope::Object, &old, &mut labelled) {
+            Err(KubeError::Invalid { causes, .. }) => {
+                let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+                assert_eq!(fields, ["metadata.labels"]);
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
     }
 
     #[test]
