@@ -17,7 +17,8 @@
 //!   differ is refused: a different `uid`, a `deletionTimestamp` or
 //!   `deletionGracePeriodSeconds` a live object did not have or another
 //!   value of it (`field is immutable`); labels, annotations, owner
-//!   references and finalizers are checked as on a create.
+//!   references and finalizers are checked as on a create (kube's
+//!   `validateCommonFields` runs the create rules too).
 //!
 //! A `PUT` whose body names a `uid` makes it a precondition (a `409`,
 //! decided against the stored object by the store) before any of this
@@ -203,6 +204,7 @@ pub fn validate_update(old: &Map<String, Value>, new: &Map<String, Value>) -> Ve
         }
     }
     causes.extend(labels_annotations_and_references(new_m));
+    causes.extend(finalizers(new_m));
     causes
 }
 
@@ -287,7 +289,13 @@ fn owner_references(refs: &[Value]) -> Vec<FieldCause> {
     for r in refs {
         let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
         let api_version = text("apiVersion");
-        let version = api_version.rsplit('/').next().unwrap_or("");
+        // `ParseGroupVersion`: `v1`, `apps/v1`; more slashes parse as
+        // nothing.
+        let (group, version) = match api_version.split('/').collect::<Vec<_>>()[..] {
+            [version] => ("", version),
+            [group, version] => (group, version),
+            _ => ("", ""),
+        };
         if version.is_empty() {
             causes.push(FieldCause::invalid(
                 &format!("{path}.apiVersion"),
@@ -316,7 +324,6 @@ fn owner_references(refs: &[Value]) -> Vec<FieldCause> {
                 "uid must not be empty",
             ));
         }
-        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
         if group.is_empty() && version == "v1" && text("kind") == "Event" {
             causes.push(FieldCause::invalid_value(
                 path,

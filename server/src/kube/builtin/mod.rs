@@ -160,6 +160,12 @@ pub fn validate_update(
 // (`check_types`), but nothing here relies on it: a value of another
 // type reads as absent.
 
+/// An empty object, for an absent one read as if present.
+fn empty() -> &'static Map<String, Value> {
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(Map::new)
+}
+
 /// The object under `key`.
 fn obj<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a Map<String, Value>> {
     m.get(key).and_then(Value::as_object)

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
-use super::{int, list, obj, text, Path};
+use super::{empty, int, list, obj, text, Path};
 use crate::kube::error::{BadValue, FieldCause};
 use crate::kube::names;
 use crate::kube::objectmeta;
@@ -26,11 +26,6 @@ const POD_UPDATE_FORBIDDEN: &str = "pod updates may not change fields other than
 
 /// How many differing fields a refused pod update lists.
 const DIFF_LINES: usize = 10;
-
-fn empty() -> &'static Map<String, Value> {
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    EMPTY.get_or_init(Map::new)
-}
 
 /// `ValidatePodCreate`'s spec part.
 pub fn validate(pod: &Map<String, Value>) -> Vec<FieldCause> {

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use super::pod::{enum_field, PORT_PROTOCOLS};
-use super::{has, list, obj, obj_entry, text, Path};
+use super::{empty, has, list, obj, obj_entry, text, Path};
 use crate::kube::error::{go_quote, BadValue, FieldCause};
 use crate::kube::names;
 use crate::kube::objectmeta;
@@ -27,10 +27,6 @@ const SESSION_AFFINITIES: &[&str] = &["ClientIP", "None"];
 const IP_FAMILY_POLICIES: &[&str] = &["PreferDualStack", "RequireDualStack", "SingleStack"];
 const IP_FAMILIES: &[&str] = &["IPv4", "IPv6"];
 const INVALID_IP: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
-
-fn empty() -> Map<String, Value> {
-    Map::new()
-}
 
 fn is_external_name(spec: &Map<String, Value>) -> bool {
     text(spec, "type") == "ExternalName"
@@ -120,8 +116,7 @@ fn ip_families(spec: &mut Map<String, Value>) {
 
 /// `ValidateService`'s spec part.
 pub fn validate(svc: &Map<String, Value>) -> Vec<FieldCause> {
-    let binding = empty();
-    let spec = obj(svc, "spec").unwrap_or(&binding);
+    let spec = obj(svc, "spec").unwrap_or(empty());
     let path = Path::new("spec");
     let mut causes = Vec::new();
     let ports = list(spec, "ports");
@@ -372,9 +367,8 @@ fn cluster_ip_fields(spec: &Map<String, Value>, ips: &[&str], path: &Path) -> Ve
 /// it.
 pub fn validate_update(old: &Map<String, Value>, new: &Map<String, Value>) -> Vec<FieldCause> {
     let mut causes = Vec::new();
-    let binding = empty();
-    let old_spec = obj(old, "spec").unwrap_or(&binding);
-    let new_spec = obj(new, "spec").unwrap_or(&binding);
+    let old_spec = obj(old, "spec").unwrap_or(empty());
+    let new_spec = obj(new, "spec").unwrap_or(empty());
     if !is_external_name(old_spec) && !is_external_name(new_spec) {
         let (before, after) = (cluster_ips(old_spec), cluster_ips(new_spec));
         let path = Path::new("spec").child("clusterIPs");

@@ -11,7 +11,7 @@
 use serde_json::{json, Map, Value};
 
 use super::pod::{self, enum_field};
-use super::{has, int, list, obj, obj_entry, text, Kind, Path};
+use super::{empty, has, int, list, obj, obj_entry, text, Kind, Path};
 use crate::kube::error::{BadValue, FieldCause};
 use crate::kube::names;
 use crate::kube::objectmeta::{self, FIELD_IMMUTABLE};
@@ -26,11 +26,6 @@ const STATEFUL_SET_UPDATE: &str = "updates to statefulset spec for fields other 
 const JOB_NAME_LABELS: [&str; 2] = ["job-name", "batch.kubernetes.io/job-name"];
 const JOB_UID_LABELS: [&str; 2] = ["controller-uid", "batch.kubernetes.io/controller-uid"];
 const JOB_UID_SELECTOR: &str = "batch.kubernetes.io/controller-uid";
-
-fn empty() -> &'static Map<String, Value> {
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    EMPTY.get_or_init(Map::new)
-}
 
 fn spec_of(obj_: &Map<String, Value>) -> &Map<String, Value> {
     obj(obj_, "spec").unwrap_or(empty())
