@@ -190,7 +190,37 @@ impl TestCluster {
             });
         }
         cluster.wait_for_leader(Duration::from_secs(30)).await?;
+        cluster
+            .wait_for_system_namespaces(Duration::from_secs(30))
+            .await?;
         Ok(cluster)
+    }
+
+    /// Waits until the system namespaces are written (each node writes them
+    /// in the background once there is a leader; a test's first request
+    /// may be a create in `default`): read, then watched from the
+    /// revision read until `default` is added.
+    async fn wait_for_system_namespaces(&self, timeout: Duration) -> anyhow::Result<()> {
+        let Some(id) = self.ids().into_iter().find(|id| self.is_running(*id)) else {
+            return Ok(());
+        };
+        let k = self.kube(id);
+        let list = k
+            .get("/api/v1/namespaces?fieldSelector=metadata.name%3Ddefault")
+            .await?;
+        if !list.names().is_empty() {
+            return Ok(());
+        }
+        let mut watch = k
+            .watch(&format!(
+                "/api/v1/namespaces?watch=1&fieldSelector=metadata.name%3Ddefault&resourceVersion={}",
+                list.rv()
+            ))
+            .await?;
+        match watch.next_event(timeout).await? {
+            Some(event) if event["type"] == "ADDED" => Ok(()),
+            other => bail!("waiting for the system namespaces: {other:?}"),
+        }
     }
 
     /// A cluster with no node started yet, and `n` triples of bound (REST,

@@ -16,6 +16,17 @@ use serde_json::{json, Value};
 /// How long a controller's work may take before the test calls it hung.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// A deployment's spec that validates: a selector matching its
+/// template's labels, a container with an image.
+fn web_spec() -> Value {
+    json!({
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+    })
+}
+
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
 async fn cluster() -> TestCluster {
@@ -227,7 +238,7 @@ async fn the_garbage_collector_deletes_or_orphans_dependents_by_policy() {
         .post(
             deps,
             &json!({"metadata": {"name": "bg-dep", "ownerReferences": [owner_ref(&owner.body, false)]},
-                    "spec": {"replicas": 1}}),
+                    "spec": web_spec()}),
         )
         .await
         .expect("dependent");
@@ -412,7 +423,7 @@ async fn a_deleted_namespace_terminates_empties_and_goes() {
         ),
         (
             "/apis/apps/v1/namespaces/doomed/deployments",
-            json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}}),
+            json!({"metadata": {"name": "web"}, "spec": web_spec()}),
         ),
         (
             "/apis/coordination.k8s.io/v1/namespaces/doomed/leases",

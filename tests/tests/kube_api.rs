@@ -171,7 +171,9 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
 
     // generation starts at 1 and moves only when spec changes.
     let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-                     "spec": {"replicas": 1}});
+                     "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                              "template": {"metadata": {"labels": {"app": "web"}},
+                                           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
     let created = n1
         .post("/apis/apps/v1/namespaces/team-a/deployments", &dep)
         .await
@@ -637,7 +639,8 @@ async fn bad_input_gets_kube_status_errors_never_500() {
     );
     assert_eq!(unknown.body["reason"], "Invalid");
 
-    // A namespace whose spec is not an object is normalised, not a crash.
+    // A namespace whose spec is not an object is kube's decoding error,
+    // not a crash.
     let odd = n
         .post(
             "/api/v1/namespaces",
@@ -645,8 +648,17 @@ async fn bad_input_gets_kube_status_errors_never_500() {
         )
         .await
         .expect("odd");
-    assert_eq!(odd.status, StatusCode::CREATED, "{}", odd.text);
-    assert_eq!(odd.body["spec"]["finalizers"], json!(["kubernetes"]));
+    assert_eq!(odd.status, StatusCode::BAD_REQUEST, "{}", odd.text);
+    assert_eq!(
+        odd.body["message"],
+        "Namespace in version \"v1\" cannot be handled as a Namespace: json: cannot unmarshal array into Go struct field Namespace.spec of type v1.NamespaceSpec"
+    );
+    let plain = n
+        .post("/api/v1/namespaces", &json!({"metadata": {"name": "odd"}}))
+        .await
+        .expect("odd");
+    assert_eq!(plain.status, StatusCode::CREATED, "{}", plain.text);
+    assert_eq!(plain.body["spec"]["finalizers"], json!(["kubernetes"]));
 
     // Unknown non-resource paths: plain text 404 like kube.
     let r = n.get("/nope").await.expect("nope");

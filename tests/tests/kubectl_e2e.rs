@@ -728,8 +728,8 @@ async fn kubectl_patch_and_apply_merge_strategically() {
     assert_eq!(
         dep["spec"]["template"]["spec"]["containers"],
         serde_json::json!([
-            {"name": "app", "image": "new", "env": [{"name": "A", "value": "1"}]},
-            {"name": "sidecar", "image": "proxy:1"},
+            {"name": "app", "image": "new", "env": [{"name": "A", "value": "1"}], "imagePullPolicy": "IfNotPresent", "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"},
+            {"name": "sidecar", "image": "proxy:1", "imagePullPolicy": "IfNotPresent", "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"},
         ])
     );
     ok(
@@ -787,7 +787,7 @@ spec:
       containers:
       - name: api
         image: api:1
-        env: [{name: X, value: "1"}, {name: Y, value: "2"}]
+        env: [{name: X, value: "1"}, {name: "Y", value: "2"}]
       - name: logger
         image: log:1
 "#,
@@ -860,7 +860,7 @@ spec:
     assert_eq!(dep["spec"]["replicas"], 3);
     assert_eq!(
         dep["spec"]["template"]["spec"]["containers"],
-        serde_json::json!([{"name": "api", "image": "api:2", "env": [{"name": "X", "value": "1"}]}])
+        serde_json::json!([{"name": "api", "image": "api:2", "env": [{"name": "X", "value": "1"}], "imagePullPolicy": "IfNotPresent", "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}])
     );
     assert_eq!(
         dep["metadata"]["annotations"]["owner"], "someone-else",
@@ -971,7 +971,7 @@ spec:
     assert_eq!(dep["spec"]["replicas"], 3);
     assert_eq!(
         dep["spec"]["template"]["spec"]["containers"],
-        serde_json::json!([{"name": "api", "image": "api:2"}])
+        serde_json::json!([{"name": "api", "image": "api:2", "imagePullPolicy": "IfNotPresent", "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}])
     );
 
     // Phase 3: another manager changing a field kubectl owns conflicts.

@@ -126,6 +126,12 @@ fn kube_failure(e: &KubeError) -> Failure {
         KubeError::AlreadyExists { resource, name } => {
             Failure::new(StatusCode::CONFLICT, "AlreadyExists", e.to_string()).about(resource, name)
         }
+        KubeError::GeneratedNameConflict { resource, name } => {
+            let mut f = Failure::new(StatusCode::CONFLICT, "AlreadyExists", e.to_string())
+                .about(resource, name);
+            f.details["retryAfterSeconds"] = json!(1);
+            f
+        }
         KubeError::Conflict {
             resource,
             name,

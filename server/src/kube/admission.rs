@@ -1,36 +1,101 @@
 //! Admission: what turns what a client sent into the object to store, for
 //! a create and for an update, in one place.
 //!
-//! - create ([`admit_create`]): the body decoded as the URL's type, the
-//!   name (or one generated from `generateName`), the namespace (the URL's
-//!   wins; a different one in the body is a `400`; a cluster-scoped object
-//!   has none), name and namespace validated, then the server-set fields
-//!   (`uid`, `creationTimestamp`, `generation`, a namespace's finalizer and
-//!   phase) in and `resourceVersion` out;
+//! - create ([`admit_create`]): the body decoded as the URL's type (its
+//!   JSON types checked, `builtin::check_types`), the name (or one
+//!   generated from `generateName`, [`NameGenerator`]), the namespace (the
+//!   URL's wins; a different one in the body is a `400`; a cluster-scoped
+//!   object has none), the server-set fields (`uid`, `creationTimestamp`,
+//!   `generation`, a namespace's finalizer and phase) in and
+//!   `resourceVersion` out, the type's defaults and strategy
+//!   (`kube::builtin`), then the metadata (`kube::objectmeta`) and the
+//!   type's rules validated: one `422` with every cause;
 //! - update ([`admit_update_body`] for the request, [`admit_update`] once
 //!   the stored object is known, for every attempt of a guarded write):
 //!   the body's name must be the URL's, the namespace is checked as for a
-//!   create, the immutable and server-owned fields are carried over from
-//!   the stored object, `generation` bumped when `spec` changed, and
-//!   [`UpdateScope`] keeps the status or everything but it;
-//!   [`precondition`] reads the client's `metadata.resourceVersion`;
+//!   create, the server's metadata carried as `rest.BeforeUpdate` does
+//!   (`objectmeta::before_update`), the type's defaults and strategy
+//!   applied, `generation` bumped when `spec` changed (both sides
+//!   defaulted, as kube compares them), the metadata and the type's update
+//!   rules validated (`422`; a problem the stored object already had,
+//!   written before these rules or through the etcd API, is not held
+//!   against the update, which kube, whose objects all passed its rules,
+//!   never needs), and [`UpdateScope`] keeps the status or everything but
+//!   it; [`precondition`] reads the client's `metadata.resourceVersion`;
 //! - delete ([`admit_delete`]): the system namespaces stay (what a delete
 //!   does is `kube::deletion`'s).
 //!
 //! Everything here is pure (no store, no clock but the timestamp, no I/O),
 //! so it is unit-tested on its own. Patch, server-side apply and custom
-//! resources extend it here.
+//! resources extend it here. A name taken by another object is found by
+//! the store's create, which asks [`Admitted::regenerate_name`] for
+//! another one (kube's retry of a generated name).
 
 use serde_json::{json, Map, Value};
 
-use crate::kube::error::{FieldCause, KubeError};
-use crate::kube::object::{self, metadata_mut};
-use crate::kube::resources::{NameRule, ResourceType};
+use std::sync::Arc;
 
+use crate::kube::builtin;
+use crate::kube::error::KubeError;
+use crate::kube::object::{self, metadata_mut};
+use crate::kube::objectmeta;
+use crate::kube::resources::ResourceType;
+
+/// `utilrand`'s alphabet: no vowels, no look-alike digits.
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 const GENERATE_SUFFIX_LEN: usize = 5;
-const MAX_NAME_LEN: usize = 253;
-const MAX_LABEL_LEN: usize = 63;
+/// kube's `MaxGeneratedNameLength`: a `generateName` is cut to 58
+/// characters before its suffix (names.SimpleNameGenerator).
+const MAX_GENERATE_BASE_LEN: usize = 63 - GENERATE_SUFFIX_LEN;
+
+/// Where the suffixes of generated names come from: random, as kube's
+/// `SimpleNameGenerator`, or (in tests) a given sequence, so a collision
+/// can be forced.
+#[derive(Clone)]
+pub struct NameGenerator {
+    suffix: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+impl NameGenerator {
+    /// Five random characters of kube's alphabet.
+    pub fn random() -> Self {
+        Self {
+            suffix: Arc::new(|| {
+                (0..GENERATE_SUFFIX_LEN)
+                    .map(|_| {
+                        GENERATE_ALPHABET[rand::random_range(0..GENERATE_ALPHABET.len())] as char
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    /// Suffixes from `suffix` (a test's deterministic source).
+    pub fn from_fn(suffix: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        Self {
+            suffix: Arc::new(suffix),
+        }
+    }
+
+    /// A name from `base`, as kube builds it: the base cut to 58
+    /// characters, then the suffix.
+    pub fn generate(&self, base: &str) -> String {
+        let base: String = base.chars().take(MAX_GENERATE_BASE_LEN).collect();
+        format!("{base}{}", (self.suffix)())
+    }
+}
+
+impl Default for NameGenerator {
+    fn default() -> Self {
+        Self::random()
+    }
+}
+
+impl std::fmt::Debug for NameGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NameGenerator")
+    }
+}
 
 /// Namespaces that exist from the start and may not be deleted.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
@@ -42,6 +107,22 @@ pub struct Admitted {
     pub name: String,
     pub namespace: Option<String>,
     pub object: Map<String, Value>,
+    /// The `generateName` the name was generated from, when the server
+    /// chose it: a create that finds the name taken chooses another.
+    pub generated_from: Option<String>,
+}
+
+impl Admitted {
+    /// Another name from the `generateName` this one was generated from
+    /// (written into the object), or `None` when the client chose the
+    /// name. The new name is as valid as the first: the same base, a
+    /// suffix of the same alphabet.
+    pub fn regenerate_name(&mut self, names: &NameGenerator) -> Option<&str> {
+        let base = self.generated_from.as_deref()?;
+        self.name = names.generate(base);
+        metadata_mut(&mut self.object).insert("name".into(), json!(self.name));
+        Some(&self.name)
+    }
 }
 
 /// A create of `body` under the URL's namespace `url_ns`: the object to
@@ -58,16 +139,34 @@ pub fn admit_create(
 pub fn admit_create_object(
     rt: &ResourceType,
     url_ns: Option<&str>,
-    mut obj: Map<String, Value>,
+    obj: Map<String, Value>,
 ) -> Result<Admitted, KubeError> {
-    let name = resolve_create_name(rt, &mut obj)?;
+    admit_create_named(rt, url_ns, obj, &NameGenerator::random())
+}
+
+/// [`admit_create_object`] with the generator of its name, if it has a
+/// `generateName`.
+pub fn admit_create_named(
+    rt: &ResourceType,
+    url_ns: Option<&str>,
+    mut obj: Map<String, Value>,
+    names: &NameGenerator,
+) -> Result<Admitted, KubeError> {
+    builtin::check_types(rt, &obj)?;
+    let (name, generated_from) = resolve_create_name(&mut obj, names);
     let namespace = check_namespace(rt, url_ns, &mut obj)?;
-    validate_object_meta(rt, &name, namespace.as_deref())?;
     prepare_create(rt, &mut obj);
+    builtin::prepare_create(rt, &mut obj);
+    let mut causes = objectmeta::validate_create(rt, &obj, &name, namespace.as_deref());
+    causes.extend(builtin::validate_create(rt, &obj));
+    if !causes.is_empty() {
+        return Err(KubeError::invalid(rt, &name, causes));
+    }
     Ok(Admitted {
         name,
         namespace,
         object: obj,
+        generated_from,
     })
 }
 
@@ -102,12 +201,16 @@ pub fn admit_update_object(
     }
     let namespace = check_namespace(rt, url_ns, &mut obj)?;
     if scope == UpdateScope::Object {
-        validate_object_meta(rt, url_name, namespace.as_deref())?;
+        let causes = objectmeta::name_and_namespace(rt, url_name, namespace.as_deref());
+        if !causes.is_empty() {
+            return Err(KubeError::invalid(rt, url_name, causes));
+        }
     }
     Ok(Admitted {
         name: body_name,
         namespace,
         object: obj,
+        generated_from: None,
     })
 }
 
@@ -126,14 +229,52 @@ pub fn precondition(obj: &Map<String, Value>) -> Result<Option<u64>, KubeError> 
 }
 
 /// The object an update stores: `new` (as the client sent it, or as a
-/// patch made it) against the stored `old`, within `scope`.
+/// patch made it) against the stored `old`, within `scope`; a `400` for
+/// a field of the wrong JSON type, a `422` for one the metadata's or the
+/// type's rules refuse.
 pub fn admit_update(
     rt: &ResourceType,
     scope: UpdateScope,
     old: &Map<String, Value>,
     new: &mut Map<String, Value>,
-) {
-    prepare_update_in(rt, scope, old, new);
+) -> Result<(), KubeError> {
+    builtin::check_types(rt, new)?;
+    // As kube reads the stored object: decoded, hence defaulted.
+    let old = builtin::with_defaults(rt, old);
+    if scope == UpdateScope::Object {
+        objectmeta::before_update(&old, new);
+        builtin::prepare_update(rt, &old, new);
+    }
+    prepare_update_in(rt, scope, &old, new);
+    if scope == UpdateScope::Status {
+        return Ok(());
+    }
+    let mut causes = update_causes(rt, &old, new);
+    if !causes.is_empty() {
+        // Problems the stored object has itself (written before these
+        // rules, or through the etcd API) are not this update's: it may
+        // keep them, so a controller can still edit its metadata.
+        let own = update_causes(rt, &old, &old);
+        causes.retain(|c| !own.contains(c));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        let name = object::meta_str(new, "name").unwrap_or("").to_string();
+        Err(KubeError::invalid(rt, &name, causes))
+    }
+}
+
+/// What the metadata's and the type's rules refuse in an update of `old`
+/// to `new`.
+fn update_causes(
+    rt: &ResourceType,
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+) -> Vec<crate::kube::error::FieldCause> {
+    let mut causes = objectmeta::validate_update(old, new);
+    causes.extend(builtin::validate_update(rt, old, new));
+    causes
 }
 
 /// A delete of `name`: the system namespaces may not be deleted.
@@ -151,11 +292,12 @@ pub fn admit_delete(rt: &ResourceType, name: &str) -> Result<(), KubeError> {
 }
 
 /// The name of a new object: its own, or one generated from
-/// `generateName` (written into the object); neither is a `422`.
+/// `generateName` (written into the object, with the base it came from).
+/// Neither is left empty, which validation refuses.
 fn resolve_create_name(
-    rt: &ResourceType,
     obj: &mut Map<String, Value>,
-) -> Result<String, KubeError> {
+    names: &NameGenerator,
+) -> (String, Option<String>) {
     let meta = metadata_mut(obj);
     let name = meta
         .get("name")
@@ -163,22 +305,16 @@ fn resolve_create_name(
         .unwrap_or("")
         .to_string();
     if !name.is_empty() {
-        return Ok(name);
+        return (name, None);
     }
     match meta.get("generateName").and_then(Value::as_str) {
         Some(base) if !base.is_empty() => {
-            let generated = generate_name(base);
+            let base = base.to_string();
+            let generated = names.generate(&base);
             meta.insert("name".into(), json!(generated));
-            Ok(generated)
+            (generated, Some(base))
         }
-        _ => Err(KubeError::invalid(
-            rt,
-            "",
-            vec![FieldCause::required(
-                "metadata.name",
-                "name or generateName is required",
-            )],
-        )),
+        _ => (String::new(), None),
     }
 }
 
@@ -209,98 +345,6 @@ fn check_namespace(
             Ok(Some(u.to_string()))
         }
         (None, b) => Ok(b.map(str::to_string)),
-    }
-}
-
-/// A `generateName` with a random suffix, as kube builds it.
-fn generate_name(base: &str) -> String {
-    let base: String = base
-        .chars()
-        .take(MAX_NAME_LEN - GENERATE_SUFFIX_LEN)
-        .collect();
-    let suffix: String = (0..GENERATE_SUFFIX_LEN)
-        .map(|_| GENERATE_ALPHABET[rand::random_range(0..GENERATE_ALPHABET.len())] as char)
-        .collect();
-    format!("{base}{suffix}")
-}
-
-fn is_label(s: &str, first_may_be_digit: bool) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= MAX_LABEL_LEN
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && (bytes[0].is_ascii_lowercase() || (first_may_be_digit && bytes[0].is_ascii_digit()))
-        && bytes[bytes.len() - 1] != b'-'
-}
-
-/// Checks a name against the type's rule; the messages are kube's.
-fn validate_name(rule: NameRule, name: &str) -> Result<(), String> {
-    match rule {
-        NameRule::Subdomain => {
-            if name.len() > MAX_NAME_LEN {
-                return Err(format!("must be no more than {MAX_NAME_LEN} characters"));
-            }
-            if !name.split('.').all(|part| is_label(part, true)) {
-                return Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into());
-            }
-            Ok(())
-        }
-        NameRule::Label => {
-            if name.len() > MAX_LABEL_LEN {
-                return Err(format!("must be no more than {MAX_LABEL_LEN} characters"));
-            }
-            if !is_label(name, true) {
-                return Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
-            }
-            Ok(())
-        }
-        NameRule::Rfc1035Label => {
-            if name.len() > MAX_LABEL_LEN {
-                return Err(format!("must be no more than {MAX_LABEL_LEN} characters"));
-            }
-            if !is_label(name, false) {
-                return Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into());
-            }
-            Ok(())
-        }
-        NameRule::PathSegment => {
-            if name == "." || name == ".." {
-                return Err(format!("may not be '{name}'"));
-            }
-            if name.contains('/') || name.contains('%') {
-                return Err("may not contain '/' or '%'".into());
-            }
-            Ok(())
-        }
-    }
-}
-
-/// Validates the name (and namespace) of an object about to be written.
-fn validate_object_meta(
-    rt: &ResourceType,
-    name: &str,
-    namespace: Option<&str>,
-) -> Result<(), KubeError> {
-    let mut causes = Vec::new();
-    if let Err(detail) = validate_name(rt.name_rule, name) {
-        causes.push(FieldCause::invalid("metadata.name", name, &detail));
-    }
-    if rt.namespaced {
-        match namespace {
-            None | Some("") => causes.push(FieldCause::required("metadata.namespace", "")),
-            Some(ns) => {
-                if let Err(detail) = validate_name(NameRule::Label, ns) {
-                    causes.push(FieldCause::invalid("metadata.namespace", ns, &detail));
-                }
-            }
-        }
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(KubeError::invalid(rt, name, causes))
     }
 }
 
@@ -402,18 +446,12 @@ fn prepare_update(rt: &ResourceType, old: &Map<String, Value>, new: &mut Map<Str
     let meta = metadata_mut(new);
     meta.remove("resourceVersion");
     meta.remove("selfLink");
-    for field in [
-        "uid",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "generateName",
-    ] {
-        match old_meta.and_then(|m| m.get(field)) {
-            Some(v) => meta.insert(field.into(), v.clone()),
-            None => meta.remove(field),
-        };
-    }
+    // uid, creationTimestamp and the deletion fields are
+    // `objectmeta::before_update`'s (and what differs is refused).
+    match old_meta.and_then(|m| m.get("generateName")) {
+        Some(v) => meta.insert("generateName".into(), v.clone()),
+        None => meta.remove("generateName"),
+    };
     if rt.tracks_generation {
         let old_gen = old_meta
             .and_then(|m| m.get("generation"))
@@ -458,14 +496,16 @@ mod tests {
 
     #[test]
     fn names_follow_dns_rules() {
-        assert!(validate_name(NameRule::Subdomain, "a.b-c.d").is_ok());
-        assert!(validate_name(NameRule::Subdomain, "Bad_Name").is_err());
-        assert!(validate_name(NameRule::Subdomain, "-a").is_err());
-        assert!(validate_name(NameRule::Subdomain, &"a".repeat(254)).is_err());
-        assert!(validate_name(NameRule::Label, "a.b").is_err());
-        assert!(validate_name(NameRule::Label, "123-abc").is_ok());
-        assert!(validate_name(NameRule::Rfc1035Label, "1abc").is_err());
-        assert!(validate_name(NameRule::Rfc1035Label, "abc-1").is_ok());
+        use crate::kube::resources::NameRule;
+        let ok = |rule, name: &str| objectmeta::name_errors(rule, name, false).is_empty();
+        assert!(ok(NameRule::Subdomain, "a.b-c.d"));
+        assert!(!ok(NameRule::Subdomain, "Bad_Name"));
+        assert!(!ok(NameRule::Subdomain, "-a"));
+        assert!(!ok(NameRule::Subdomain, &"a".repeat(254)));
+        assert!(!ok(NameRule::Label, "a.b"));
+        assert!(ok(NameRule::Label, "123-abc"));
+        assert!(!ok(NameRule::Rfc1035Label, "1abc"));
+        assert!(ok(NameRule::Rfc1035Label, "abc-1"));
     }
 
     fn configmaps() -> &'static ResourceType {
@@ -601,35 +641,88 @@ mod tests {
     #[test]
     fn an_update_keeps_what_the_server_owns_and_its_scope_excludes() {
         let dep = resources::find("apps", "v1", "deployments").expect("deployments");
-        let old = object::decode_body(
+        let spec = |replicas: u32| {
+            json!({
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "a"}},
+                "template": {"metadata": {"labels": {"app": "a"}},
+                             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+            })
+        };
+        let old = object::decode_value(
             dep,
-            br#"{"metadata":{"name":"a","uid":"u1","creationTimestamp":"t0","generation":4},"spec":{"replicas":1},"status":{"ready":1}}"#,
+            json!({"metadata": {"name": "a", "uid": "u1", "creationTimestamp": "2024-01-02T03:04:05Z", "generation": 4},
+                   "spec": spec(1), "status": {"readyReplicas": 1}}),
         )
         .expect("decode");
-        let mut new = object::decode_body(
+        let mut new = object::decode_value(
             dep,
-            br#"{"metadata":{"name":"a","uid":"forged","generation":99},"spec":{"replicas":2},"status":{"ready":7}}"#,
+            json!({"metadata": {"name": "a", "generation": 99, "creationTimestamp": "2030-01-01T00:00:00Z"},
+                   "spec": spec(2), "status": {"readyReplicas": 7}}),
         )
         .expect("decode");
-        admit_update(dep, UpdateScope::Object, &old, &mut new);
-        assert_eq!(new["metadata"]["uid"], "u1");
-        assert_eq!(new["metadata"]["creationTimestamp"], "t0");
+        admit_update(dep, UpdateScope::Object, &old, &mut new).expect("admitted");
+        assert_eq!(
+            new["metadata"]["uid"], "u1",
+            "an empty uid is the stored one"
+        );
+        assert_eq!(
+            new["metadata"]["creationTimestamp"], "2024-01-02T03:04:05Z",
+            "a changed creationTimestamp is ignored"
+        );
         assert_eq!(new["metadata"]["generation"], 5);
         assert_eq!(
             new["status"],
-            json!({"ready": 1}),
+            json!({"readyReplicas": 1}),
             "the status subresource owns it"
         );
+        // Another uid is refused, as kube refuses it.
+        let mut forged = old.clone();
+        metadata_mut(&mut forged).insert("uid".into(), json!("forged"));
+        match admit_update(dep, UpdateScope::Object, &old, &mut forged) {
+            Err(KubeError::Invalid { causes, .. }) => {
+                assert_eq!(causes[0].field, "metadata.uid");
+                assert_eq!(
+                    causes[0].message,
+                    "Invalid value: \"forged\": field is immutable"
+                );
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
 
         let mut status = object::decode_body(
             dep,
             br#"{"metadata":{"name":"a","labels":{"x":"y"}},"spec":{"replicas":9},"status":{"ready":7}}"#,
         )
         .expect("decode");
-        admit_update(dep, UpdateScope::Status, &old, &mut status);
-        assert_eq!(status["spec"], json!({"replicas": 1}));
+        admit_update(dep, UpdateScope::Status, &old, &mut status).expect("admitted");
+        assert_eq!(status["spec"]["replicas"], 1);
         assert!(status["metadata"].get("labels").is_none());
         assert_eq!(status["status"], json!({"ready": 7}));
+    }
+
+    #[test]
+    fn a_stored_object_that_breaks_the_rules_may_keep_its_problems() {
+        // Written before the rules (or through the etcd API): no template.
+        let dep = resources::find("apps", "v1", "deployments").expect("deployments");
+        let Value::Object(old) = json!({"metadata": {"name": "a", "namespace": "default", "uid": "u1", "finalizers": ["example.com/x"]},
+                                        "spec": {"replicas": 1}})
+        else {
+            unreachable!()
+        };
+        let mut edited = old.clone();
+        metadata_mut(&mut edited).remove("finalizers");
+        admit_update(dep, UpdateScope::Object, &old, &mut edited).expect("a metadata edit");
+        // A problem of its own is still refused.
+        let mut labelled = old.clone();
+        metadata_mut(&mut labelled).insert("labels".into(), json!({"-x": "y"}));
+        match admit_update(dep, UpdateScope::Object, &old, &mut labelled) {
+            Err(KubeError::Invalid { causes, .. }) => {
+                let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+                assert_eq!(fields, ["metadata.labels"]);
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
     }
 
     #[test]
@@ -665,9 +758,71 @@ mod tests {
     }
 
     #[test]
-    fn generated_names_keep_the_prefix() {
-        let n = generate_name("web-");
+    fn generated_names_keep_the_prefix_cut_as_kube_cuts_it() {
+        let n = NameGenerator::random().generate("web-");
         assert!(n.starts_with("web-") && n.len() == 9, "{n}");
+        assert!(
+            n[4..].bytes().all(|b| GENERATE_ALPHABET.contains(&b)),
+            "{n}"
+        );
+        let long = NameGenerator::from_fn(|| "xxxxx".into()).generate(&"a".repeat(100));
+        assert_eq!(long, format!("{}xxxxx", "a".repeat(58)));
+    }
+
+    #[test]
+    fn a_generated_name_is_regenerated_a_chosen_one_is_not() {
+        let cm = configmaps();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let names = NameGenerator::from_fn(move || {
+            format!(
+                "{:05}",
+                next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            )
+        });
+        let body = json!({"metadata": {"generateName": "web-"}});
+        let Value::Object(body) = body else {
+            unreachable!()
+        };
+        let mut a = admit_create_named(cm, Some("default"), body, &names).expect("admitted");
+        assert_eq!(a.name, "web-00000");
+        assert_eq!(a.regenerate_name(&names), Some("web-00001"));
+        assert_eq!(a.object["metadata"]["name"], "web-00001");
+        let mut chosen =
+            admit_create(cm, Some("default"), br#"{"metadata":{"name":"a"}}"#).expect("admitted");
+        assert_eq!(chosen.regenerate_name(&names), None);
+        assert_eq!(chosen.name, "a");
+    }
+
+    #[test]
+    fn a_create_gets_the_types_defaults_and_its_422s() {
+        let pods = resources::find("", "v1", "pods").expect("pods");
+        let a = admit_create(
+            pods,
+            Some("default"),
+            br#"{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"nginx"}]}}"#,
+        )
+        .expect("admitted");
+        assert_eq!(a.object["spec"]["restartPolicy"], "Always");
+        assert_eq!(
+            a.object["spec"]["containers"][0]["imagePullPolicy"],
+            "Always"
+        );
+        assert_eq!(a.object["status"]["phase"], "Pending");
+        match admit_create(
+            pods,
+            Some("default"),
+            br#"{"metadata":{"name":"p","labels":{"bad key":"v"}},"spec":{}}"#,
+        ) {
+            Err(KubeError::Invalid { causes, .. }) => {
+                let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+                assert_eq!(fields, ["metadata.labels", "spec.containers"]);
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
+        assert!(matches!(
+            admit_create(pods, Some("default"), br#"{"metadata":{"name":"p"},"spec":{"containers":{}}}"#),
+            Err(KubeError::BadRequest(m)) if m.contains("cannot unmarshal object")
+        ));
     }
 }
 
@@ -730,9 +885,13 @@ mod proptests {
                 unreachable!("object_value makes objects");
             };
             let scope = if status_scope { UpdateScope::Status } else { UpdateScope::Object };
-            admit_update(rt, scope, &old, &mut new);
-            prop_assert!(new.get("metadata").is_some_and(Value::is_object));
-            prop_assert!(object::meta_str(&new, "resourceVersion").is_none());
+            match admit_update(rt, scope, &old, &mut new) {
+                Ok(()) => {
+                    prop_assert!(new.get("metadata").is_some_and(Value::is_object));
+                    prop_assert!(object::meta_str(&new, "resourceVersion").is_none());
+                }
+                Err(e) => prop_assert!(is_clients_mistake(&e), "{e:?}"),
+            }
         }
     }
 

@@ -10,57 +10,296 @@
 
 use kubestore_raft::RaftNodeError;
 use kubestore_storage::StoreError;
-use serde_json::json;
+use std::fmt;
+
+use serde_json::{Map, Value};
 
 use crate::kube::resources::ResourceType;
 
-/// One field problem of an `Invalid` error.
+/// One field problem of an `Invalid` error, as apimachinery's
+/// `field.Error` becomes a `StatusCause`: its reason (the error type), its
+/// field path (`spec.containers[0].image`) and its message, the error
+/// body without the path (`Required value`, `Invalid value: "x": detail`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldCause {
     /// `FieldValueInvalid`, `FieldValueRequired`, ...
     pub reason: &'static str,
     pub field: String,
-    /// The full message, `metadata.name: Invalid value: "x": ...`.
+    /// The message, `Invalid value: "x": ...` (the `Status` message puts
+    /// the field in front of it).
     pub message: String,
 }
 
+/// The value a field error shows, printed as kube's `field.Error` prints
+/// its Go value: a string quoted (`%q`), a number or boolean bare, a nil
+/// pointer as `"null"`, and anything else as Go's `%#v` of the value
+/// ([`BadValue::Go`], already rendered; see [`BadValue::string_map`] and
+/// [`BadValue::label_selector`] for the two kube shows most).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BadValue {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// A Go rendering, printed as is.
+    Go(String),
+}
+
+impl BadValue {
+    /// A JSON value as kube would show the Go value decoded from it:
+    /// scalars as scalars, `null` as `"null"`, a list or an object as its
+    /// JSON (kube shows its internal struct with `%#v`, which has no JSON
+    /// equivalent; the JSON says the same).
+    pub fn of_json(value: &Value) -> Self {
+        match value {
+            Value::String(s) => BadValue::Str(s.clone()),
+            Value::Bool(b) => BadValue::Bool(*b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => BadValue::Int(i),
+                None => BadValue::Float(n.as_f64().unwrap_or_default()),
+            },
+            Value::Null => BadValue::Str("null".into()),
+            other => BadValue::Go(other.to_string()),
+        }
+    }
+
+    /// A `map[string]string` (labels, a selector's `matchLabels`) as Go's
+    /// `%#v` prints it: `map[string]string{"app":"web", "tier":"fe"}`,
+    /// keys sorted; `map[string]string(nil)` for none. Values that are not
+    /// strings are shown as their JSON.
+    pub fn string_map(map: Option<&Map<String, Value>>) -> Self {
+        BadValue::Go(go_string_map(map))
+    }
+
+    /// A `metav1.LabelSelector` as Go's `%#v` prints it (what kube shows
+    /// for an immutable selector):
+    /// `v1.LabelSelector{MatchLabels:map[string]string{"app":"web"},
+    /// MatchExpressions:[]v1.LabelSelectorRequirement(nil)}`; an absent
+    /// selector (a nil pointer) is `"null"`.
+    pub fn label_selector(selector: Option<&Value>) -> Self {
+        let Some(Value::Object(sel)) = selector else {
+            return BadValue::Str("null".into());
+        };
+        let labels = go_string_map(sel.get("matchLabels").and_then(Value::as_object));
+        let expressions = match sel.get("matchExpressions").and_then(Value::as_array) {
+            None => "[]v1.LabelSelectorRequirement(nil)".to_string(),
+            Some(list) => {
+                let items: Vec<String> = list
+                    .iter()
+                    .map(|req| {
+                        let text = |k: &str| req.get(k).and_then(Value::as_str).unwrap_or("");
+                        let values = match req.get("values").and_then(Value::as_array) {
+                            None => "[]string(nil)".to_string(),
+                            Some(vs) => format!(
+                                "[]string{{{}}}",
+                                vs.iter()
+                                    .map(|v| go_quote(v.as_str().unwrap_or("")))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        };
+                        format!(
+                            "v1.LabelSelectorRequirement{{Key:{}, Operator:{}, Values:{values}}}",
+                            go_quote(text("key")),
+                            go_quote(text("operator"))
+                        )
+                    })
+                    .collect();
+                format!("[]v1.LabelSelectorRequirement{{{}}}", items.join(", "))
+            }
+        };
+        BadValue::Go(format!(
+            "v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{expressions}}}"
+        ))
+    }
+}
+
+impl From<&str> for BadValue {
+    fn from(s: &str) -> Self {
+        BadValue::Str(s.to_string())
+    }
+}
+
+impl From<String> for BadValue {
+    fn from(s: String) -> Self {
+        BadValue::Str(s)
+    }
+}
+
+impl From<i64> for BadValue {
+    fn from(i: i64) -> Self {
+        BadValue::Int(i)
+    }
+}
+
+impl From<bool> for BadValue {
+    fn from(b: bool) -> Self {
+        BadValue::Bool(b)
+    }
+}
+
+impl fmt::Display for BadValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadValue::Str(s) => f.write_str(&go_quote(s)),
+            BadValue::Int(i) => write!(f, "{i}"),
+            // Go's %v of a float64: the shortest representation.
+            BadValue::Float(x) => write!(f, "{x}"),
+            BadValue::Bool(b) => write!(f, "{b}"),
+            BadValue::Go(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A string as Go's `strconv.Quote` (`%q`) writes it: printable runes
+/// as they are, `\a \b \f \n \r \t \v`, other control bytes as `\xNN`,
+/// other unprintable runes as `\uNNNN` or `\UNNNNNNNN`.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() || c == '\u{feff}' || ('\u{2028}'..='\u{2029}').contains(&c) => {
+                let n = c as u32;
+                if n <= 0xffff {
+                    out.push_str(&format!("\\u{n:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{n:08x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn go_string_map(map: Option<&Map<String, Value>>) -> String {
+    let Some(map) = map else {
+        return "map[string]string(nil)".to_string();
+    };
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    let entries: Vec<String> = keys
+        .into_iter()
+        .map(|k| {
+            let v = match &map[k] {
+                Value::String(s) => go_quote(s),
+                other => other.to_string(),
+            };
+            format!("{}:{v}", go_quote(k))
+        })
+        .collect();
+    format!("map[string]string{{{}}}", entries.join(", "))
+}
+
 impl FieldCause {
+    fn with(reason: &'static str, field: &str, message: String) -> Self {
+        Self {
+            reason,
+            field: field.to_string(),
+            message,
+        }
+    }
+
+    /// `Invalid value: "<value>": <detail>` of a string value.
     pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
-        Self {
-            reason: "FieldValueInvalid",
-            field: field.to_string(),
-            message: format!("Invalid value: {}: {detail}", json!(value)),
-        }
+        Self::invalid_value(field, BadValue::from(value), detail)
     }
 
+    /// `Invalid value: <value>: <detail>` of any value.
+    pub fn invalid_value(field: &str, value: BadValue, detail: &str) -> Self {
+        Self::with(
+            "FieldValueInvalid",
+            field,
+            with_detail(format!("Invalid value: {value}"), detail),
+        )
+    }
+
+    /// `Required value`, with `: <detail>` when there is one.
     pub fn required(field: &str, detail: &str) -> Self {
-        Self {
-            reason: "FieldValueRequired",
-            field: field.to_string(),
-            message: format!("Required value: {detail}"),
-        }
+        Self::with(
+            "FieldValueRequired",
+            field,
+            with_detail("Required value".into(), detail),
+        )
     }
 
+    /// `Unsupported value: "<value>": supported values: "a", "b"` of a
+    /// string value.
     pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
-        let list: Vec<String> = supported.iter().map(|s| json!(s).to_string()).collect();
-        Self {
-            reason: "FieldValueNotSupported",
-            field: field.to_string(),
-            message: format!(
-                "Unsupported value: {}: supported values: {}",
-                json!(value),
-                list.join(", ")
-            ),
-        }
+        Self::not_supported_value(field, BadValue::from(value), supported)
     }
 
-    pub fn forbidden(field: &str, detail: &str) -> Self {
-        Self {
-            reason: "FieldValueForbidden",
-            field: field.to_string(),
-            message: format!("Forbidden: {detail}"),
-        }
+    /// [`not_supported`](Self::not_supported) of any value.
+    pub fn not_supported_value(field: &str, value: BadValue, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+        let detail = if list.is_empty() {
+            String::new()
+        } else {
+            format!("supported values: {}", list.join(", "))
+        };
+        Self::with(
+            "FieldValueNotSupported",
+            field,
+            with_detail(format!("Unsupported value: {value}"), &detail),
+        )
     }
+
+    /// `Forbidden: <detail>`.
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self::with(
+            "FieldValueForbidden",
+            field,
+            with_detail("Forbidden".into(), detail),
+        )
+    }
+
+    /// `Duplicate value: <value>`.
+    pub fn duplicate(field: &str, value: BadValue) -> Self {
+        Self::with(
+            "FieldValueDuplicate",
+            field,
+            format!("Duplicate value: {value}"),
+        )
+    }
+
+    /// `Not found: <value>`.
+    pub fn not_found(field: &str, value: BadValue) -> Self {
+        Self::with("FieldValueNotFound", field, format!("Not found: {value}"))
+    }
+
+    /// `Too long: may not be more than <max> bytes` (the value is never
+    /// shown).
+    pub fn too_long(field: &str, max: usize) -> Self {
+        let unit = if max == 1 { "byte" } else { "bytes" };
+        Self::with(
+            "FieldValueTooLong",
+            field,
+            format!("Too long: may not be more than {max} {unit}"),
+        )
+    }
+}
+
+/// kube's error body: the detail follows a `: ` when there is one.
+fn with_detail(mut head: String, detail: &str) -> String {
+    if !detail.is_empty() {
+        head.push_str(": ");
+        head.push_str(detail);
+    }
+    head
 }
 
 /// Every way a Kubernetes verb, read or input check can fail.
@@ -71,6 +310,10 @@ pub enum KubeError {
     NotFound { resource: String, name: String },
     #[error("{resource} \"{name}\" already exists")]
     AlreadyExists { resource: String, name: String },
+    /// Every name generated from `generateName` was taken (kube's
+    /// `NewGenerateNameConflict`: `409 AlreadyExists`, retry after 1 s).
+    #[error("{resource} \"{name}\" already exists, the server was not able to generate a unique name for the object")]
+    GeneratedNameConflict { resource: String, name: String },
     /// An optimistic-concurrency or precondition failure.
     #[error("conflict on {resource} \"{name}\": {detail}")]
     Conflict {
@@ -149,6 +392,14 @@ impl KubeError {
 
     pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
         KubeError::AlreadyExists {
+            resource: rt.group_resource(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The last of the names generated for a create was taken too.
+    pub fn generated_name_conflict(rt: &ResourceType, name: &str) -> Self {
+        KubeError::GeneratedNameConflict {
             resource: rt.group_resource(),
             name: name.to_string(),
         }

@@ -11,6 +11,9 @@
 //! (the built-in types' schemas, generated from the upstream OpenAPI
 //! specification), [`object`] (objects as JSON and as stored),
 //! [`admission`] (prepare and validate for create, update, delete),
+//! [`objectmeta`] (every object's metadata rules), [`builtin`] (the
+//! built-in types' defaults and validation), [`names`] (kube's name,
+//! label and key formats),
 //! [`strategic`] (strategic merge patch), [`apply`] (server-side apply
 //! and managed fields), [`fieldvalidation`] (unknown and duplicate
 //! fields), [`options`] (`dryRun`, `DeleteOptions`), [`deletion`] (what a
@@ -23,13 +26,16 @@
 
 pub mod admission;
 pub mod apply;
+pub mod builtin;
 pub mod cache;
 pub mod controllers;
 pub mod deletion;
 pub mod error;
 pub mod fieldvalidation;
 pub mod finalize;
+pub mod names;
 pub mod object;
+pub mod objectmeta;
 pub mod options;
 pub mod paging;
 pub mod resources;

@@ -391,34 +391,13 @@ fn unescape(s: &str) -> String {
     out
 }
 
+// kube's label formats, shared with metadata validation.
 fn valid_label_key(k: &str) -> bool {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-.".contains(c))
-    });
-    name_ok && prefix_ok
+    crate::kube::names::qualified_name(k).is_empty()
 }
 
 fn valid_label_value(v: &str) -> bool {
-    v.is_empty()
-        || (v.len() <= 63
-            && v.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            && v.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && v.ends_with(|c: char| c.is_ascii_alphanumeric()))
+    crate::kube::names::label_value(v).is_empty()
 }
 
 /// Splits on commas that are not inside a `( ... )` set.

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use kubestore_raft::RaftNode;
 use kubestore_storage::Revision;
 
+use crate::kube::admission::NameGenerator;
 use crate::kube::cache::{CachedObject, WatchCache};
 
 pub use writes::{Current, Deleted};
@@ -89,11 +90,24 @@ pub struct Listed {
 pub struct KubeStore {
     node: RaftNode,
     cache: WatchCache,
+    /// Where a create whose generated name is taken gets another.
+    names: NameGenerator,
 }
 
 impl KubeStore {
     pub fn new(node: RaftNode, cache: WatchCache) -> Self {
-        Self { node, cache }
+        Self {
+            node,
+            cache,
+            names: NameGenerator::random(),
+        }
+    }
+
+    /// The store with `names` as the source of generated names (tests
+    /// force a collision with it).
+    pub fn with_name_generator(mut self, names: NameGenerator) -> Self {
+        self.names = names;
+        self
     }
 
     /// The node's watch cache.

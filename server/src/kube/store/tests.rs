@@ -3,6 +3,8 @@
 //! listener) and its watch cache, fed by its own task as in `serve`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubestore_raft::RaftNodeConfig;
@@ -11,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::*;
-use crate::kube::admission::{self, UpdateScope};
+use crate::kube::admission::{self, NameGenerator, UpdateScope};
 use crate::kube::cache::{CacheLimits, WatchCache};
 use crate::kube::error::KubeError;
 use crate::kube::options::{DeleteOptions, DryRun, Preconditions, Propagation};
@@ -109,6 +111,17 @@ fn configmaps() -> &'static ResourceType {
     resources::find("", "v1", "configmaps").expect("configmaps")
 }
 
+/// A deployment's spec that validates (a selector matching its
+/// template, a container with an image).
+fn web_spec(replicas: u32) -> Value {
+    json!({
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+    })
+}
+
 fn rv(obj: &Value) -> u64 {
     obj["metadata"]["resourceVersion"]
         .as_str()
@@ -165,11 +178,125 @@ async fn a_create_is_read_back_at_its_revision_and_guarded_by_absence_and_namesp
     n.shutdown().await;
 }
 
+/// Suffixes of generated names from a fixed list (then its last, for
+/// ever), and how many were asked for.
+fn suffixes(list: &'static [&'static str]) -> (NameGenerator, Arc<AtomicUsize>) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let names = NameGenerator::from_fn(move || {
+        let i = counter.fetch_add(1, Ordering::SeqCst);
+        list[i.min(list.len() - 1)].to_string()
+    });
+    (names, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_generated_name_is_replaced_by_another_at_most_eight_times() {
+    let n = OneNode::start(1_000).await;
+    let rt = configmaps();
+    n.create(rt, Some("default"), cm("web-aaaaa", "taken"))
+        .await;
+    let generate = || {
+        let Value::Object(body) =
+            json!({"metadata": {"generateName": "web-"}, "data": {"v": "new"}})
+        else {
+            unreachable!("an object")
+        };
+        body
+    };
+
+    // The first two names are taken (one by the object above, one by the
+    // same suffix again), the third is free.
+    let (names, asked) = suffixes(&["aaaaa", "aaaaa", "bbbbb"]);
+    let kube = n.kube.clone().with_name_generator(names.clone());
+    let admitted =
+        admission::admit_create_named(rt, Some("default"), generate(), &names).expect("admitted");
+    assert_eq!(admitted.name, "web-aaaaa");
+    let created = kube
+        .create(rt, admitted, DryRun::No)
+        .await
+        .expect("created under another name");
+    assert_eq!(created["metadata"]["name"], "web-bbbbb");
+    assert_eq!(asked.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        n.get(rt, Some("default"), "web-bbbbb").await["data"]["v"],
+        "new"
+    );
+    assert_eq!(
+        n.get(rt, Some("default"), "web-aaaaa").await["data"]["v"],
+        "taken"
+    );
+
+    // Every name taken: eight attempts, then kube's 409.
+    let (names, asked) = suffixes(&["aaaaa"]);
+    let kube = n.kube.clone().with_name_generator(names.clone());
+    let admitted =
+        admission::admit_create_named(rt, Some("default"), generate(), &names).expect("admitted");
+    match kube.create(rt, admitted, DryRun::No).await {
+        Err(e @ KubeError::GeneratedNameConflict { .. }) => assert_eq!(
+            e.to_string(),
+            "configmaps \"web-aaaaa\" already exists, the server was not able to generate a unique name for the object"
+        ),
+        other => panic!("expected the generated-name conflict, got {other:?}"),
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 8, "one name per attempt");
+
+    // A name the client chose is not replaced.
+    let chosen = admission::admit_create(
+        rt,
+        Some("default"),
+        cm("web-aaaaa", "x").to_string().as_bytes(),
+    )
+    .expect("admitted");
+    assert!(matches!(
+        kube.create(rt, chosen, DryRun::No).await,
+        Err(KubeError::AlreadyExists { .. })
+    ));
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_naming_another_uid_fails_its_precondition() {
+    let n = OneNode::start(1_000).await;
+    let rt = configmaps();
+    let created = n.create(rt, Some("default"), cm("a", "1")).await;
+    let uid = created["metadata"]["uid"]
+        .as_str()
+        .expect("a uid")
+        .to_string();
+    let other = "00000000-0000-0000-0000-000000000000";
+    let stale = json!({"metadata": {"name": "a", "uid": other}, "data": {"v": "2"}});
+    match n.update(rt, Some("default"), "a", stale).await {
+        Err(KubeError::Conflict { detail, .. }) => assert_eq!(
+            detail,
+            format!("Precondition failed: UID in precondition: {other}, UID in object meta: {uid}")
+        ),
+        other => panic!("expected the uid precondition to fail, got {other:?}"),
+    }
+    let same = json!({"metadata": {"name": "a", "uid": uid}, "data": {"v": "2"}});
+    let updated = n
+        .update(rt, Some("default"), "a", same)
+        .await
+        .expect("the stored uid");
+    assert_eq!(updated["data"]["v"], "2");
+    let none = json!({"metadata": {"name": "a"}, "data": {"v": "3"}});
+    let updated = n
+        .update(rt, Some("default"), "a", none)
+        .await
+        .expect("no uid");
+    assert_eq!(
+        updated["metadata"]["uid"],
+        uid.as_str(),
+        "an empty uid is the stored one"
+    );
+    n.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_is_guarded_by_the_clients_resource_version_or_else_applies_to_the_current() {
     let n = OneNode::start(100).await;
     let dep = resources::find("apps", "v1", "deployments").expect("deployments");
-    let body = json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}});
+    let body = json!({"metadata": {"name": "web"}, "spec": web_spec(1)});
     let created = n.create(dep, Some("default"), body).await;
     assert_eq!(created["metadata"]["generation"], 1);
 
@@ -180,7 +307,7 @@ async fn an_update_is_guarded_by_the_clients_resource_version_or_else_applies_to
             dep,
             Some("default"),
             "web",
-            json!({"metadata": {"name": "web"}, "spec": {"replicas": 2}}),
+            json!({"metadata": {"name": "web"}, "spec": web_spec(2)}),
         )
         .await
         .expect("updated");
@@ -189,7 +316,7 @@ async fn an_update_is_guarded_by_the_clients_resource_version_or_else_applies_to
     assert_eq!(updated["metadata"]["generation"], 2);
 
     // A stale resourceVersion is a conflict, and nothing is written.
-    let stale = json!({"metadata": {"name": "web", "resourceVersion": rv(&created).to_string()}, "spec": {"replicas": 3}});
+    let stale = json!({"metadata": {"name": "web", "resourceVersion": rv(&created).to_string()}, "spec": web_spec(3)});
     match n.update(dep, Some("default"), "web", stale).await {
         Err(KubeError::Conflict { .. }) => {}
         other => panic!("expected a conflict, got {other:?}"),
@@ -200,7 +327,7 @@ async fn an_update_is_guarded_by_the_clients_resource_version_or_else_applies_to
     );
 
     // The current one is accepted.
-    let fresh = json!({"metadata": {"name": "web", "resourceVersion": rv(&updated).to_string()}, "spec": {"replicas": 3}});
+    let fresh = json!({"metadata": {"name": "web", "resourceVersion": rv(&updated).to_string()}, "spec": web_spec(3)});
     let third = n
         .update(dep, Some("default"), "web", fresh)
         .await
@@ -321,11 +448,10 @@ async fn a_status_update_changes_only_the_status() {
     n.create(
         dep,
         Some("default"),
-        json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}}),
+        json!({"metadata": {"name": "web"}, "spec": web_spec(1)}),
     )
     .await;
-    let body =
-        json!({"metadata": {"name": "web"}, "spec": {"replicas": 9}, "status": {"replicas": 1}});
+    let body = json!({"metadata": {"name": "web"}, "spec": web_spec(9), "status": {"replicas": 1}});
     let admitted = admission::admit_update_body(
         dep,
         Some("default"),
@@ -867,7 +993,7 @@ async fn the_controllers_collect_dependents_and_empty_a_terminating_namespace() 
     n.create(
         resources::find("apps", "v1", "deployments").expect("deployments"),
         t,
-        json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}}),
+        json!({"metadata": {"name": "web"}, "spec": web_spec(1)}),
     )
     .await;
     n.create(

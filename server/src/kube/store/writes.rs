@@ -32,7 +32,7 @@ use crate::kube::cache::CachedObject;
 use crate::kube::deletion::{self, DeletePlan, UpdateEffect};
 use crate::kube::error::KubeError;
 use crate::kube::object;
-use crate::kube::options::{DeleteOptions, DryRun};
+use crate::kube::options::{DeleteOptions, DryRun, Preconditions};
 use crate::kube::resources::{self, ResourceType};
 use crate::kube::selectors::Selectors;
 use crate::write;
@@ -40,6 +40,11 @@ use crate::write;
 /// How many times an update, a status update or a delete without a
 /// precondition of its own retries a lost race.
 const UPDATE_RETRIES: usize = 8;
+
+/// How many names a create with `generateName` tries before it gives up
+/// (kube's `maxNameGenerationCreateAttempts`, 1.32+): enough for a
+/// million names per prefix with a 0.1% chance of failing.
+const GENERATED_NAME_ATTEMPTS: usize = 8;
 
 fn range_one(key: &str) -> Op {
     Op::Range(RangeRequest {
@@ -230,8 +235,39 @@ impl KubeStore {
     /// The local read is enough on the common path; a namespace this node
     /// finds absent or terminating is read again after a read barrier
     /// before the create is refused.
+    ///
+    /// A name the server generated (`generateName`) that is taken is
+    /// replaced by another, as kube 1.32+ retries it: at most
+    /// [`GENERATED_NAME_ATTEMPTS`] names in all, then kube's `409` "the
+    /// server was not able to generate a unique name" (retry after 1 s).
+    /// Every verb that creates (POST, an apply that creates, dry runs)
+    /// comes through here.
     #[tracing::instrument(level = "debug", skip(self, rt, admitted), fields(resource = rt.plural))]
     pub async fn create(
+        &self,
+        rt: &ResourceType,
+        mut admitted: Admitted,
+        dry_run: DryRun,
+    ) -> Result<Value, KubeError> {
+        for _ in 1..GENERATED_NAME_ATTEMPTS {
+            match self.create_once(rt, admitted.clone(), dry_run).await {
+                Err(KubeError::AlreadyExists { .. }) if admitted.generated_from.is_some() => {
+                    admitted.regenerate_name(&self.names);
+                }
+                other => return other,
+            }
+        }
+        let name = admitted.name.clone();
+        match self.create_once(rt, admitted, dry_run).await {
+            Err(KubeError::AlreadyExists { .. }) => {
+                Err(KubeError::generated_name_conflict(rt, &name))
+            }
+            other => other,
+        }
+    }
+
+    /// One attempt of [`create`](Self::create), under the admitted name.
+    async fn create_once(
         &self,
         rt: &ResourceType,
         admitted: Admitted,
@@ -241,6 +277,7 @@ impl KubeStore {
             name,
             namespace: ns,
             object: obj,
+            ..
         } = admitted;
         let ns = ns.as_deref();
         let key = rt.key(ns, &name);
@@ -361,10 +398,19 @@ impl KubeStore {
             name,
             namespace,
             object: obj,
+            ..
         } = admitted;
         // Checked before the barrier: a malformed precondition is refused
         // whether or not the object exists.
         admission::precondition(&obj)?;
+        // As kube's update handler: a uid in the body is a precondition on
+        // the stored object (`409`), checked before anything else.
+        let uid = Preconditions {
+            uid: object::meta_str(&obj, "uid")
+                .filter(|u| !u.is_empty())
+                .map(str::to_string),
+            resource_version: None,
+        };
         self.update_managed(
             rt,
             namespace.as_deref(),
@@ -373,7 +419,16 @@ impl KubeStore {
             UPDATE_RETRIES,
             dry_run,
             manager,
-            |_| Ok::<_, KubeError>(obj.clone()),
+            |current| {
+                deletion::check_preconditions(
+                    rt,
+                    &name,
+                    &current.stored(),
+                    current.revision(),
+                    &uid,
+                )?;
+                Ok::<_, KubeError>(obj.clone())
+            },
         )
         .await
     }
@@ -438,7 +493,7 @@ impl KubeStore {
                     let mut new = change(current)?;
                     let precondition = admission::precondition(&new).map_err(E::from)?;
                     let stored = current.stored();
-                    admission::admit_update(rt, scope, &stored, &mut new);
+                    admission::admit_update(rt, scope, &stored, &mut new).map_err(E::from)?;
                     if let Some(manager) = manager {
                         apply::track_update(
                             &target,
