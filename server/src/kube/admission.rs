@@ -241,7 +241,7 @@ pub fn admit_update(
     builtin::check_types(rt, new)?;
     // As kube reads the stored object: decoded, hence defaulted.
     let old = builtin::with_defaults(rt, old);
-    if scope == UpdateScope::Object {
+    if matches!(scope, UpdateScope::Object | UpdateScope::Finalize) {
         objectmeta::before_update(&old, new);
         builtin::prepare_update(rt, &old, new);
     }
@@ -723,6 +723,30 @@ mod tests {
             }
             other => panic!("expected 422, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_finalize_body_without_uid_or_timestamps_keeps_the_stored_ones() {
+        let rt = resources::namespaces();
+        let old = json!({"metadata": {"name": "fin", "uid": "u1",
+            "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        let Value::Object(old) = old else {
+            unreachable!("an object")
+        };
+        let Value::Object(mut new) = json!({"metadata": {"name": "fin", "creationTimestamp": null},
+            "spec": {"finalizers": ["kubernetes", "example.com/hold"]}})
+        else {
+            unreachable!("an object")
+        };
+        admit_update(rt, UpdateScope::Finalize, &old, &mut new).expect("admitted");
+        assert_eq!(new["metadata"]["uid"], "u1");
+        assert_eq!(new["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            new["spec"]["finalizers"],
+            json!(["kubernetes", "example.com/hold"])
+        );
+        assert_eq!(new["status"]["phase"], "Active");
     }
 
     #[test]
