@@ -32,6 +32,18 @@ What the table holds:
   `x-kubernetes-*` extensions, kept apart: a strategic merge patch merges
   container ports on `containerPort`, server-side apply keys them by
   `containerPort` and `protocol`).
+- `resources`: every resource the specification serves a path for,
+  keyed `<apiVersion>/<plural>` (`v1/pods`, `apps/v1/deployments`): its
+  `kind`, whether it is `namespaced` (it has a
+  `namespaces/{namespace}/<plural>` path), its `verbs` as discovery
+  names them (`create`, `delete`, `deletecollection`, `get`, `list`,
+  `patch`, `update`, `watch`; from each operation's
+  `x-kubernetes-action`, a `connect` by its HTTP method) and its
+  `subresources` (`.../{name}/<sub>`: `status`, `scale`, `finalize`,
+  `log`, ...), each with the group, version and kind it reads and writes
+  (a `scale` is `autoscaling/v1` `Scale`) and its verbs. What the
+  specification does not say (etcd keys, short names, categories) is
+  written by hand in `server/src/kube/resources.rs`.
 - A shape is `{"scalar": S}` (S one of `string`, `byte`, `dateTime`,
   `integer`, `number`, `boolean`, `intOrString`, `quantity`),
   `{"object": NAME}` (a type of the table), `{"list": SHAPE}`,
@@ -47,6 +59,7 @@ rather than being dropped silently.
 
 import argparse
 import json
+import re
 import sys
 
 REF_PREFIX = "#/definitions/"
@@ -86,6 +99,22 @@ FIELD_KEYS = {
     "x-kubernetes-map-type",
 }
 IGNORED_KEYS = {"description", "default"}
+
+# Discovery's verb for each `x-kubernetes-action`; a `connect` is named by
+# its HTTP method, as kube's discovery names it (`pods/exec`: create, get).
+ACTION_VERBS = {
+    "get": "get",
+    "list": "list",
+    "post": "create",
+    "put": "update",
+    "patch": "patch",
+    "delete": "delete",
+    "deletecollection": "deletecollection",
+    "watch": "watch",
+    "watchlist": "watch",
+}
+CONNECT_VERBS = {"get": "get", "post": "create", "put": "update", "patch": "patch", "delete": "delete"}
+HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
 PATCH_STRATEGIES = {"merge", "retainKeys", "replace"}
 
 
@@ -213,6 +242,78 @@ class Generator:
                 kinds[f"{api_version}/{key[2]}"] = names[0]
         return kinds
 
+    def resources(self):
+        """Every resource path: kind, scope, verbs and subresources."""
+        out = {}
+
+        def entry(api_version, plural):
+            return out.setdefault(
+                f"{api_version}/{plural}",
+                {"kind": None, "namespaced": False, "verbs": set(), "subresources": {}},
+            )
+
+        for path, ops in self.spec["paths"].items():
+            m = re.match(r"^/api/(v1)/(.*)$", path) or re.match(r"^/apis/([^/]+/[^/]+)/(.*)$", path)
+            if m is None:
+                continue
+            api_version, rest = m.group(1), m.group(2).split("/")
+            if rest[:1] == ["watch"]:
+                rest = rest[1:]
+            namespaced = rest[:2] == ["namespaces", "{namespace}"] and len(rest) > 2
+            if namespaced:
+                rest = rest[2:]
+            if not rest or rest == [""] or "{path}" in rest:
+                continue  # the group version's root, or a proxy's tail
+            if len(rest) > 3 or (len(rest) > 1 and rest[1] != "{name}"):
+                raise SpecError(f"{path}: a resource path this script does not understand")
+            plural, sub = rest[0], rest[2] if len(rest) == 3 else None
+            verbs = set()
+            gvks = set()
+            for method, op in ops.items():
+                if method == "parameters":
+                    continue
+                if method not in HTTP_METHODS:
+                    raise SpecError(f"{path}: unknown method {method!r}")
+                action = op.get("x-kubernetes-action")
+                if action == "connect":
+                    verb = CONNECT_VERBS.get(method)
+                else:
+                    verb = ACTION_VERBS.get(action)
+                    if verb is None:
+                        raise SpecError(f"{path} {method}: unknown action {action!r}")
+                if verb is not None:
+                    verbs.add(verb)
+                gvk = op.get("x-kubernetes-group-version-kind")
+                if gvk is not None:
+                    gvks.add((gvk["group"], gvk["version"], gvk["kind"]))
+            if len(gvks) > 1:
+                raise SpecError(f"{path}: operations of several kinds {sorted(gvks)}")
+            e = entry(api_version, plural)
+            e["namespaced"] = e["namespaced"] or namespaced
+            if sub is None:
+                e["verbs"] |= verbs
+                for g, v, k in gvks:
+                    if e["kind"] not in (None, k):
+                        raise SpecError(f"{path}: kind {k} after {e['kind']}")
+                    e["kind"] = k
+            else:
+                s = e["subresources"].setdefault(sub, {"verbs": set()})
+                s["verbs"] |= verbs
+                for g, v, k in gvks:
+                    s.update({"group": g, "version": v, "kind": k})
+        for key, e in list(out.items()):
+            if e["kind"] is None:
+                # Paths without a kind of their own (`/api/v1/namespaces/
+                # {namespace}/bindings` has one; a bare watch path has not):
+                # a resource needs one to be served.
+                raise SpecError(f"{key}: a resource without a kind")
+            e["verbs"] = sorted(e["verbs"])
+            for name, sub in e["subresources"].items():
+                if "kind" not in sub:
+                    raise SpecError(f"{key}/{name}: a subresource without a kind")
+                sub["verbs"] = sorted(sub["verbs"])
+        return out
+
     def run(self):
         kinds = self.kinds()
         for root in sorted(set(kinds.values())):
@@ -220,7 +321,7 @@ class Generator:
         while self.pending:
             name = self.pending.pop()
             self.types[name] = self.type_def(name)
-        return {"kinds": kinds, "types": self.types}
+        return {"kinds": kinds, "resources": self.resources(), "types": self.types}
 
 
 def render(table):
@@ -233,6 +334,11 @@ def render(table):
     kinds = sorted(table["kinds"].items())
     for i, (k, v) in enumerate(kinds):
         lines.append(f"{dump(k)}:{dump(v)}" + ("," if i + 1 < len(kinds) else ""))
+    lines.append("},")
+    lines.append('"resources":{')
+    resources = sorted(table["resources"].items())
+    for i, (k, v) in enumerate(resources):
+        lines.append(f"{dump(k)}:{dump(v)}" + ("," if i + 1 < len(resources) else ""))
     lines.append("},")
     lines.append('"types":{')
     types = sorted(table["types"].items())

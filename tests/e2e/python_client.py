@@ -3,8 +3,9 @@
 Usage: python3 python_client.py http://127.0.0.1:8080
 
 Exercises what the Python client is strict about: typed list models (which
-reject a missing `items`), `watch=True` booleans, watch event decoding, and
-ApiException codes. Exits non-zero with a message on the first mismatch.
+reject a missing `items`), `watch=True` booleans, watch event decoding,
+ApiException codes, and its default patch (a strategic merge patch for a
+dict body, a JSON patch for a list). Exits non-zero with a message on the first mismatch.
 """
 
 import sys
@@ -57,6 +58,20 @@ def main(url: str) -> None:
         raise AssertionError("the configmap must be gone")
     except ApiException as e:
         assert e.status == 404, e.status
+    # patch_* with a dict body sends a strategic merge patch (the client's
+    # default), with a list body a JSON patch.
+    api.create_namespaced_config_map(
+        "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="py-patch"), data={"a": "1"})
+    )
+    merged = api.patch_namespaced_config_map("py-patch", "default", {"data": {"b": "2"}})
+    assert merged.data == {"a": "1", "b": "2"}, merged.data
+    removed = api.patch_namespaced_config_map("py-patch", "default", {"data": {"a": None}})
+    assert removed.data == {"b": "2"}, removed.data
+    replaced = api.patch_namespaced_config_map(
+        "py-patch", "default", [{"op": "replace", "path": "/data/b", "value": "3"}]
+    )
+    assert replaced.data == {"b": "3"}, replaced.data
+    api.delete_namespaced_config_map("py-patch", "default")
     print("python client ok")
 
 

@@ -801,3 +801,109 @@ async fn work_a_dead_leader_left_pending_is_finished_by_the_next() {
     until_deleted(&k, "/api/v1/namespaces", "after").await;
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_pod_is_deleted_gracefully() {
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+    let c = cluster().await;
+    let (n1, n2, n3) = (c.kube(1), c.kube(2), c.kube(3));
+    let pod = |name: &str, node: &str| {
+        json!({"metadata": {"name": name},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "c", "image": "nginx:1.27"}]}})
+    };
+    let node = n1
+        .post("/api/v1/nodes", &json!({"metadata": {"name": "worker-1"}}))
+        .await
+        .expect("node");
+    assert_eq!(node.status, StatusCode::CREATED, "{}", node.text);
+
+    // Phase 1: a pod on a node that exists is kept for its grace period:
+    // its kubelet stops it, then deletes it with a grace period of 0.
+    let created = n1
+        .post(PODS, &pod("on-node", "worker-1"))
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let deleted = n2
+        .request(Method::DELETE, &format!("{PODS}/on-node"), None)
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    let meta = &deleted.body["metadata"];
+    assert_eq!(meta["deletionGracePeriodSeconds"], 30, "{}", deleted.text);
+    assert!(meta["deletionTimestamp"].is_string(), "{}", deleted.text);
+    let kept = n3.get(&format!("{PODS}/on-node")).await.expect("get");
+    assert_eq!(kept.status, StatusCode::OK, "still there: {}", kept.text);
+    // A longer period changes nothing; a shorter one moves the deadline.
+    let longer = n3
+        .request(
+            Method::DELETE,
+            &format!("{PODS}/on-node?gracePeriodSeconds=60"),
+            None,
+        )
+        .await
+        .expect("delete");
+    assert_eq!(longer.status, StatusCode::OK, "{}", longer.text);
+    assert_eq!(longer.body["metadata"]["deletionGracePeriodSeconds"], 30);
+    let shorter = n3
+        .request(
+            Method::DELETE,
+            &format!("{PODS}/on-node?gracePeriodSeconds=10"),
+            None,
+        )
+        .await
+        .expect("delete");
+    assert_eq!(shorter.body["metadata"]["deletionGracePeriodSeconds"], 10);
+    // The kubelet's final delete.
+    let last = n1
+        .request(
+            Method::DELETE,
+            &format!("{PODS}/on-node"),
+            body(&json!({"gracePeriodSeconds": 0}), "application/json"),
+        )
+        .await
+        .expect("delete");
+    assert_eq!(last.status, StatusCode::OK, "{}", last.text);
+    let gone = n2.get(&format!("{PODS}/on-node")).await.expect("get");
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.text);
+
+    // Phase 2: an unscheduled pod goes at once.
+    let pending = json!({"metadata": {"name": "pending"},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
+    let created = n1.post(PODS, &pending).await.expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let deleted = n2
+        .request(Method::DELETE, &format!("{PODS}/pending"), None)
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    let gone = n3.get(&format!("{PODS}/pending")).await.expect("get");
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.text);
+
+    // Phase 3: a pod bound to a node that is no Node object has no kubelet:
+    // the leader's pod garbage collector deletes it when its grace period
+    // ends (MODIFIED with the deadline, then DELETED).
+    let mut orphan = pod("orphan", "no-such-node");
+    orphan["spec"]["terminationGracePeriodSeconds"] = json!(2);
+    let created = n1.post(PODS, &orphan).await.expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let mut w = n3
+        .watch(&format!(
+            "{PODS}?watch=1&fieldSelector=metadata.name%3Dorphan&resourceVersion={}",
+            created.rv()
+        ))
+        .await
+        .expect("watch");
+    let deleted = n2
+        .request(Method::DELETE, &format!("{PODS}/orphan"), None)
+        .await
+        .expect("delete");
+    assert_eq!(deleted.body["metadata"]["deletionGracePeriodSeconds"], 2);
+    let marked = next_of(&mut w, "orphan").await;
+    assert_eq!(marked["type"], "MODIFIED", "{marked}");
+    let removed = next_of(&mut w, "orphan").await;
+    assert_eq!(removed["type"], "DELETED", "{removed}");
+    let gone = n1.get(&format!("{PODS}/orphan")).await.expect("get");
+    assert_eq!(gone.status, StatusCode::NOT_FOUND, "{}", gone.text);
+}

@@ -230,7 +230,8 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         .expect("list");
     assert_eq!(left.names(), vec!["l3"]);
 
-    // deletecollection of namespaces cascades like a single delete.
+    // Namespaces have no deletecollection (405, as kube); deleting one
+    // cascades.
     let doomed = n1
         .post(
             "/api/v1/namespaces",
@@ -254,8 +255,22 @@ async fn namespaces_generate_name_generation_and_deletecollection() {
         )
         .await
         .expect("sweep");
-    assert_eq!(swept.names(), vec!["doomed"], "{}", swept.text);
-    assert_eq!(swept.body["items"][0]["status"]["phase"], "Terminating");
+    assert_eq!(
+        swept.status,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "{}",
+        swept.text
+    );
+    assert_eq!(swept.body["reason"], "MethodNotAllowed", "{}", swept.text);
+    let doomed = n1
+        .delete("/api/v1/namespaces/doomed")
+        .await
+        .expect("delete ns");
+    assert_eq!(
+        doomed.body["status"]["phase"], "Terminating",
+        "{}",
+        doomed.text
+    );
     // The namespace controller (on the leader) empties it, then removes it.
     until_deleted(&n1, "/api/v1/namespaces", "doomed").await;
     let inside = n1.get("/api/v1/configmaps").await.expect("list");
@@ -686,8 +701,25 @@ async fn discovery_version_health_openapi_and_debug() {
         .iter()
         .filter_map(|g| g["name"].as_str())
         .collect();
-    assert_eq!(groups, vec!["apps", "coordination.k8s.io"]);
-    for gv in ["/apis/apps/v1", "/apis/coordination.k8s.io/v1"] {
+    assert_eq!(
+        groups,
+        vec![
+            "apps",
+            "batch",
+            "autoscaling",
+            "networking.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "storage.k8s.io",
+            "coordination.k8s.io"
+        ]
+    );
+    for gv in [
+        "/apis/apps/v1",
+        "/apis/batch/v1",
+        "/apis/autoscaling/v2",
+        "/apis/coordination.k8s.io/v1",
+    ] {
         let r = n.get(gv).await.expect("gv");
         assert_eq!(r.body["kind"], "APIResourceList", "{gv}");
     }
@@ -1469,6 +1501,95 @@ async fn server_side_apply_managed_fields_and_field_validation() {
             r#"299 - "unknown field \"spec\"""#,
             r#"299 - "duplicate field \"metadata.name\"""#
         ]
+    );
+    c.shutdown().await;
+}
+
+/// Compression as kube-apiserver does it: a list of at least 128 KiB is
+/// gzipped for a client that accepts it (with `Vary: Accept-Encoding`),
+/// sent as it is otherwise with its exact `Content-Length`; a small answer
+/// and a watch never are (a watch event is not held in a compressor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_lists_are_gzipped_and_watches_never_are() {
+    use std::io::Read;
+
+    let c = cluster().await;
+    let k = c.kube(1);
+    let filler = "v".repeat(1024);
+    for i in 0..160 {
+        let made = k
+            .create_configmap("default", &format!("big-{i:03}"), &filler)
+            .await
+            .expect("create");
+        assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    }
+    let http = reqwest::Client::new();
+    let list_url = format!("{}/api/v1/namespaces/default/configmaps", c.rest_url(2));
+
+    // Phase 1: gzip asked for and the list is large.
+    let gz = http
+        .get(&list_url)
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(gz.status(), StatusCode::OK);
+    assert_eq!(gz.headers()["content-encoding"], "gzip");
+    assert_eq!(gz.headers()["vary"], "accept-encoding");
+    let compressed = gz.bytes().await.expect("body");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&compressed[..])
+        .read_to_string(&mut text)
+        .expect("valid gzip");
+    let list: Value = serde_json::from_str(&text).expect("a JSON list");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(160));
+    assert!(compressed.len() * 4 < text.len(), "it compresses");
+
+    // Phase 2: not asked for: plain, with its exact length.
+    let plain = http.get(&list_url).send().await.expect("list");
+    assert!(plain.headers().get("content-encoding").is_none());
+    let length: usize = plain.headers()["content-length"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("a length");
+    let body = plain.bytes().await.expect("body");
+    assert_eq!(body.len(), length);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).expect("JSON")["items"],
+        list["items"]
+    );
+
+    // Phase 3: a small answer is not compressed.
+    let one = http
+        .get(format!("{list_url}/big-000"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("get");
+    assert!(one.headers().get("content-encoding").is_none());
+
+    // Phase 4: a watch is never compressed; its events arrive as written.
+    let watch = http
+        .get(format!("{list_url}?watch=1&resourceVersion=0"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .expect("watch");
+    assert!(watch.headers().get("content-encoding").is_none());
+    let mut stream = watch.bytes_stream();
+    let first = tokio::time::timeout(
+        Duration::from_secs(30),
+        futures::StreamExt::next(&mut stream),
+    )
+    .await
+    .expect("an event in time")
+    .expect("the stream is open")
+    .expect("bytes");
+    assert!(
+        first.starts_with(br#"{"type":"ADDED""#),
+        "{}",
+        String::from_utf8_lossy(&first)
     );
     c.shutdown().await;
 }

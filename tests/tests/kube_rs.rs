@@ -304,3 +304,109 @@ async fn kube_rs_server_side_apply_conflicts_forces_and_removes_fields() {
     );
     c.shutdown().await;
 }
+
+/// kube-rs `Patch::Strategic` and `Patch::Json` through a follower: a
+/// strategic patch of one container merges by name and keeps the other;
+/// a JSON patch whose `test` fails changes nothing (422), one whose `test`
+/// holds applies, and the leader reads what the follower wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_strategic_and_json_patches() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams, PostParams};
+
+    let c = TestCluster::new(3).await.expect("cluster");
+    c.wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("leader");
+    let follower = c.follower().await.expect("follower");
+    let leader = c.leader().await.expect("leader");
+    let deps: Api<Deployment> = Api::namespaced(client_for(&c.rest_url(follower)), "default");
+    let web: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [
+                    {"name": "app", "image": "nginx:1.26"},
+                    {"name": "sidecar", "image": "envoy:1.30"},
+                ]},
+            },
+        },
+    }))
+    .expect("a deployment");
+    deps.create(&PostParams::default(), &web)
+        .await
+        .expect("create");
+    let images = |d: &Deployment| -> Vec<(String, String)> {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|p| {
+                p.containers
+                    .iter()
+                    .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    // Phase 1: a strategic merge patch of one container, by its name.
+    let patched = deps
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "nginx:1.27"}
+            ]}}}})),
+        )
+        .await
+        .expect("strategic patch");
+    assert_eq!(
+        images(&patched),
+        [
+            ("app".to_string(), "nginx:1.27".to_string()),
+            ("sidecar".to_string(), "envoy:1.30".to_string())
+        ]
+    );
+    assert_eq!(patched.metadata.generation, Some(2), "a spec change");
+
+    // Phase 2: a JSON patch whose test fails is refused and changes nothing.
+    let failed: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/spec/replicas", "value": 5},
+        {"op": "replace", "path": "/spec/replicas", "value": 6},
+    ]))
+    .expect("a JSON patch");
+    let err = deps
+        .patch("web", &PatchParams::default(), &Patch::Json::<()>(failed))
+        .await
+        .expect_err("the test fails");
+    let kube::Error::Api(status) = err else {
+        panic!("expected a Status, got {err:?}");
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+
+    // Phase 3: one whose test holds applies.
+    let ok: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/spec/replicas", "value": 2},
+        {"op": "replace", "path": "/spec/replicas", "value": 3},
+        {"op": "remove", "path": "/spec/template/spec/containers/1"},
+    ]))
+    .expect("a JSON patch");
+    deps.patch("web", &PatchParams::default(), &Patch::Json::<()>(ok))
+        .await
+        .expect("json patch");
+
+    // Phase 4: the leader reads both patches.
+    let other: Api<Deployment> = Api::namespaced(client_for(&c.rest_url(leader)), "default");
+    let read = other.get("web").await.expect("get");
+    assert_eq!(read.spec.as_ref().and_then(|s| s.replicas), Some(3));
+    assert_eq!(
+        images(&read),
+        [("app".to_string(), "nginx:1.27".to_string())]
+    );
+    assert_eq!(read.metadata.generation, Some(3));
+    c.shutdown().await;
+}

@@ -1132,3 +1132,788 @@ data: {a: "1", b: "3"}
 
     stop_cluster(launcher).await;
 }
+
+/// One object of every everyday workload type kubestore serves beside the
+/// first ones, as a chart would ship them: real pod templates (containers
+/// with a name and an image, selectors matching the template's labels).
+const WORKLOADS: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: wl, labels: {app: web}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27"}]
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: cache, namespace: wl}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec:
+      containers: [{name: redis, image: "redis:7"}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: wl}
+spec:
+  serviceName: db
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: postgres, image: "postgres:16"}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: wl}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      nodeSelector: {role: edge}
+      containers: [{name: agent, image: "busybox:1.36", command: [sleep, "3600"]}]
+---
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: legacy, namespace: wl}
+spec:
+  replicas: 1
+  selector: {app: legacy}
+  template:
+    metadata: {labels: {app: legacy}}
+    spec:
+      containers: [{name: app, image: "nginx:1.27"}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, namespace: wl}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: migrate, image: "busybox:1.36", command: ["true"]}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: wl}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers: [{name: backup, image: "busybox:1.36", command: ["true"]}]
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: wl}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 5
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: wl}
+spec:
+  ingressClassName: nginx
+  rules:
+  - host: web.example.com
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend: {service: {name: web, port: {number: 80}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: wl}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{podSelector: {}}]}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: wl}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader, namespace: wl}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: pod-reader, namespace: wl}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+subjects: [{kind: ServiceAccount, name: default, namespace: wl}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "wl:reader"}
+rules: [{apiGroups: [apps], resources: [deployments], verbs: [get, list, watch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "wl:reader"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "wl:reader"}
+subjects: [{kind: User, name: jane, apiGroup: rbac.authorization.k8s.io}]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: wl-standard}
+provisioner: example.com/none
+reclaimPolicy: Delete
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: wl-pv}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: wl-standard
+  hostPath: {path: /tmp/wl}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: wl}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: wl-standard
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults, namespace: wl}
+spec:
+  limits: [{type: Container, default: {cpu: 500m}, defaultRequest: {cpu: 100m}}]
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: pods, namespace: wl}
+spec:
+  hard: {pods: "10"}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_serves_the_everyday_workload_types_with_scale_and_describe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, _nodes) = start_cluster(dir.path()).await;
+    let kc = dir.path().join("kubeconfig");
+    let write = |name: &str, text: &str| -> String {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("manifest");
+        path.to_str().expect("path").to_string()
+    };
+    let get_json = |ctx: &str, what: &[&str]| -> Value {
+        let mut args = vec!["-n", "wl", "get"];
+        args.extend_from_slice(what);
+        args.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&ok(&kubectl(&kc, ctx, &args), "get -o json")).expect("json")
+    };
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "wl"]),
+        "create namespace",
+    );
+
+    // Phase 1: `kubectl apply` of one object of every type, through a
+    // follower as much as the leader.
+    let manifest = write("workloads.yaml", WORKLOADS);
+    let applied = ok(
+        &kubectl(&kc, "node-2", &["apply", "-f", &manifest]),
+        "apply the workloads",
+    );
+    let types: [(&str, &str); 20] = [
+        ("deployment", "web"),
+        ("replicaset", "cache"),
+        ("statefulset", "db"),
+        ("daemonset", "agent"),
+        ("replicationcontroller", "legacy"),
+        ("job", "migrate"),
+        ("cronjob", "nightly"),
+        ("horizontalpodautoscaler", "web"),
+        ("ingress", "web"),
+        ("networkpolicy", "web"),
+        ("poddisruptionbudget", "web"),
+        ("role", "pod-reader"),
+        ("rolebinding", "pod-reader"),
+        ("clusterrole", "wl:reader"),
+        ("clusterrolebinding", "wl:reader"),
+        ("storageclass", "wl-standard"),
+        ("persistentvolume", "wl-pv"),
+        ("persistentvolumeclaim", "data"),
+        ("limitrange", "defaults"),
+        ("resourcequota", "pods"),
+    ];
+    for (kind, name) in types {
+        assert!(
+            applied.contains(&format!("/{name} created")),
+            "kubectl apply did not create {kind} {name}:\n{applied}"
+        );
+    }
+
+    // Phase 2: `kubectl get` (server-side Tables) and `kubectl describe`
+    // of each, and `get all` by category.
+    for (i, (kind, name)) in types.iter().enumerate() {
+        let ctx = ["node-1", "node-2", "node-3"][i % 3];
+        let got = ok(
+            &kubectl(&kc, ctx, &["-n", "wl", "get", kind, name]),
+            &format!("get {kind}"),
+        );
+        let header = got.lines().next().unwrap_or("");
+        assert!(
+            header.starts_with("NAME") && header.ends_with("AGE") && got.contains(name),
+            "kubectl get {kind} {name}:\n{got}"
+        );
+        let described = ok(
+            &kubectl(&kc, ctx, &["-n", "wl", "describe", kind, name]),
+            &format!("describe {kind}"),
+        );
+        assert!(
+            described
+                .lines()
+                .any(|l| l.starts_with("Name:") && l.ends_with(name)),
+            "kubectl describe {kind} {name}:\n{described}"
+        );
+    }
+    let rs = ok(
+        &kubectl(&kc, "node-3", &["-n", "wl", "get", "rs", "cache"]),
+        "get rs",
+    );
+    assert!(
+        rs.lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .eq(["NAME", "DESIRED", "CURRENT", "READY", "AGE"]),
+        "{rs}"
+    );
+    let all = ok(
+        &kubectl(&kc, "node-1", &["-n", "wl", "get", "all"]),
+        "get all",
+    );
+    for shown in [
+        "deployment.apps/web",
+        "replicaset.apps/cache",
+        "statefulset.apps/db",
+        "daemonset.apps/agent",
+        "replicationcontroller/legacy",
+        "job.batch/migrate",
+        "cronjob.batch/nightly",
+        "horizontalpodautoscaler.autoscaling/web",
+    ] {
+        assert!(all.contains(shown), "kubectl get all lacks {shown}:\n{all}");
+    }
+
+    // Phase 3: `kubectl describe` lists an object's events, found by
+    // kube's `involvedObject.*` field selectors.
+    let uid = ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "wl",
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+        ),
+        "deployment uid",
+    );
+    let event = write(
+        "event.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Event
+metadata: {{name: web.e2e, namespace: wl}}
+involvedObject: {{apiVersion: apps/v1, kind: Deployment, name: web, namespace: wl, uid: "{uid}"}}
+reason: RolledByTheTest
+message: a deployment event from the e2e test
+type: Normal
+source: {{component: e2e}}
+"#
+        ),
+    );
+    ok(
+        &kubectl(&kc, "node-2", &["create", "-f", &event]),
+        "create event",
+    );
+    let described = ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &["-n", "wl", "describe", "deployment", "web"],
+        ),
+        "describe deployment",
+    );
+    assert!(
+        described.contains("RolledByTheTest")
+            && described.contains("a deployment event from the e2e test"),
+        "describe does not list the deployment's event:\n{described}"
+    );
+    let selected = ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "wl",
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.kind=Deployment,involvedObject.name=web,source=e2e",
+                "-o",
+                "name",
+            ],
+        ),
+        "events by field selector",
+    );
+    assert_eq!(selected.trim(), "event/web.e2e");
+    let none = ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "wl",
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.kind=Pod",
+                "-o",
+                "name",
+            ],
+        ),
+        "no pod events",
+    );
+    assert_eq!(none.trim(), "");
+    let refused = kubectl(
+        &kc,
+        "node-1",
+        &[
+            "-n",
+            "wl",
+            "get",
+            "rs",
+            "--field-selector",
+            "status.replicas=2",
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(
+            "\"status.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        ),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // Phase 4: `kubectl scale` writes the scale subresource: spec.replicas
+    // and the generation move, nothing else; every scalable type.
+    let before = get_json("node-1", &["deployment", "web"]);
+    assert_eq!(before["metadata"]["generation"], 1);
+    ok(
+        &kubectl(
+            &kc,
+            "node-2",
+            &["-n", "wl", "scale", "deployment/web", "--replicas=3"],
+        ),
+        "kubectl scale",
+    );
+    let after = get_json("node-3", &["deployment", "web", "--show-managed-fields"]);
+    assert_eq!(after["spec"]["replicas"], 3);
+    assert_eq!(after["metadata"]["generation"], 2);
+    assert_eq!(after["spec"]["template"], before["spec"]["template"]);
+    let managers: Vec<(&str, &str)> = after["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap_or(""),
+                e["subresource"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    // kubectl's manager is its User-Agent's program name (`kubectl`, or
+    // the binary's own name).
+    assert!(
+        managers
+            .iter()
+            .any(|(m, sub)| m.starts_with("kubectl") && *sub == "scale"),
+        "the scale is recorded as kubectl's write of the subresource: {managers:?}"
+    );
+    for target in [
+        "replicaset/cache",
+        "statefulset/db",
+        "replicationcontroller/legacy",
+    ] {
+        ok(
+            &kubectl(
+                &kc,
+                "node-1",
+                &["-n", "wl", "scale", target, "--replicas=4"],
+            ),
+            &format!("scale {target}"),
+        );
+        let obj = get_json("node-2", &[target]);
+        assert_eq!(obj["spec"]["replicas"], 4, "{target}");
+    }
+    let unscalable = kubectl(
+        &kc,
+        "node-1",
+        &["-n", "wl", "scale", "daemonset/agent", "--replicas=2"],
+    );
+    assert!(!unscalable.status.success(), "a daemon set has no scale");
+
+    // Phase 5: the scale as clients read it, and its preconditions:
+    // `--resource-version` (kubectl reads the scale, checks, then PUTs it
+    // with that version) and a stale version PUT raw: kube's 409.
+    let raw: Value = serde_json::from_str(&ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &[
+                "get",
+                "--raw",
+                "/apis/apps/v1/namespaces/wl/deployments/web/scale",
+            ],
+        ),
+        "get --raw scale",
+    ))
+    .expect("json");
+    assert_eq!(raw["kind"], "Scale");
+    assert_eq!(raw["apiVersion"], "autoscaling/v1");
+    assert_eq!(raw["spec"]["replicas"], 3);
+    assert_eq!(raw["status"]["selector"], "app=web");
+    assert_eq!(raw["metadata"]["uid"], after["metadata"]["uid"]);
+    let rv = raw["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    assert_eq!(
+        rv,
+        after["metadata"]["resourceVersion"].as_str().expect("rv")
+    );
+    ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "wl",
+                "scale",
+                "deployment/web",
+                "--replicas=2",
+                &format!("--resource-version={rv}"),
+            ],
+        ),
+        "scale with the current resource version",
+    );
+    assert_eq!(
+        get_json("node-2", &["deployment", "web"])["spec"]["replicas"],
+        2
+    );
+    let stale = kubectl(
+        &kc,
+        "node-2",
+        &[
+            "-n",
+            "wl",
+            "scale",
+            "deployment/web",
+            "--replicas=5",
+            &format!("--resource-version={rv}"),
+        ],
+    );
+    assert!(
+        !stale.status.success(),
+        "a stale --resource-version must fail"
+    );
+    assert!(
+        String::from_utf8_lossy(&stale.stderr).contains("resource version"),
+        "{}",
+        String::from_utf8_lossy(&stale.stderr)
+    );
+    let stale_body = write(
+        "stale-scale.json",
+        &format!(
+            r#"{{"kind":"Scale","apiVersion":"autoscaling/v1","metadata":{{"name":"web","namespace":"wl","resourceVersion":"{rv}"}},"spec":{{"replicas":6}}}}"#
+        ),
+    );
+    let conflict = kubectl(
+        &kc,
+        "node-3",
+        &[
+            "replace",
+            "--raw",
+            "/apis/apps/v1/namespaces/wl/deployments/web/scale",
+            "-f",
+            &stale_body,
+        ],
+    );
+    assert!(
+        !conflict.status.success(),
+        "a stale scale PUT must be refused"
+    );
+    let err = String::from_utf8_lossy(&conflict.stderr);
+    assert!(
+        err.contains("Conflict") && err.contains("the object has been modified"),
+        "{err}"
+    );
+    let dep = get_json("node-1", &["deployment", "web"]);
+    assert_eq!(
+        dep["spec"]["replicas"], 2,
+        "nothing written by the refused scales"
+    );
+    // A dry run answers the new scale and writes nothing.
+    ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "wl",
+                "scale",
+                "deployment/web",
+                "--replicas=9",
+                "--dry-run=server",
+            ],
+        ),
+        "scale --dry-run=server",
+    );
+    let dep_after = get_json("node-2", &["deployment", "web"]);
+    assert_eq!(dep_after["spec"]["replicas"], 2);
+    assert_eq!(
+        dep_after["metadata"]["resourceVersion"],
+        dep["metadata"]["resourceVersion"]
+    );
+
+    // Phase 6: a namespace's `/finalize` replaces its `spec.finalizers`
+    // (kube's names only); a terminating namespace left with none goes.
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "fin"]),
+        "create namespace fin",
+    );
+    let finalize = |ctx: &str, finalizers: &str| {
+        let body = write(
+            "finalize.json",
+            &format!(
+                r#"{{"kind":"Namespace","apiVersion":"v1","metadata":{{"name":"fin"}},"spec":{{"finalizers":{finalizers}}}}}"#
+            ),
+        );
+        kubectl(
+            &kc,
+            ctx,
+            &[
+                "replace",
+                "--raw",
+                "/api/v1/namespaces/fin/finalize",
+                "-f",
+                &body,
+            ],
+        )
+    };
+    ok(
+        &finalize("node-2", r#"["kubernetes","example.com/hold"]"#),
+        "finalize: add a finalizer",
+    );
+    let ns: Value = serde_json::from_str(&ok(
+        &kubectl(&kc, "node-3", &["get", "namespace", "fin", "-o", "json"]),
+        "get namespace",
+    ))
+    .expect("json");
+    assert_eq!(
+        ns["spec"]["finalizers"],
+        serde_json::json!(["kubernetes", "example.com/hold"])
+    );
+    let bad = finalize("node-1", r#"["cleanup"]"#);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("name is neither a standard finalizer name nor is it fully qualified"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &["delete", "namespace", "fin", "--wait=false"],
+        ),
+        "delete namespace fin",
+    );
+    // The namespace controller empties it and removes `kubernetes`; the
+    // other finalizer keeps it until `/finalize` drops it, which removes it
+    // in the same write.
+    ok(&finalize("node-3", "[]"), "finalize: drop every finalizer");
+    let gone = kubectl(&kc, "node-2", &["get", "namespace", "fin"]);
+    assert!(!gone.status.success(), "the namespace is gone");
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+
+    stop_cluster(launcher).await;
+}
+
+/// `kubectl diff` (a server-side dry run of the manifest against what is
+/// stored) and `kubectl edit` through `KUBE_EDITOR`, as a user runs them:
+/// a changed manifest diffs with exit code 1 and leaves the object and
+/// the revision as they were, an unchanged one diffs empty with exit
+/// code 0; an edit that changes a value is stored, one that changes
+/// nothing is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_diff_and_edit() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, _nodes) = start_cluster(dir.path()).await;
+    let kc = dir.path().join("kubeconfig");
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "ed"]),
+        "create namespace",
+    );
+    let manifest = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: ed\ndata:\n  mode: \"{value}\"\n  keep: \"yes\"\n"
+        )
+    };
+    let file = dir.path().join("settings.yaml");
+    std::fs::write(&file, manifest("fast")).expect("manifest");
+    let file_arg = file.to_str().expect("utf-8 path");
+    ok(&kubectl(&kc, "node-1", &["apply", "-f", file_arg]), "apply");
+    let rv = |ctx: &str| -> String {
+        ok(
+            &kubectl(
+                &kc,
+                ctx,
+                &[
+                    "-n",
+                    "ed",
+                    "get",
+                    "configmap",
+                    "settings",
+                    "-o",
+                    "jsonpath={.metadata.resourceVersion}",
+                ],
+            ),
+            "get rv",
+        )
+    };
+    let before = rv("node-2");
+
+    // Phase 1: diff of the stored manifest: nothing, exit 0.
+    let same = kubectl(&kc, "node-2", &["diff", "-f", file_arg]);
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&same.stdout),
+        String::from_utf8_lossy(&same.stderr)
+    );
+    assert!(
+        same.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&same.stdout)
+    );
+
+    // Phase 2: a changed manifest: the change, exit 1, nothing stored.
+    std::fs::write(&file, manifest("safe")).expect("manifest");
+    let changed = kubectl(&kc, "node-3", &["diff", "-f", file_arg]);
+    let text = String::from_utf8_lossy(&changed.stdout);
+    assert_eq!(
+        changed.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&changed.stderr)
+    );
+    assert!(text.contains("-  mode: fast"), "{text}");
+    assert!(text.contains("+  mode: safe"), "{text}");
+    assert_eq!(rv("node-1"), before, "a diff stores nothing");
+
+    // Phase 3: kubectl edit with an editor that changes the value.
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/mode: fast/mode: edited/' \"$1\"\n",
+    )
+    .expect("editor");
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let edited = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args([
+            "--context",
+            "node-2",
+            "-n",
+            "ed",
+            "edit",
+            "configmap",
+            "settings",
+        ])
+        .env("KUBE_EDITOR", &editor)
+        .output()
+        .expect("kubectl edit");
+    let out = ok(&edited, "edit");
+    assert!(out.contains("configmap/settings edited"), "{out}");
+    let data: Value = serde_json::from_str(&ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &["-n", "ed", "get", "configmap", "settings", "-o", "json"],
+        ),
+        "get",
+    ))
+    .expect("json");
+    assert_eq!(
+        data["data"],
+        serde_json::json!({"mode": "edited", "keep": "yes"})
+    );
+    assert_ne!(rv("node-1"), before);
+
+    // Phase 4: an edit that changes nothing is cancelled.
+    let unchanged = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args([
+            "--context",
+            "node-1",
+            "-n",
+            "ed",
+            "edit",
+            "configmap",
+            "settings",
+        ])
+        .env("KUBE_EDITOR", "true")
+        .output()
+        .expect("kubectl edit");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&unchanged.stdout),
+        String::from_utf8_lossy(&unchanged.stderr)
+    );
+    assert!(all.contains("Edit cancelled, no changes made."), "{all}");
+    stop_cluster(launcher).await;
+}

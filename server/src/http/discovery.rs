@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::http::status::ApiError;
-use crate::kube::resources::{self, ResourceType};
+use crate::kube::resources::{self, ResourceType, Subresource};
 
 /// The Kubernetes version kubestore's API corresponds to.
 pub const KUBE_MAJOR: &str = "1";
@@ -79,23 +79,35 @@ fn api_resource(rt: &ResourceType) -> Value {
     r
 }
 
-pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
+/// The served subresources of `rt` as discovery lists them, with the
+/// group and version of a kind from another group (`deployments/scale`:
+/// `autoscaling/v1` `Scale`, which `kubectl scale` resolves through).
+fn api_subresources(rt: &ResourceType) -> impl Iterator<Item = Value> + '_ {
+    Subresource::ALL.into_iter().filter_map(|sub| {
+        let def = rt.subresource(sub)?;
+        let mut r = json!({
+            "name": format!("{}/{}", rt.plural, sub.name()),
+            "singularName": "",
+            "namespaced": rt.namespaced,
+            "kind": def.kind,
+            "verbs": def.verbs,
+        });
+        if def.group != rt.group || def.version != rt.version {
+            r["group"] = json!(def.group);
+            r["version"] = json!(def.version);
+        }
+        Some(r)
+    })
+}
+
+/// The `APIResourceList` of a group version; `None` when it serves
+/// nothing.
+fn resource_list_body(group: &str, version: &str) -> Option<Value> {
     let list: Vec<Value> = resources::in_group_version(group, version)
-        .flat_map(|rt| {
-            let status = rt.has_status_subresource().then(|| {
-                json!({
-                    "name": format!("{}/status", rt.plural),
-                    "singularName": "",
-                    "namespaced": rt.namespaced,
-                    "kind": rt.kind,
-                    "verbs": ["get", "patch", "update"],
-                })
-            });
-            std::iter::once(api_resource(rt)).chain(status)
-        })
+        .flat_map(|rt| std::iter::once(api_resource(rt)).chain(api_subresources(rt)))
         .collect();
     if list.is_empty() {
-        return Err(ApiError::NoSuchResource);
+        return None;
     }
     let group_version = if group.is_empty() {
         version.to_string()
@@ -107,7 +119,13 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
     if !group.is_empty() {
         body["apiVersion"] = json!("v1");
     }
-    Ok(json_ok(body))
+    Some(body)
+}
+
+pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
+    resource_list_body(group, version)
+        .map(json_ok)
+        .ok_or(ApiError::NoSuchResource)
 }
 
 pub async fn version() -> Response {
@@ -225,4 +243,60 @@ pub fn openapi_group_version(group: &str, version: &str) -> Result<Response, Api
         "paths": paths,
         "components": { "schemas": schemas },
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(list: &Value, name: &str) -> Value {
+        list["resources"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not listed"))
+    }
+
+    #[test]
+    fn subresources_are_listed_with_the_kind_they_read_and_write() {
+        let apps = resource_list_body("apps", "v1").expect("apps/v1");
+        assert_eq!(
+            entry(&apps, "deployments/scale"),
+            json!({"name": "deployments/scale", "singularName": "", "namespaced": true,
+                   "group": "autoscaling", "version": "v1", "kind": "Scale",
+                   "verbs": ["get", "patch", "update"]})
+        );
+        assert_eq!(
+            entry(&apps, "statefulsets/status"),
+            json!({"name": "statefulsets/status", "singularName": "", "namespaced": true,
+                   "kind": "StatefulSet", "verbs": ["get", "patch", "update"]})
+        );
+        let ds = entry(&apps, "daemonsets");
+        assert_eq!(ds["shortNames"], json!(["ds"]));
+        assert_eq!(ds["categories"], json!(["all"]));
+        assert!(apps["resources"]
+            .as_array()
+            .is_some_and(|rs| !rs.iter().any(|r| r["name"] == "daemonsets/scale")));
+
+        let core = resource_list_body("", "v1").expect("v1");
+        assert_eq!(
+            entry(&core, "namespaces/finalize"),
+            json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false,
+                   "kind": "Namespace", "verbs": ["update"]})
+        );
+        assert_eq!(
+            entry(&core, "replicationcontrollers/scale")["group"],
+            "autoscaling"
+        );
+        assert_eq!(
+            entry(&core, "namespaces")["verbs"],
+            json!(["create", "delete", "get", "list", "patch", "update", "watch"])
+        );
+        assert_eq!(entry(&core, "limitranges")["shortNames"], json!(["limits"]));
+        assert!(resource_list_body("autoscaling", "v2").is_some());
+        assert!(
+            resource_list_body("autoscaling", "v1").is_none(),
+            "v2 alone is served"
+        );
+    }
 }

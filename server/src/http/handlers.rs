@@ -1,6 +1,10 @@
 //! The resource verbs: get, list, create, update, patch, delete and
-//! deletecollection on every served type, cluster- and namespace-scoped,
-//! and the `status` subresource, each with `dryRun`. Each verb reads its inputs through
+//! deletecollection on every served type, cluster- and namespace-scoped
+//! (namespaces too, which kube does not delete as a collection), and the
+//! subresources with the verbs the specification gives them (`status`;
+//! `scale`, read and written as a view of its parent through
+//! `kube::scale`; a namespace's `finalize`; `405` for other verbs), each
+//! with `dryRun`. Each verb reads its inputs through
 //! [`crate::http::query`] and [`crate::http::body`], calls the store, and
 //! answers through [`crate::http::render`]; the path was resolved by
 //! [`crate::http::routing`].
@@ -21,12 +25,19 @@ use crate::http::status::ApiError;
 use crate::http::write_options::{decode_object, with_warnings, WriteOptions};
 use crate::http::{discovery, metrics, patch, query, watch};
 use crate::kube::admission::{self, UpdateScope};
-use crate::kube::apply;
+use crate::kube::apply::{self, Manager};
 use crate::kube::error::KubeError;
 use crate::kube::fieldvalidation::WriteVerb;
+use crate::kube::finalize;
 use crate::kube::object;
 use crate::kube::options::OptionsKind;
-use crate::kube::resources::ResourceType;
+use crate::kube::resources::{ResourceType, Subresource};
+use crate::kube::scale;
+
+/// How many times a write of a subresource (a scale, a namespace's
+/// finalizers) without a precondition of its own is computed again on a
+/// newer parent after losing a race, in all: as an update.
+const SUBRESOURCE_ATTEMPTS: usize = 8;
 
 /// Entry point for everything under `/api` and `/apis`.
 pub async fn api(State(state): State<AppState>, req: Request) -> Response {
@@ -69,16 +80,26 @@ async fn verb(
         (Method::DELETE, false) => "deletecollection",
         _ => "other",
     };
-    let mut resp = dispatch(state, target, rendering, req)
+    let mut resp = dispatch(state, target, name, rendering, req)
         .await
         .unwrap_or_else(IntoResponse::into_response);
     resp.extensions_mut().insert(metrics::Verb(name));
     Ok(resp)
 }
 
+/// The `405` of a method the resource (or `resource/subresource`) does
+/// not serve.
+fn not_supported(method: &Method, resource: &str) -> ApiError {
+    ApiError::MethodNotAllowed(format!(
+        "{} is not supported on resources of kind \"{resource}\"",
+        method.as_str()
+    ))
+}
+
 async fn dispatch(
     state: AppState,
     target: Target,
+    verb: &str,
     rendering: Rendering,
     req: Request,
 ) -> Result<Response, ApiError> {
@@ -86,8 +107,20 @@ async fn dispatch(
     let method = req.method().clone();
     let rt = target.rt;
     let ns = target.namespace.as_deref();
-    if target.status {
-        return status_subresource(state, target, rendering, req, q).await;
+    if let Some(sub) = target.subresource {
+        // Only the verbs the specification gives the subresource.
+        let served = rt.subresource(sub).ok_or_else(no_resource)?;
+        if !served.verbs.iter().any(|v| v == verb) {
+            return Err(not_supported(
+                &method,
+                &format!("{}/{}", rt.group_resource(), sub.name()),
+            ));
+        }
+        return match sub {
+            Subresource::Status => status_subresource(state, target, rendering, req, q).await,
+            Subresource::Scale => scale_subresource(state, target, rendering, req, q).await,
+            Subresource::Finalize => finalize_subresource(state, target, rendering, req, q).await,
+        };
     }
     match (&method, &target.name) {
         (&Method::GET, None) => {
@@ -184,6 +217,11 @@ async fn dispatch(
             Ok(render_object(rt, deleted.object, code, rendering, &q))
         }
         (&Method::DELETE, None) => {
+            // As kube: a collection DELETE only where the specification
+            // serves deletecollection (namespaces have none).
+            if !rt.verbs().iter().any(|v| v == "deletecollection") {
+                return Err(not_supported(&Method::DELETE, &rt.group_resource()));
+            }
             let selectors = query::selectors(rt, &q)?;
             let media = media_type(req.headers());
             let body = read_body(&state, req).await?;
@@ -252,6 +290,170 @@ async fn status_subresource(
             rt.group_resource()
         ))),
     }
+}
+
+/// `<name>/scale`: the `autoscaling/v1` `Scale` of a workload, read from
+/// it, and written (`PUT`, or a JSON, merge or strategic merge `PATCH` of
+/// the `Scale`) as an update of the parent's `spec.replicas` alone: one
+/// guarded update of the parent (the `Scale`'s `resourceVersion` its
+/// precondition), recorded as its manager's write of the `scale`
+/// subresource, answered with the parent's new `Scale`.
+async fn scale_subresource(
+    state: AppState,
+    target: Target,
+    rendering: Rendering,
+    req: Request,
+    q: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let rt = target.rt;
+    let ns = target.namespace.as_deref();
+    let name = target.name.as_deref().ok_or_else(no_resource)?;
+    let view = scale::scale_type(rt);
+    let method = req.method().clone();
+    if method == Method::GET {
+        let fresh = freshness(&q, false)?;
+        let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
+        let scale = scale::scale_of(&obj.object)?;
+        let resp = render_object(&view, scale, StatusCode::OK, rendering, &q);
+        return Ok(with_read_path(resp, served));
+    }
+    let (dry, write_verb, patch_as) = match method {
+        Method::PUT => (dry_run(&q, OptionsKind::Update)?, WriteVerb::Update, None),
+        Method::PATCH => {
+            let kind = patch_kind(req.headers())?;
+            if kind == patch::PatchKind::Apply {
+                // kube applies to a Scale through its parent's managed
+                // fields; kubestore does not (yet).
+                return Err(ApiError::UnsupportedPatchType(patch::VIEW_PATCH_TYPES));
+            }
+            (
+                dry_run(&q, OptionsKind::Patch)?,
+                WriteVerb::Patch,
+                Some(kind),
+            )
+        }
+        m => return Err(not_supported(&m, &scale::group_resource(rt))),
+    };
+    let opts = WriteOptions::parse(&q, req.headers(), write_verb, false)?;
+    let manager = Manager {
+        name: opts.manager.clone(),
+        subresource: Some(Subresource::Scale.name().to_string()),
+        api_version: rt.api_version(),
+    };
+    let (written, warnings) = match patch_as {
+        None => {
+            let body = read_json_body(&state, &view, req).await?;
+            let (obj, warnings) = decode_object(&view, &body, opts.validation, write_verb)?;
+            let write = scale::decode(rt, ns, name, &obj)?;
+            let written = state
+                .kube
+                .update_managed(
+                    rt,
+                    ns,
+                    name,
+                    UpdateScope::Object,
+                    SUBRESOURCE_ATTEMPTS,
+                    dry,
+                    Some(&manager),
+                    |current| {
+                        let parent = current
+                            .object()
+                            .and_then(|o| o.as_object().cloned())
+                            .ok_or_else(|| KubeError::not_found(rt, name))?;
+                        scale::write_to_parent(rt, name, parent, &write)
+                    },
+                )
+                .await
+                .map_err(|e| scale::not_found_as_scale(rt, name, e))?;
+            (written, warnings)
+        }
+        Some(kind) => {
+            let body = read_body(&state, req).await?;
+            let written = state
+                .kube
+                .update_managed(
+                    rt,
+                    ns,
+                    name,
+                    UpdateScope::Object,
+                    SUBRESOURCE_ATTEMPTS,
+                    dry,
+                    Some(&manager),
+                    |current| -> Result<_, ApiError> {
+                        let parent = current
+                            .object()
+                            .ok_or_else(|| KubeError::not_found(rt, name))?;
+                        let current_scale = scale::scale_of(&parent)?;
+                        let patched = patch::patch_view(
+                            &view,
+                            ns,
+                            name,
+                            kind,
+                            &body,
+                            current_scale,
+                            state.max_body_bytes,
+                        )?;
+                        let write = scale::decode(rt, ns, name, &patched)?;
+                        let parent = parent
+                            .as_object()
+                            .cloned()
+                            .ok_or_else(|| KubeError::not_found(rt, name))?;
+                        Ok(scale::write_to_parent(rt, name, parent, &write)?)
+                    },
+                )
+                .await
+                .map_err(|e| match e {
+                    ApiError::Kube(e) => ApiError::Kube(scale::not_found_as_scale(rt, name, e)),
+                    other => other,
+                })?;
+            (written, Vec::new())
+        }
+    };
+    let resp = render_object(
+        &view,
+        scale::scale_of(&written)?,
+        StatusCode::OK,
+        rendering,
+        &q,
+    );
+    Ok(with_warnings(resp, &warnings))
+}
+
+/// `namespaces/<name>/finalize` (`PUT`): the namespace's `spec.finalizers`
+/// replaced by the body's, the rest as an update of the namespace (kube's
+/// finalize strategy), each finalizer a standard or fully qualified name.
+/// A terminating namespace left without finalizers goes, in the same
+/// guarded write, as when its controller removes the last one.
+async fn finalize_subresource(
+    state: AppState,
+    target: Target,
+    rendering: Rendering,
+    req: Request,
+    q: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let rt = target.rt;
+    let ns = target.namespace.as_deref();
+    let name = target.name.as_deref().ok_or_else(no_resource)?;
+    let dry = dry_run(&q, OptionsKind::Update)?;
+    let opts = WriteOptions::parse(&q, req.headers(), WriteVerb::Update, false)?;
+    let body = read_json_body(&state, rt, req).await?;
+    let (obj, warnings) = decode_object(rt, &body, opts.validation, WriteVerb::Update)?;
+    let causes = finalize::finalizer_causes(&obj);
+    if !causes.is_empty() {
+        return Err(KubeError::invalid(rt, name, causes).into());
+    }
+    let admitted = admission::admit_update_object(rt, ns, name, UpdateScope::Finalize, obj)?;
+    let manager = Manager {
+        name: opts.manager.clone(),
+        subresource: Some(Subresource::Finalize.name().to_string()),
+        api_version: rt.api_version(),
+    };
+    let updated = state
+        .kube
+        .update_as(rt, admitted, UpdateScope::Finalize, dry, Some(&manager))
+        .await?;
+    let resp = render_object(rt, updated, StatusCode::OK, rendering, &q);
+    Ok(with_warnings(resp, &warnings))
 }
 
 /// `PUT` of an object or its status: the body decoded under

@@ -7,9 +7,11 @@
 //! bodies), `render` (building responses), `patch`, `watch` and
 //! `discovery`; those use `negotiate`, `table`, `protobuf`, `state` (the
 //! [`AppState`] handlers share), `metrics` and `status`; `metrics` and
-//! `status` use nothing else of `http`. Nothing in `kube` imports `http`.
+//! `status` use nothing else of `http`; `compression` (when a response is
+//! gzipped) wraps the router. Nothing in `kube` imports `http`.
 
 pub mod body;
+pub mod compression;
 pub mod discovery;
 pub mod faults;
 pub mod handlers;
@@ -65,6 +67,7 @@ pub fn router(state: AppState) -> Router {
             state.metrics.clone(),
             metrics::track,
         ))
+        .layer(compression::layer())
         .with_state(state)
 }
 

@@ -169,6 +169,37 @@ pub async fn apply(
     Err(KubeError::conflict(rt, name).into())
 }
 
+/// Applies a JSON, merge or strategic merge patch `body` to `current`, an
+/// object of the type `rt` (a subresource's view, such as the `Scale` of
+/// `kube::scale::scale_type`), named `name` in `ns`, and returns the
+/// patched object. Its `metadata.resourceVersion` is set only when the
+/// patch set one. A server-side apply is not a patch of a view: `415`,
+/// naming the patch types that are.
+pub fn patch_view(
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    kind: PatchKind,
+    body: &[u8],
+    current: Value,
+    copy_limit: usize,
+) -> Result<Map<String, Value>, ApiError> {
+    if kind == PatchKind::Apply {
+        return Err(ApiError::UnsupportedPatchType(VIEW_PATCH_TYPES));
+    }
+    let (patch, _) =
+        parse_json(body).map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?;
+    let patch = Patch::parse(kind, patch, rt)?;
+    patch_object(rt, ns, name, current, &patch, copy_limit)
+}
+
+/// The PATCH media types of a subresource's view ([`patch_view`]).
+pub const VIEW_PATCH_TYPES: &[&str] = &[
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+];
+
 /// An apply body: JSON (what kubectl and client-go send; its repeated
 /// keys are noted), else YAML.
 fn parse_apply_body(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {

@@ -196,7 +196,7 @@ mod proptests {
                 Ok(page) => prop_assert!(page.limit <= i64::MAX as u64),
                 Err(e) => assert_client_error(&e)?,
             }
-            for rt in resources::RESOURCES {
+            for rt in resources::RESOURCES.iter() {
                 match selectors(rt, &q) {
                     Ok(_) => {}
                     Err(e) => assert_client_error(&e)?,

@@ -54,6 +54,12 @@ fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObje
         Value::from(rt.api_version()),
         meta
     );
+    // The exact length, known before the first byte: the head, each item
+    // with the comma before it (none before the first), and `]}`.
+    let length = head.len()
+        + items.iter().map(|o| o.json.len()).sum::<usize>()
+        + items.len().saturating_sub(1)
+        + 2;
     let items = Arc::new(items);
     let chunks = items.len().div_ceil(LIST_CHUNK_ITEMS);
     let body = std::iter::once(bytes::Bytes::from(head))
@@ -76,6 +82,10 @@ fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObje
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    // Lets HTTP/1.1 frame it without chunking, and `compression` see
+    // that it is large.
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     resp
 }
 

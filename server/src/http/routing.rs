@@ -1,10 +1,11 @@
 //! Path dispatch of the resource API: what a path under `/api` or `/apis`
-//! names (discovery documents, or a resource, collection or `status`
-//! subresource of a served type), or `404`. Nothing here reads a query,
-//! a body or the store.
+//! names (discovery documents, or a resource, collection or served
+//! subresource of a served type: `<name>/status`, `<name>/scale`,
+//! `namespaces/<name>/finalize`, where the specification gives the type
+//! one), or `404`. Nothing here reads a query, a body or the store.
 
 use crate::http::status::ApiError;
-use crate::kube::resources::{self, ResourceType};
+use crate::kube::resources::{self, ResourceType, Subresource};
 
 /// A resource URL, parsed.
 #[derive(Debug)]
@@ -12,8 +13,8 @@ pub struct Target {
     pub rt: &'static ResourceType,
     pub namespace: Option<String>,
     pub name: Option<String>,
-    /// `<name>/status`: the status subresource.
-    pub status: bool,
+    /// `<name>/<subresource>`: one of the type's served subresources.
+    pub subresource: Option<Subresource>,
 }
 
 /// The `404` of a path that names no served resource.
@@ -21,12 +22,18 @@ pub fn no_resource() -> ApiError {
     ApiError::NoSuchResource
 }
 
-/// Parses `<resource>[/<name>[/status]]` or
-/// `namespaces/<ns>/<resource>[/<name>[/status]]`.
+/// Parses `<resource>[/<name>[/<subresource>]]` or
+/// `namespaces/<ns>/<resource>[/<name>[/<subresource>]]`
+/// (`namespaces/<name>/status` is the namespace's status, as in kube).
 fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
-    let (rest, status) = match rest {
-        [path @ .., "status"] if path.len() == 2 || path.len() == 4 => (path, true),
-        _ => (rest, false),
+    let (rest, subresource) = match rest {
+        [path @ .., last] if path.len() == 2 || path.len() == 4 => {
+            match Subresource::from_name(last) {
+                Some(sub) => (path, Some(sub)),
+                None => (rest, None),
+            }
+        }
+        _ => (rest, None),
     };
     let find = |plural: &str| resources::find(group, version, plural).ok_or_else(no_resource);
     let (rt, namespace, name) = match rest {
@@ -48,14 +55,14 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, Api
     if name.is_some_and(str::is_empty) || namespace.is_some_and(str::is_empty) {
         return Err(no_resource());
     }
-    if status && (name.is_none() || !rt.has_status_subresource()) {
+    if subresource.is_some_and(|sub| name.is_none() || rt.subresource(sub).is_none()) {
         return Err(no_resource());
     }
     Ok(Target {
         rt,
         namespace: namespace.map(str::to_string),
         name: name.map(str::to_string),
-        status,
+        subresource,
     })
 }
 /// What a path under `/api` or `/apis` names.
@@ -116,12 +123,82 @@ mod tests {
             "cluster-scoped under a namespace"
         );
         assert!(parse_target("", "v1", &["widgets"]).is_err());
-        assert!(parse_target(
-            "apps",
-            "v1",
-            &["namespaces", "d", "deployments", "x", "scale"]
-        )
-        .is_err());
+    }
+
+    /// What a path names: plural, namespace, name, subresource.
+    type Named = (
+        &'static str,
+        Option<String>,
+        Option<String>,
+        Option<Subresource>,
+    );
+
+    fn sub(group: &str, rest: &[&str]) -> Result<Named, ()> {
+        let version = if group == "autoscaling" { "v2" } else { "v1" };
+        parse_target(group, version, rest)
+            .map(|t| (t.rt.plural, t.namespace, t.name, t.subresource))
+            .map_err(|_| ())
+    }
+
+    #[test]
+    fn subresources_parse_where_the_type_has_them() {
+        let scale = sub("apps", &["namespaces", "d", "deployments", "x", "scale"]);
+        assert_eq!(
+            scale,
+            Ok((
+                "deployments",
+                Some("d".into()),
+                Some("x".into()),
+                Some(Subresource::Scale)
+            ))
+        );
+        for (group, plural) in [
+            ("apps", "replicasets"),
+            ("apps", "statefulsets"),
+            ("", "replicationcontrollers"),
+        ] {
+            assert!(
+                sub(group, &["namespaces", "d", plural, "x", "scale"]).is_ok(),
+                "{plural}/scale"
+            );
+        }
+        assert_eq!(
+            sub("apps", &["namespaces", "d", "daemonsets", "x", "status"]).map(|t| t.3),
+            Ok(Some(Subresource::Status))
+        );
+        // Only where the specification has them: no scale of a daemon set
+        // or a config map, no status of a config map, nothing unknown.
+        assert!(sub("apps", &["namespaces", "d", "daemonsets", "x", "scale"]).is_err());
+        assert!(sub("", &["namespaces", "d", "configmaps", "x", "scale"]).is_err());
+        assert!(sub("", &["namespaces", "d", "configmaps", "x", "status"]).is_err());
+        assert!(sub("", &["namespaces", "d", "pods", "x", "log"]).is_err());
+        // `.../deployments/scale` is a deployment named `scale`; a
+        // namespaced type's scale needs its namespace.
+        assert_eq!(
+            sub("apps", &["namespaces", "d", "deployments", "scale"]).map(|t| (t.2, t.3)),
+            Ok((Some("scale".into()), None))
+        );
+        assert!(sub("apps", &["deployments", "x", "scale"]).is_err());
+        // A namespace's own subresources: `namespaces/<name>/<sub>`.
+        assert_eq!(
+            sub("", &["namespaces", "team", "finalize"]),
+            Ok((
+                "namespaces",
+                None,
+                Some("team".into()),
+                Some(Subresource::Finalize)
+            ))
+        );
+        assert_eq!(
+            sub("", &["namespaces", "team", "status"]).map(|t| t.3),
+            Ok(Some(Subresource::Status))
+        );
+        assert!(sub("", &["namespaces", "team", "scale"]).is_err());
+        assert!(sub("", &["nodes", "n1", "finalize"]).is_err());
+        assert_eq!(
+            sub("", &["nodes", "n1", "status"]).map(|t| t.3),
+            Ok(Some(Subresource::Status))
+        );
     }
 }
 
@@ -141,7 +218,7 @@ mod proptests {
             3 => proptest::sample::select(&[
                 "api", "apis", "v1", "apps", "coordination.k8s.io", "namespaces",
                 "default", "configmaps", "pods", "deployments", "nodes", "status",
-                "scale", "", "a",
+                "scale", "finalize", "replicasets", "log", "", "a",
             ][..])
             .prop_map(str::to_string),
             1 => fuzz::text().prop_map(|s| s.replace('/', "")),
@@ -177,7 +254,8 @@ mod proptests {
                 Ok(Route::Resource(t)) => {
                     prop_assert!(t.name.as_deref() != Some(""));
                     prop_assert!(t.namespace.as_deref() != Some(""));
-                    prop_assert!(!t.status || t.name.is_some());
+                    prop_assert!(t.subresource.is_none() || t.name.is_some());
+                    prop_assert!(t.subresource.is_none_or(|s| t.rt.subresource(s).is_some()));
                     prop_assert!(t.namespace.is_none() || t.rt.namespaced);
                 }
                 Ok(_) => {}

@@ -50,12 +50,16 @@ pub fn human_duration(secs: i64) -> String {
     }
 }
 
-fn age(obj: &Value) -> String {
-    obj.pointer("/metadata/creationTimestamp")
+/// How long ago an RFC 3339 timestamp was, as kubectl prints it.
+fn since(timestamp: Option<&Value>) -> Option<String> {
+    timestamp
         .and_then(Value::as_str)
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .map(|t| human_duration((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds()))
-        .unwrap_or_else(|| "<unknown>".into())
+}
+
+fn age(obj: &Value) -> String {
+    since(obj.pointer("/metadata/creationTimestamp")).unwrap_or_else(|| "<unknown>".into())
 }
 
 fn count_keys(obj: &Value, fields: &[&str]) -> usize {
@@ -73,34 +77,329 @@ fn str_at(obj: &Value, pointer: &str) -> String {
         .to_string()
 }
 
-/// Type-specific columns between NAME and AGE: (header, cell of an object).
-type Column = (&'static str, fn(&Value) -> Value);
+/// A string, or kubectl's `<none>` for an absent or empty one.
+fn str_or_none(obj: &Value, pointer: &str) -> Value {
+    match obj.pointer(pointer).and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => json!(s),
+        _ => json!("<none>"),
+    }
+}
 
+fn int_at(obj: &Value, pointer: &str) -> i64 {
+    obj.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// A workload's wanted replicas: kube's default of 1 when its spec has
+/// none.
+fn desired(obj: &Value) -> i64 {
+    obj.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+}
+
+/// `ready/wanted` of a workload.
+fn ready_of(obj: &Value) -> Value {
+    json!(format!(
+        "{}/{}",
+        int_at(obj, "/status/readyReplicas"),
+        desired(obj)
+    ))
+}
+
+/// An int-or-string value as kubectl prints it, `N/A` when absent.
+fn int_or_string(obj: &Value, pointer: &str) -> Value {
+    match obj.pointer(pointer) {
+        Some(Value::String(s)) => json!(s),
+        Some(Value::Number(n)) => json!(n.to_string()),
+        _ => json!("N/A"),
+    }
+}
+
+/// A map as `k=v` pairs joined by commas (sorted), `<none>` when empty.
+fn pairs(obj: &Value, pointer: &str) -> Value {
+    let joined = obj
+        .pointer(pointer)
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    if joined.is_empty() {
+        json!("<none>")
+    } else {
+        json!(joined)
+    }
+}
+
+/// Access modes abbreviated as kubectl prints them (`RWO,ROX`).
+fn access_modes(obj: &Value, pointer: &str) -> Value {
+    let modes: Vec<&str> = obj
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|ms| {
+            ms.iter()
+                .filter_map(Value::as_str)
+                .map(|m| match m {
+                    "ReadWriteOnce" => "RWO",
+                    "ReadOnlyMany" => "ROX",
+                    "ReadWriteMany" => "RWX",
+                    "ReadWriteOncePod" => "RWOP",
+                    other => other,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!(modes.join(","))
+}
+
+/// `Kind/name` of a reference.
+fn reference(obj: &Value, pointer: &str) -> Value {
+    let kind = str_at(obj, &format!("{pointer}/kind"));
+    let name = str_at(obj, &format!("{pointer}/name"));
+    json!(format!("{kind}/{name}"))
+}
+
+/// A job's completions as kubectl prints them (`1/1`, `0/1 of 3`).
+fn completions(obj: &Value) -> Value {
+    let succeeded = int_at(obj, "/status/succeeded");
+    json!(
+        match obj.pointer("/spec/completions").and_then(Value::as_i64) {
+            Some(n) => format!("{succeeded}/{n}"),
+            None => match obj.pointer("/spec/parallelism").and_then(Value::as_i64) {
+                Some(p) if p > 1 => format!("{succeeded}/1 of {p}"),
+                _ => format!("{succeeded}/1"),
+            },
+        }
+    )
+}
+
+/// An ingress's hosts (`*` for none) and load balancer addresses.
+fn ingress_hosts(obj: &Value) -> Value {
+    let hosts: Vec<&str> = obj
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .map(|rs| {
+            rs.iter()
+                .filter_map(|r| r.get("host").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if hosts.is_empty() {
+        json!("*")
+    } else {
+        json!(hosts.join(","))
+    }
+}
+
+fn load_balancer(obj: &Value) -> Value {
+    let addresses: Vec<&str> = obj
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .map(|is| {
+            is.iter()
+                .filter_map(|i| {
+                    i.get("ip")
+                        .or_else(|| i.get("hostname"))
+                        .and_then(Value::as_str)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!(addresses.join(","))
+}
+
+/// One type-specific column between NAME and AGE: its header, its type
+/// (`string`, `integer`) and the cell of an object.
+type Column = (&'static str, &'static str, fn(&Value) -> Value);
+
+/// The columns kubectl prints for each type (kube's printers), where they
+/// are cheap to compute from the object alone.
 fn extra_columns(rt: &ResourceType) -> Vec<Column> {
-    match rt.plural {
-        "namespaces" => vec![("Status", |o| json!(str_at(o, "/status/phase")))],
-        "configmaps" => vec![("Data", |o| json!(count_keys(o, &["data", "binaryData"])))],
-        "secrets" => vec![
-            ("Type", |o| json!(str_at(o, "/type"))),
-            ("Data", |o| json!(count_keys(o, &["data"]))),
-        ],
-        "pods" => vec![("Status", |o| json!(str_at(o, "/status/phase")))],
-        "services" => vec![
-            ("Type", |o| json!(str_at(o, "/spec/type"))),
-            ("Cluster-IP", |o| json!(str_at(o, "/spec/clusterIP"))),
-        ],
-        "deployments" => vec![("Ready", |o| {
-            let ready = o
-                .pointer("/status/readyReplicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            let want = o
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            json!(format!("{ready}/{want}"))
+    match (rt.group, rt.plural) {
+        ("", "namespaces") => vec![("Status", "string", |o| json!(str_at(o, "/status/phase")))],
+        ("", "configmaps") => vec![("Data", "integer", |o| {
+            json!(count_keys(o, &["data", "binaryData"]))
         })],
-        "leases" => vec![("Holder", |o| json!(str_at(o, "/spec/holderIdentity")))],
+        ("", "secrets") => vec![
+            ("Type", "string", |o| json!(str_at(o, "/type"))),
+            ("Data", "integer", |o| json!(count_keys(o, &["data"]))),
+        ],
+        ("", "pods") => vec![("Status", "string", |o| json!(str_at(o, "/status/phase")))],
+        ("", "services") => vec![
+            ("Type", "string", |o| json!(str_at(o, "/spec/type"))),
+            ("Cluster-IP", "string", |o| {
+                json!(str_at(o, "/spec/clusterIP"))
+            }),
+        ],
+        ("", "replicationcontrollers") | ("apps", "replicasets") => vec![
+            ("Desired", "integer", |o| json!(desired(o))),
+            ("Current", "integer", |o| {
+                json!(int_at(o, "/status/replicas"))
+            }),
+            ("Ready", "integer", |o| {
+                json!(int_at(o, "/status/readyReplicas"))
+            }),
+        ],
+        ("", "persistentvolumeclaims") => vec![
+            ("Status", "string", |o| json!(str_at(o, "/status/phase"))),
+            ("Volume", "string", |o| json!(str_at(o, "/spec/volumeName"))),
+            ("Capacity", "string", |o| {
+                json!(str_at(o, "/status/capacity/storage"))
+            }),
+            ("Access Modes", "string", |o| {
+                access_modes(o, "/status/accessModes")
+            }),
+            ("StorageClass", "string", |o| {
+                str_or_none(o, "/spec/storageClassName")
+            }),
+        ],
+        ("", "persistentvolumes") => vec![
+            ("Capacity", "string", |o| {
+                json!(str_at(o, "/spec/capacity/storage"))
+            }),
+            ("Access Modes", "string", |o| {
+                access_modes(o, "/spec/accessModes")
+            }),
+            ("Reclaim Policy", "string", |o| {
+                json!(str_at(o, "/spec/persistentVolumeReclaimPolicy"))
+            }),
+            ("Status", "string", |o| json!(str_at(o, "/status/phase"))),
+            ("Claim", "string", |o| {
+                let ns = str_at(o, "/spec/claimRef/namespace");
+                let name = str_at(o, "/spec/claimRef/name");
+                json!(if name.is_empty() {
+                    String::new()
+                } else {
+                    format!("{ns}/{name}")
+                })
+            }),
+            ("StorageClass", "string", |o| {
+                json!(str_at(o, "/spec/storageClassName"))
+            }),
+        ],
+        ("apps", "deployments") => vec![
+            ("Ready", "string", ready_of),
+            ("Up-to-date", "integer", |o| {
+                json!(int_at(o, "/status/updatedReplicas"))
+            }),
+            ("Available", "integer", |o| {
+                json!(int_at(o, "/status/availableReplicas"))
+            }),
+        ],
+        ("apps", "statefulsets") => vec![("Ready", "string", ready_of)],
+        ("apps", "daemonsets") => vec![
+            ("Desired", "integer", |o| {
+                json!(int_at(o, "/status/desiredNumberScheduled"))
+            }),
+            ("Current", "integer", |o| {
+                json!(int_at(o, "/status/currentNumberScheduled"))
+            }),
+            ("Ready", "integer", |o| {
+                json!(int_at(o, "/status/numberReady"))
+            }),
+            ("Up-to-date", "integer", |o| {
+                json!(int_at(o, "/status/updatedNumberScheduled"))
+            }),
+            ("Available", "integer", |o| {
+                json!(int_at(o, "/status/numberAvailable"))
+            }),
+            ("Node Selector", "string", |o| {
+                pairs(o, "/spec/template/spec/nodeSelector")
+            }),
+        ],
+        ("batch", "jobs") => vec![("Completions", "string", completions)],
+        ("batch", "cronjobs") => vec![
+            ("Schedule", "string", |o| json!(str_at(o, "/spec/schedule"))),
+            ("Suspend", "boolean", |o| {
+                json!(o
+                    .pointer("/spec/suspend")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false))
+            }),
+            ("Active", "integer", |o| {
+                json!(o
+                    .pointer("/status/active")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len))
+            }),
+            ("Last Schedule", "string", |o| {
+                json!(
+                    since(o.pointer("/status/lastScheduleTime")).unwrap_or_else(|| "<none>".into())
+                )
+            }),
+        ],
+        ("autoscaling", "horizontalpodautoscalers") => vec![
+            ("Reference", "string", |o| {
+                reference(o, "/spec/scaleTargetRef")
+            }),
+            ("MinPods", "integer", |o| {
+                json!(o
+                    .pointer("/spec/minReplicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1))
+            }),
+            ("MaxPods", "integer", |o| {
+                json!(int_at(o, "/spec/maxReplicas"))
+            }),
+            ("Replicas", "integer", |o| {
+                json!(int_at(o, "/status/currentReplicas"))
+            }),
+        ],
+        ("networking.k8s.io", "ingresses") => vec![
+            ("Class", "string", |o| {
+                str_or_none(o, "/spec/ingressClassName")
+            }),
+            ("Hosts", "string", ingress_hosts),
+            ("Address", "string", load_balancer),
+        ],
+        ("networking.k8s.io", "networkpolicies") => vec![("Pod-Selector", "string", |o| {
+            pairs(o, "/spec/podSelector/matchLabels")
+        })],
+        ("policy", "poddisruptionbudgets") => vec![
+            ("Min Available", "string", |o| {
+                int_or_string(o, "/spec/minAvailable")
+            }),
+            ("Max Unavailable", "string", |o| {
+                int_or_string(o, "/spec/maxUnavailable")
+            }),
+            ("Allowed Disruptions", "integer", |o| {
+                json!(int_at(o, "/status/disruptionsAllowed"))
+            }),
+        ],
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            vec![("Role", "string", |o| reference(o, "/roleRef"))]
+        }
+        ("storage.k8s.io", "storageclasses") => vec![
+            ("Provisioner", "string", |o| {
+                json!(str_at(o, "/provisioner"))
+            }),
+            ("ReclaimPolicy", "string", |o| {
+                json!(o
+                    .get("reclaimPolicy")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Delete"))
+            }),
+            ("VolumeBindingMode", "string", |o| {
+                json!(o
+                    .get("volumeBindingMode")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Immediate"))
+            }),
+            ("AllowVolumeExpansion", "boolean", |o| {
+                json!(o
+                    .get("allowVolumeExpansion")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false))
+            }),
+        ],
+        ("coordination.k8s.io", "leases") => {
+            vec![("Holder", "string", |o| {
+                json!(str_at(o, "/spec/holderIdentity"))
+            })]
+        }
         _ => Vec::new(),
     }
 }
@@ -125,9 +424,9 @@ pub fn render(
     let mut columns = vec![
         json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
     ];
-    for (name, _) in &extra {
+    for (name, kind, _) in &extra {
         columns.push(
-            json!({"name": name, "type": "string", "format": "", "description": "", "priority": 0}),
+            json!({"name": name, "type": kind, "format": "", "description": "", "priority": 0}),
         );
     }
     columns.push(json!({"name": "Age", "type": "string", "format": "", "description": "Time since the object was created.", "priority": 0}));
@@ -135,7 +434,7 @@ pub fn render(
         .iter()
         .map(|obj| {
             let mut cells = vec![json!(str_at(obj, "/metadata/name"))];
-            cells.extend(extra.iter().map(|(_, cell)| cell(obj)));
+            cells.extend(extra.iter().map(|(_, _, cell)| cell(obj)));
             cells.push(json!(age(obj)));
             let mut row = json!({ "cells": cells });
             match include {
@@ -164,6 +463,7 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn ages_read_like_kubectl() {
@@ -174,5 +474,79 @@ mod tests {
         assert_eq!(human_duration(3600 * 30), "30h");
         assert_eq!(human_duration(86400 * 3 + 3600 * 2), "3d2h");
         assert_eq!(human_duration(86400 * 100), "100d");
+    }
+
+    fn row(group: &str, plural: &str, obj: Value) -> (Vec<String>, Vec<Value>) {
+        let rt = crate::kube::resources::RESOURCES
+            .iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .unwrap_or_else(|| panic!("{plural}"));
+        let t = render(rt, &[obj], "1", &HashMap::new()).expect("a table");
+        let names = t["columnDefinitions"]
+            .as_array()
+            .expect("columns")
+            .iter()
+            .map(|c| c["name"].as_str().unwrap_or("").to_string())
+            .collect();
+        let cells = t["rows"][0]["cells"].as_array().expect("cells").clone();
+        (names, cells)
+    }
+
+    #[test]
+    fn workloads_print_their_replicas_as_kubectl_does() {
+        let (cols, cells) = row(
+            "apps",
+            "replicasets",
+            json!({"metadata": {"name": "rs"}, "spec": {"replicas": 3},
+                   "status": {"replicas": 2, "readyReplicas": 1}}),
+        );
+        assert_eq!(cols, ["Name", "Desired", "Current", "Ready", "Age"]);
+        assert_eq!(&cells[..4], &[json!("rs"), json!(3), json!(2), json!(1)]);
+        let (cols, cells) = row(
+            "apps",
+            "deployments",
+            json!({"metadata": {"name": "web"}, "spec": {"replicas": 3},
+                   "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}),
+        );
+        assert_eq!(cols, ["Name", "Ready", "Up-to-date", "Available", "Age"]);
+        assert_eq!(&cells[1..4], &[json!("2/3"), json!(3), json!(2)]);
+        let (_, cells) = row(
+            "apps",
+            "statefulsets",
+            json!({"metadata": {"name": "db"}, "spec": {}}),
+        );
+        assert_eq!(cells[1], "0/1", "kube's default of one replica");
+        let (_, cells) = row(
+            "batch",
+            "jobs",
+            json!({"metadata": {"name": "j"}, "spec": {"parallelism": 3}, "status": {"succeeded": 1}}),
+        );
+        assert_eq!(cells[1], "1/1 of 3");
+    }
+
+    #[test]
+    fn every_served_type_has_a_name_and_an_age() {
+        for rt in crate::kube::resources::RESOURCES.iter() {
+            let t = render(
+                rt,
+                &[json!({"metadata": {"name": "x"}})],
+                "1",
+                &HashMap::new(),
+            )
+            .expect("a table");
+            let cols = t["columnDefinitions"].as_array().expect("columns");
+            assert_eq!(cols[0]["name"], "Name", "{}", rt.plural);
+            assert_eq!(cols[cols.len() - 1]["name"], "Age", "{}", rt.plural);
+            let cells = t["rows"][0]["cells"].as_array().expect("cells");
+            assert_eq!(cells.len(), cols.len(), "{}", rt.plural);
+            assert_eq!(cells[0], "x");
+        }
+        let (cols, cells) = row(
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            json!({"metadata": {"name": "rb"}, "roleRef": {"kind": "Role", "name": "reader"}}),
+        );
+        assert_eq!(cols, ["Name", "Role", "Age"]);
+        assert_eq!(cells[1], "Role/reader");
     }
 }

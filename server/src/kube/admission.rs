@@ -241,7 +241,9 @@ pub fn admit_update(
     builtin::check_types(rt, new)?;
     // As kube reads the stored object: decoded, hence defaulted.
     let old = builtin::with_defaults(rt, old);
-    if scope == UpdateScope::Object {
+    if scope != UpdateScope::Status {
+        // The object (or, for `/finalize`, the object but its finalizers
+        // from the stored one): the server's metadata carried over.
         objectmeta::before_update(&old, new);
         builtin::prepare_update(rt, &old, new);
     }
@@ -390,6 +392,10 @@ pub enum UpdateScope {
     Object,
     /// Only its status (`PUT <name>/status`): everything else is kept.
     Status,
+    /// A namespace's finalizers (`PUT namespaces/<name>/finalize`): an
+    /// update of the object whose `spec.finalizers` are the body's (kube's
+    /// namespace finalize strategy); an update of the object keeps them.
+    Finalize,
 }
 
 /// Turns the body of an update into the object to store, from the stored
@@ -417,6 +423,17 @@ fn prepare_update_in(
                 match old.get("status") {
                     Some(status) => new.insert("status".into(), status.clone()),
                     None => new.remove("status"),
+                };
+            }
+        }
+        UpdateScope::Finalize => {
+            let finalizers = new.get("spec").and_then(|s| s.get("finalizers")).cloned();
+            prepare_update_in(rt, UpdateScope::Object, old, new);
+            let spec = new.entry("spec").or_insert_with(|| json!({}));
+            if let Value::Object(spec) = spec {
+                match finalizers {
+                    Some(f) => spec.insert("finalizers".into(), f),
+                    None => spec.remove("finalizers"),
                 };
             }
         }

@@ -6,7 +6,7 @@
 //! (`kube::controllers`) finish what a decision leaves pending.
 //!
 //! The rules are kube-apiserver's (`registry/generic/registry/store.go`,
-//! the namespace storage), for types that delete without a grace period:
+//! `registry/rest/delete.go`, the pod and namespace storage):
 //!
 //! - the preconditions (uid, resourceVersion) are checked first: `409`;
 //! - the propagation policy becomes finalizers: `Orphan` adds `orphan`,
@@ -17,6 +17,14 @@
 //!   with `deletionTimestamp` (set once) and `deletionGracePeriodSeconds:
 //!   0`, its `generation` bumped when it has one, and a later DELETE only
 //!   updates its finalizers;
+//! - pods delete gracefully ([`pod_grace_period`]): a scheduled pod that
+//!   has not terminated is kept with `deletionTimestamp` = now + its grace
+//!   period (the request's `gracePeriodSeconds`, else its
+//!   `spec.terminationGracePeriodSeconds`) and that period in
+//!   `deletionGracePeriodSeconds`, for its kubelet to stop it and delete
+//!   it with a grace period of 0; a later DELETE may only shorten the
+//!   period (to 0: the pod goes now unless finalizers hold it), any other
+//!   is answered with the pod as it is;
 //! - an update of an object being deleted may not add finalizers (`422`),
 //!   and the one that removes the last finalizer deletes it;
 //! - a namespace's first DELETE sets `deletionTimestamp` and the phase
@@ -24,10 +32,11 @@
 //!   controller's `kubernetes`) and `metadata.finalizers` are empty, a
 //!   DELETE removes it.
 
+use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Map, Value};
 
 use crate::kube::error::{FieldCause, KubeError};
-use crate::kube::object::metadata_mut;
+use crate::kube::object::{self, metadata_mut};
 use crate::kube::options::{DeleteOptions, Preconditions, Propagation};
 use crate::kube::resources::ResourceType;
 
@@ -154,10 +163,156 @@ fn finalizers_after_delete(current: &[String], opts: &DeleteOptions) -> Vec<Stri
     out
 }
 
+/// The grace period a DELETE with `opts` gives `stored`, for the types
+/// that delete gracefully (pods: kube's `podStrategy.CheckGracefulDelete`);
+/// `None` for every other type. An unscheduled pod, or one that has
+/// terminated, gets 0; a negative period is 1 s, as kube treats it.
+pub fn pod_grace_period(
+    rt: &ResourceType,
+    stored: &Map<String, Value>,
+    opts: &DeleteOptions,
+) -> Option<i64> {
+    if !(rt.group.is_empty() && rt.plural == "pods") {
+        return None;
+    }
+    let spec = stored.get("spec");
+    let mut period = opts
+        .grace_period_seconds
+        .or_else(|| {
+            spec.and_then(|s| s.get("terminationGracePeriodSeconds"))
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(0);
+    let scheduled = spec
+        .and_then(|s| s.get("nodeName"))
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let phase = stored
+        .get("status")
+        .and_then(|s| s.get("phase"))
+        .and_then(Value::as_str);
+    if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
+        period = 0;
+    }
+    Some(if period < 0 { 1 } else { period })
+}
+
+/// The grace period an object being deleted was given
+/// (`deletionGracePeriodSeconds`; 0 when absent).
+pub fn deletion_grace_period(obj: &Map<String, Value>) -> i64 {
+    obj.get("metadata")
+        .and_then(|m| m.get("deletionGracePeriodSeconds"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+/// When an object being deleted is due to go (`deletionTimestamp`), if it
+/// is one and the timestamp parses.
+pub fn deletion_deadline(obj: &Map<String, Value>) -> Option<DateTime<Utc>> {
+    let ts = obj
+        .get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+        .and_then(Value::as_str)?;
+    DateTime::parse_from_rfc3339(ts)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
 /// What a DELETE with `opts` does to `stored` (any type but namespaces),
-/// at `now` (RFC 3339). Preconditions are checked apart
-/// ([`check_preconditions`]).
-pub fn plan_delete(stored: &Map<String, Value>, opts: &DeleteOptions, now: &str) -> DeletePlan {
+/// at `now`. Preconditions are checked apart ([`check_preconditions`]).
+pub fn plan_delete(
+    rt: &ResourceType,
+    stored: &Map<String, Value>,
+    opts: &DeleteOptions,
+    now: DateTime<Utc>,
+) -> DeletePlan {
+    let graceful = pod_grace_period(rt, stored, opts);
+    let deleting = is_being_deleted(stored);
+    let pending_grace = deletion_grace_period(stored);
+    if deleting && graceful.is_some() && pending_grace > 0 {
+        return shorten_grace_period(stored, opts, pending_grace, now);
+    }
+    match graceful {
+        Some(period) if period > 0 && !deleting => {
+            let mut marked = stored.clone();
+            let after = finalizers_after_delete(&finalizers(stored), opts);
+            let meta = metadata_mut(&mut marked);
+            set_finalizers(meta, after);
+            bump_generation(meta);
+            meta.insert(
+                "deletionTimestamp".into(),
+                json!(object::format_time(now + Duration::seconds(period))),
+            );
+            meta.insert("deletionGracePeriodSeconds".into(), json!(period));
+            DeletePlan::Mark(marked)
+        }
+        _ => plan_finalized_delete(stored, opts, now),
+    }
+}
+
+/// A DELETE of a pod already in its grace period: only a shorter period
+/// changes anything (the deadline moves back by the difference, not
+/// before now); 0 deletes it unless finalizers hold it.
+fn shorten_grace_period(
+    stored: &Map<String, Value>,
+    opts: &DeleteOptions,
+    pending: i64,
+    now: DateTime<Utc>,
+) -> DeletePlan {
+    let Some(mut period) = opts.grace_period_seconds.map(|p| p.max(0)) else {
+        return DeletePlan::Pending;
+    };
+    if period >= pending {
+        return DeletePlan::Pending;
+    }
+    let after = finalizers_after_delete(&finalizers(stored), opts);
+    if period == 0 && after.is_empty() {
+        return DeletePlan::Delete;
+    }
+    let mut deadline = deletion_deadline(stored).unwrap_or(now) - Duration::seconds(pending)
+        + Duration::seconds(period);
+    if deadline < now {
+        deadline = now;
+        if period != 0 {
+            // The whole period has passed: still graceful, as short as
+            // it gets, and the kubelet makes the final delete.
+            period = 1;
+        }
+    }
+    let mut marked = stored.clone();
+    let meta = metadata_mut(&mut marked);
+    set_finalizers(meta, after);
+    meta.insert(
+        "deletionTimestamp".into(),
+        json!(object::format_time(deadline)),
+    );
+    meta.insert("deletionGracePeriodSeconds".into(), json!(period));
+    DeletePlan::Mark(marked)
+}
+
+fn set_finalizers(meta: &mut Map<String, Value>, finalizers: Vec<String>) {
+    if finalizers.is_empty() {
+        meta.remove("finalizers");
+    } else {
+        meta.insert("finalizers".into(), json!(finalizers));
+    }
+}
+
+/// Kube bumps a positive generation when deletion starts.
+fn bump_generation(meta: &mut Map<String, Value>) {
+    if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
+        if generation > 0 {
+            meta.insert("generation".into(), json!(generation.saturating_add(1)));
+        }
+    }
+}
+
+/// A DELETE without a grace period: gone now, or held by finalizers.
+fn plan_finalized_delete(
+    stored: &Map<String, Value>,
+    opts: &DeleteOptions,
+    now: DateTime<Utc>,
+) -> DeletePlan {
     let current = finalizers(stored);
     let after = finalizers_after_delete(&current, opts);
     if after.is_empty() {
@@ -180,12 +335,8 @@ pub fn plan_delete(stored: &Map<String, Value>, opts: &DeleteOptions, now: &str)
         meta.insert("finalizers".into(), json!(after));
     }
     if !deleting {
-        if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
-            if generation > 0 {
-                meta.insert("generation".into(), json!(generation.saturating_add(1)));
-            }
-        }
-        meta.insert("deletionTimestamp".into(), json!(now));
+        bump_generation(meta);
+        meta.insert("deletionTimestamp".into(), json!(object::format_time(now)));
         meta.insert("deletionGracePeriodSeconds".into(), json!(0));
     }
     DeletePlan::Mark(marked)
@@ -193,10 +344,11 @@ pub fn plan_delete(stored: &Map<String, Value>, opts: &DeleteOptions, now: &str)
 
 /// What a DELETE does to a stored namespace at `now`: the first marks it
 /// terminating; once its finalizers are gone, one removes it.
-pub fn plan_namespace_delete(stored: &Map<String, Value>, now: &str) -> DeletePlan {
+pub fn plan_namespace_delete(stored: &Map<String, Value>, now: DateTime<Utc>) -> DeletePlan {
     if !is_being_deleted(stored) {
         let mut marked = stored.clone();
-        metadata_mut(&mut marked).insert("deletionTimestamp".into(), json!(now));
+        metadata_mut(&mut marked)
+            .insert("deletionTimestamp".into(), json!(object::format_time(now)));
         let status = marked.entry("status").or_insert_with(|| json!({}));
         if !status.is_object() {
             *status = json!({});
@@ -275,6 +427,16 @@ mod tests {
 
     const NOW: &str = "2026-01-01T00:00:00Z";
 
+    fn at(ts: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(ts)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_else(|e| panic!("{ts}: {e}"))
+    }
+
+    fn now() -> DateTime<Utc> {
+        at(NOW)
+    }
+
     fn obj(v: Value) -> Map<String, Value> {
         match v {
             Value::Object(m) => m,
@@ -297,11 +459,16 @@ mod tests {
     fn without_finalizers_a_background_delete_deletes_now() {
         let plain = obj(json!({"metadata": {"name": "a"}}));
         assert_eq!(
-            plan_delete(&plain, &DeleteOptions::default(), NOW),
+            plan_delete(configmaps(), &plain, &DeleteOptions::default(), now()),
             DeletePlan::Delete
         );
         assert_eq!(
-            plan_delete(&plain, &with_policy(Propagation::Background), NOW),
+            plan_delete(
+                configmaps(),
+                &plain,
+                &with_policy(Propagation::Background),
+                now()
+            ),
             DeletePlan::Delete
         );
     }
@@ -309,7 +476,9 @@ mod tests {
     #[test]
     fn finalizers_keep_the_object_marked_once_with_a_zero_grace_period() {
         let held = obj(json!({"metadata": {"name": "a", "finalizers": ["x/y"], "generation": 3}}));
-        let DeletePlan::Mark(marked) = plan_delete(&held, &DeleteOptions::default(), NOW) else {
+        let DeletePlan::Mark(marked) =
+            plan_delete(configmaps(), &held, &DeleteOptions::default(), now())
+        else {
             panic!("kept while a finalizer remains");
         };
         assert_eq!(marked["metadata"]["deletionTimestamp"], NOW);
@@ -321,7 +490,12 @@ mod tests {
         );
         // A second DELETE changes nothing: the timestamp stays the first one.
         assert_eq!(
-            plan_delete(&marked, &DeleteOptions::default(), "2030-01-01T00:00:00Z"),
+            plan_delete(
+                configmaps(),
+                &marked,
+                &DeleteOptions::default(),
+                at("2030-01-01T00:00:00Z")
+            ),
             DeletePlan::Pending
         );
     }
@@ -329,13 +503,21 @@ mod tests {
     #[test]
     fn the_propagation_policy_becomes_the_garbage_collectors_finalizers() {
         let plain = obj(json!({"metadata": {"name": "a"}}));
-        let DeletePlan::Mark(orphan) = plan_delete(&plain, &with_policy(Propagation::Orphan), NOW)
-        else {
+        let DeletePlan::Mark(orphan) = plan_delete(
+            configmaps(),
+            &plain,
+            &with_policy(Propagation::Orphan),
+            now(),
+        ) else {
             panic!("orphan waits for the garbage collector");
         };
         assert_eq!(orphan["metadata"]["finalizers"], json!(["orphan"]));
-        let DeletePlan::Mark(fg) = plan_delete(&plain, &with_policy(Propagation::Foreground), NOW)
-        else {
+        let DeletePlan::Mark(fg) = plan_delete(
+            configmaps(),
+            &plain,
+            &with_policy(Propagation::Foreground),
+            now(),
+        ) else {
             panic!("foreground waits for the dependents");
         };
         assert_eq!(fg["metadata"]["finalizers"], json!(["foregroundDeletion"]));
@@ -345,23 +527,31 @@ mod tests {
             ..DeleteOptions::default()
         };
         assert!(matches!(
-            plan_delete(&plain, &legacy, NOW),
+            plan_delete(configmaps(), &plain, &legacy, now()),
             DeletePlan::Mark(_)
         ));
         // Without a policy the object's own finalizer decides; an explicit
         // Background drops it, and with nothing left the object goes now.
         assert_eq!(
-            plan_delete(&orphan, &DeleteOptions::default(), NOW),
+            plan_delete(configmaps(), &orphan, &DeleteOptions::default(), now()),
             DeletePlan::Pending
         );
         assert_eq!(
-            plan_delete(&orphan, &with_policy(Propagation::Background), NOW),
+            plan_delete(
+                configmaps(),
+                &orphan,
+                &with_policy(Propagation::Background),
+                now()
+            ),
             DeletePlan::Delete
         );
         // A second DELETE may switch an orphaning delete to foreground.
-        let DeletePlan::Mark(switched) =
-            plan_delete(&orphan, &with_policy(Propagation::Foreground), NOW)
-        else {
+        let DeletePlan::Mark(switched) = plan_delete(
+            configmaps(),
+            &orphan,
+            &with_policy(Propagation::Foreground),
+            now(),
+        ) else {
             panic!("the finalizers change");
         };
         assert_eq!(
@@ -439,18 +629,151 @@ mod tests {
     fn a_namespace_terminates_first_and_goes_once_its_finalizers_are_gone() {
         let active = obj(json!({"metadata": {"name": "team"},
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}));
-        let DeletePlan::Mark(terminating) = plan_namespace_delete(&active, NOW) else {
+        let DeletePlan::Mark(terminating) = plan_namespace_delete(&active, now()) else {
             panic!("the first DELETE marks it");
         };
         assert_eq!(terminating["status"]["phase"], "Terminating");
         assert_eq!(terminating["metadata"]["deletionTimestamp"], NOW);
         assert!(is_terminating(&terminating));
         assert_eq!(
-            plan_namespace_delete(&terminating, NOW),
+            plan_namespace_delete(&terminating, now()),
             DeletePlan::Pending
         );
         let mut finalized = terminating.clone();
         finalized["spec"]["finalizers"] = json!([]);
-        assert_eq!(plan_namespace_delete(&finalized, NOW), DeletePlan::Delete);
+        assert_eq!(plan_namespace_delete(&finalized, now()), DeletePlan::Delete);
+    }
+
+    fn pods() -> &'static ResourceType {
+        resources::find("", "v1", "pods").expect("pods")
+    }
+
+    fn pod(node: &str, phase: &str, grace: Option<i64>) -> Map<String, Value> {
+        let mut spec = json!({"containers": [{"name": "c", "image": "i"}]});
+        if !node.is_empty() {
+            spec["nodeName"] = json!(node);
+        }
+        if let Some(g) = grace {
+            spec["terminationGracePeriodSeconds"] = json!(g);
+        }
+        obj(
+            json!({"metadata": {"name": "p", "generation": 1}, "spec": spec,
+            "status": {"phase": phase}}),
+        )
+    }
+
+    fn grace(seconds: i64) -> DeleteOptions {
+        DeleteOptions {
+            grace_period_seconds: Some(seconds),
+            ..DeleteOptions::default()
+        }
+    }
+
+    #[test]
+    fn a_running_pod_on_a_node_is_kept_for_its_grace_period() {
+        let running = pod("n1", "Running", Some(30));
+        let DeletePlan::Mark(marked) =
+            plan_delete(pods(), &running, &DeleteOptions::default(), now())
+        else {
+            panic!("a scheduled pod deletes gracefully");
+        };
+        assert_eq!(
+            marked["metadata"]["deletionTimestamp"],
+            "2026-01-01T00:00:30Z"
+        );
+        assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
+        assert_eq!(marked["metadata"]["generation"], 2);
+        // The request's period wins over the pod's.
+        let DeletePlan::Mark(short) = plan_delete(pods(), &running, &grace(5), now()) else {
+            panic!("still graceful");
+        };
+        assert_eq!(short["metadata"]["deletionGracePeriodSeconds"], 5);
+        // A negative period is one second.
+        let DeletePlan::Mark(negative) = plan_delete(pods(), &running, &grace(-3), now()) else {
+            panic!("still graceful");
+        };
+        assert_eq!(negative["metadata"]["deletionGracePeriodSeconds"], 1);
+        // Other types ignore a grace period.
+        assert_eq!(
+            plan_delete(configmaps(), &running, &grace(30), now()),
+            DeletePlan::Delete
+        );
+    }
+
+    #[test]
+    fn an_unscheduled_or_finished_pod_or_a_zero_period_deletes_now() {
+        for (p, opts) in [
+            (pod("", "Pending", Some(30)), DeleteOptions::default()),
+            (pod("n1", "Succeeded", Some(30)), DeleteOptions::default()),
+            (pod("n1", "Failed", Some(30)), DeleteOptions::default()),
+            (pod("n1", "Running", Some(30)), grace(0)),
+            (pod("n1", "Running", None), DeleteOptions::default()),
+        ] {
+            assert_eq!(plan_delete(pods(), &p, &opts, now()), DeletePlan::Delete);
+        }
+        // A finalizer holds a pod deleted without grace, as any object.
+        let mut held = pod("", "Pending", None);
+        held["metadata"]["finalizers"] = json!(["x/y"]);
+        let DeletePlan::Mark(marked) = plan_delete(pods(), &held, &DeleteOptions::default(), now())
+        else {
+            panic!("held");
+        };
+        assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 0);
+    }
+
+    #[test]
+    fn a_later_delete_only_shortens_the_grace_period() {
+        let DeletePlan::Mark(terminating) =
+            plan_delete(pods(), &pod("n1", "Running", Some(30)), &grace(30), now())
+        else {
+            panic!("graceful");
+        };
+        // Without a period, or with a longer or equal one: nothing changes.
+        for opts in [DeleteOptions::default(), grace(30), grace(60)] {
+            assert_eq!(
+                plan_delete(pods(), &terminating, &opts, at("2026-01-01T00:00:10Z")),
+                DeletePlan::Pending
+            );
+        }
+        // Shorter: the deadline moves back by the difference.
+        let DeletePlan::Mark(shorter) =
+            plan_delete(pods(), &terminating, &grace(20), at("2026-01-01T00:00:05Z"))
+        else {
+            panic!("shortened");
+        };
+        assert_eq!(
+            shorter["metadata"]["deletionTimestamp"],
+            "2026-01-01T00:00:20Z"
+        );
+        assert_eq!(shorter["metadata"]["deletionGracePeriodSeconds"], 20);
+        // Never into the past: a period already spent becomes 1 s from now.
+        let DeletePlan::Mark(spent) =
+            plan_delete(pods(), &terminating, &grace(5), at("2026-01-01T00:00:25Z"))
+        else {
+            panic!("shortened");
+        };
+        assert_eq!(
+            spent["metadata"]["deletionTimestamp"],
+            "2026-01-01T00:00:25Z"
+        );
+        assert_eq!(spent["metadata"]["deletionGracePeriodSeconds"], 1);
+        // 0, the kubelet's final delete: gone, unless a finalizer holds it.
+        assert_eq!(
+            plan_delete(pods(), &terminating, &grace(0), now()),
+            DeletePlan::Delete
+        );
+        let mut held = terminating.clone();
+        held["metadata"]["finalizers"] = json!(["x/y"]);
+        let DeletePlan::Mark(zero) = plan_delete(pods(), &held, &grace(0), now()) else {
+            panic!("held by its finalizer");
+        };
+        assert_eq!(zero["metadata"]["deletionGracePeriodSeconds"], 0);
+        // Removing that finalizer then deletes it.
+        let mut released = zero.clone();
+        released["metadata"]["finalizers"] = json!([]);
+        assert_eq!(
+            check_update(pods(), "p", &zero, &released).ok(),
+            Some(UpdateEffect::Delete)
+        );
     }
 }

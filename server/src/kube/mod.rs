@@ -18,6 +18,8 @@
 //! and managed fields), [`fieldvalidation`] (unknown and duplicate
 //! fields), [`options`] (`dryRun`, `DeleteOptions`), [`deletion`] (what a
 //! delete does: finalizers, propagation, a namespace's termination),
+//! [`scale`] (the `scale` subresource as a view of its parent),
+//! [`finalize`] (what a namespace's `/finalize` may write),
 //! [`selectors`], [`paging`], [`cache`] (the watch cache), [`store`]
 //! (reads and writes of one node), [`controllers`] (the garbage collector
 //! and the namespace controller, on the Raft leader), [`error`].
@@ -30,12 +32,14 @@ pub mod controllers;
 pub mod deletion;
 pub mod error;
 pub mod fieldvalidation;
+pub mod finalize;
 pub mod names;
 pub mod object;
 pub mod objectmeta;
 pub mod options;
 pub mod paging;
 pub mod resources;
+pub mod scale;
 pub mod selectors;
 pub mod store;
 pub mod strategic;

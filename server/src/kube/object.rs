@@ -89,7 +89,12 @@ pub fn meta_str<'a>(obj: &'a Map<String, Value>, field: &str) -> Option<&'a str>
 
 /// Now, as kube writes timestamps (RFC 3339, seconds, UTC).
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    format_time(chrono::Utc::now())
+}
+
+/// A time as kube writes timestamps: RFC 3339, whole seconds, UTC.
+pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Decodes a stored value into an object as clients see it: `kind`,

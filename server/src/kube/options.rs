@@ -121,9 +121,10 @@ pub struct DeleteOptions {
     /// The deprecated `orphanDependents`: `true` is `Orphan`, `false`
     /// deletes dependents (and makes a delete that did not finish `202`).
     pub orphan_dependents: Option<bool>,
-    /// Accepted and checked; no served type deletes gracefully (there is
-    /// no kubelet), so a delete that waits on finalizers records a grace
-    /// period of 0 as kube does for such types.
+    /// `gracePeriodSeconds`: pods delete gracefully
+    /// ([`crate::kube::deletion::pod_grace_period`]); every other type
+    /// ignores it, and one held by finalizers records a grace period of
+    /// 0, as kube does.
     pub grace_period_seconds: Option<i64>,
     pub dry_run: DryRun,
 }

@@ -1,6 +1,16 @@
 //! The table of resource types kubestore serves, and where each one lives in
 //! the etcd keyspace (exactly as a kube-apiserver lays it out, so the same
 //! data is visible through the etcd API).
+//!
+//! Two sources, joined once on first use: what the upstream specification
+//! says of a resource (its kind, scope, verbs and subresources: the
+//! generated `kube::types` table) and what it does not, written here
+//! ([`SERVED`]: etcd keys, short names, categories, name rules,
+//! generation tracking).
+
+use std::sync::LazyLock;
+
+use crate::kube::types::{ResourceDef, Schema, SubresourceDef};
 
 /// How names of a type are validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,9 +21,44 @@ pub enum NameRule {
     Label,
     /// RFC 1035 label: services.
     Rfc1035Label,
-    /// Any name that is a valid path segment (events, nodes use subdomains
-    /// in kube too; kept for types with looser rules).
+    /// Any name that is a valid path segment (kube's RBAC types, whose
+    /// names carry colons: `system:controller:...`).
     PathSegment,
+}
+
+/// The subresources kubestore serves, where the specification gives a
+/// type one (`pods/log`, `pods/exec` and the like are not served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// `<name>/status`: the status alone.
+    Status,
+    /// `<name>/scale`: `autoscaling/v1` `Scale`, the replicas of a
+    /// workload.
+    Scale,
+    /// `namespaces/<name>/finalize`: a namespace's `spec.finalizers`.
+    Finalize,
+}
+
+impl Subresource {
+    pub const ALL: [Subresource; 3] = [
+        Subresource::Status,
+        Subresource::Scale,
+        Subresource::Finalize,
+    ];
+
+    /// Its path segment.
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::Status => "status",
+            Subresource::Scale => "scale",
+            Subresource::Finalize => "finalize",
+        }
+    }
+
+    /// The served subresource a path segment names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
 }
 
 /// One served resource type.
@@ -34,18 +79,30 @@ pub struct ResourceType {
     pub name_rule: NameRule,
     /// `metadata.generation` starts at 1 and is bumped when `spec` changes.
     pub tracks_generation: bool,
+    /// What the specification says of it: verbs and subresources.
+    pub spec: &'static ResourceDef,
 }
 
 impl ResourceType {
+    /// A served subresource of the type, as the specification describes
+    /// it; `None` when the type has none of that name.
+    pub fn subresource(&self, sub: Subresource) -> Option<&'static SubresourceDef> {
+        self.spec.subresources.get(sub.name())
+    }
+
     /// Whether the type has a `status` subresource, as in kube: its status
     /// is written only through `<name>/status`, an update of the object
     /// itself keeps the stored status, and an update of `/status` changes
     /// nothing but the status.
     pub fn has_status_subresource(&self) -> bool {
-        matches!(
-            (self.group, self.plural),
-            ("", "pods" | "nodes" | "namespaces" | "services") | ("apps", "deployments")
-        )
+        self.subresource(Subresource::Status).is_some()
+    }
+
+    /// Whether the type has a `scale` subresource (`autoscaling/v1`
+    /// `Scale`: deployments, replica sets, stateful sets, replication
+    /// controllers).
+    pub fn has_scale_subresource(&self) -> bool {
+        self.subresource(Subresource::Scale).is_some()
     }
 
     /// `v1` or `apps/v1`.
@@ -96,187 +153,408 @@ impl ResourceType {
         }
     }
 
-    /// The verbs served for this type, sorted as discovery lists them.
-    pub fn verbs(&self) -> &'static [&'static str] {
-        &[
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-        ]
+    /// The verbs served for this type, sorted as discovery lists them (the
+    /// specification's: namespaces have no `deletecollection`).
+    pub fn verbs(&self) -> &'static [String] {
+        &self.spec.verbs
     }
 }
 
-macro_rules! resource {
-    ($group:expr, $version:expr, $plural:expr, $singular:expr, $kind:expr, $namespaced:expr,
-     $short:expr, $cats:expr, $prefix:expr, $rule:expr, $gen:expr) => {
-        ResourceType {
-            group: $group,
-            version: $version,
-            plural: $plural,
-            singular: $singular,
-            kind: $kind,
-            namespaced: $namespaced,
-            short_names: $short,
-            categories: $cats,
-            etcd_prefix: $prefix,
-            name_rule: $rule,
-            tracks_generation: $gen,
-        }
-    };
+/// What the specification does not say of a served type, written by
+/// hand: discovery's singular name, short names and categories (kube's
+/// `ShortNames()`/`Categories()` of each storage), the etcd key prefix
+/// (the kube-apiserver's storage layout, as kube's
+/// `test/integration/etcd/data.go` pins it: ingresses under
+/// `/registry/ingress`, replication controllers under
+/// `/registry/controllers`, nodes under `/registry/minions`), the name rule
+/// (kube's `ValidateXName`: RBAC's are path segments) and whether the type
+/// tracks `metadata.generation` (kube's strategies that set it to 1 on
+/// create: the workloads, jobs and cron jobs, ingresses, network
+/// policies, disruption budgets, replication controllers and pods;
+/// horizontal pod autoscalers only from v1.35's `HPAGeneration`).
+#[derive(Debug)]
+struct Served {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    etcd_prefix: &'static str,
+    name_rule: NameRule,
+    tracks_generation: bool,
 }
 
 use NameRule::*;
 
-/// Every served type. Keys follow the kube-apiserver's etcd layout.
-pub static RESOURCES: &[ResourceType] = &[
-    resource!(
-        "",
-        "v1",
-        "namespaces",
-        "namespace",
-        "Namespace",
-        false,
-        &["ns"],
-        &[],
-        "/registry/namespaces",
-        Label,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "configmaps",
-        "configmap",
-        "ConfigMap",
-        true,
-        &["cm"],
-        &[],
-        "/registry/configmaps",
-        Subdomain,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "secrets",
-        "secret",
-        "Secret",
-        true,
-        &[],
-        &[],
-        "/registry/secrets",
-        Subdomain,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "pods",
-        "pod",
-        "Pod",
-        true,
-        &["po"],
-        &["all"],
-        "/registry/pods",
-        Subdomain,
-        true
-    ),
-    resource!(
-        "",
-        "v1",
-        "services",
-        "service",
-        "Service",
-        true,
-        &["svc"],
-        &["all"],
-        "/registry/services/specs",
-        Rfc1035Label,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "serviceaccounts",
-        "serviceaccount",
-        "ServiceAccount",
-        true,
-        &["sa"],
-        &[],
-        "/registry/serviceaccounts",
-        Subdomain,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "endpoints",
-        "endpoints",
-        "Endpoints",
-        true,
-        &["ep"],
-        &[],
-        "/registry/services/endpoints",
-        Subdomain,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "events",
-        "event",
-        "Event",
-        true,
-        &["ev"],
-        &[],
-        "/registry/events",
-        PathSegment,
-        false
-    ),
-    resource!(
-        "",
-        "v1",
-        "nodes",
-        "node",
-        "Node",
-        false,
-        &["no"],
-        &[],
-        "/registry/minions",
-        Subdomain,
-        false
-    ),
-    resource!(
-        "apps",
-        "v1",
-        "deployments",
-        "deployment",
-        "Deployment",
-        true,
-        &["deploy"],
-        &["all"],
-        "/registry/deployments",
-        Subdomain,
-        true
-    ),
-    resource!(
-        "coordination.k8s.io",
-        "v1",
-        "leases",
-        "lease",
-        "Lease",
-        true,
-        &[],
-        &[],
-        "/registry/leases",
-        Subdomain,
-        false
-    ),
+/// Every served type, `namespaces` first. The core group, then the others.
+static SERVED: &[Served] = &[
+    Served {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        short_names: &["ns"],
+        categories: &[],
+        etcd_prefix: "/registry/namespaces",
+        name_rule: Label,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        short_names: &["cm"],
+        categories: &[],
+        etcd_prefix: "/registry/configmaps",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "secrets",
+        singular: "secret",
+        short_names: &[],
+        categories: &[],
+        etcd_prefix: "/registry/secrets",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        short_names: &["po"],
+        categories: &["all"],
+        etcd_prefix: "/registry/pods",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "services",
+        singular: "service",
+        short_names: &["svc"],
+        categories: &["all"],
+        etcd_prefix: "/registry/services/specs",
+        name_rule: Rfc1035Label,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        short_names: &["sa"],
+        categories: &[],
+        etcd_prefix: "/registry/serviceaccounts",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "endpoints",
+        singular: "endpoints",
+        short_names: &["ep"],
+        categories: &[],
+        etcd_prefix: "/registry/services/endpoints",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        short_names: &["ev"],
+        categories: &[],
+        etcd_prefix: "/registry/events",
+        name_rule: PathSegment,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        singular: "node",
+        short_names: &["no"],
+        categories: &[],
+        etcd_prefix: "/registry/minions",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "replicationcontrollers",
+        singular: "replicationcontroller",
+        short_names: &["rc"],
+        categories: &["all"],
+        etcd_prefix: "/registry/controllers",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim",
+        short_names: &["pvc"],
+        categories: &[],
+        etcd_prefix: "/registry/persistentvolumeclaims",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "persistentvolumes",
+        singular: "persistentvolume",
+        short_names: &["pv"],
+        categories: &[],
+        etcd_prefix: "/registry/persistentvolumes",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "limitranges",
+        singular: "limitrange",
+        short_names: &["limits"],
+        categories: &[],
+        etcd_prefix: "/registry/limitranges",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "",
+        version: "v1",
+        plural: "resourcequotas",
+        singular: "resourcequota",
+        short_names: &["quota"],
+        categories: &[],
+        etcd_prefix: "/registry/resourcequotas",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        singular: "deployment",
+        short_names: &["deploy"],
+        categories: &["all"],
+        etcd_prefix: "/registry/deployments",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "apps",
+        version: "v1",
+        plural: "replicasets",
+        singular: "replicaset",
+        short_names: &["rs"],
+        categories: &["all"],
+        etcd_prefix: "/registry/replicasets",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "apps",
+        version: "v1",
+        plural: "statefulsets",
+        singular: "statefulset",
+        short_names: &["sts"],
+        categories: &["all"],
+        etcd_prefix: "/registry/statefulsets",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "apps",
+        version: "v1",
+        plural: "daemonsets",
+        singular: "daemonset",
+        short_names: &["ds"],
+        categories: &["all"],
+        etcd_prefix: "/registry/daemonsets",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        singular: "job",
+        short_names: &[],
+        categories: &["all"],
+        etcd_prefix: "/registry/jobs",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "batch",
+        version: "v1",
+        plural: "cronjobs",
+        singular: "cronjob",
+        short_names: &["cj"],
+        categories: &["all"],
+        etcd_prefix: "/registry/cronjobs",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "autoscaling",
+        version: "v2",
+        plural: "horizontalpodautoscalers",
+        singular: "horizontalpodautoscaler",
+        short_names: &["hpa"],
+        categories: &["all"],
+        etcd_prefix: "/registry/horizontalpodautoscalers",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "networking.k8s.io",
+        version: "v1",
+        plural: "ingresses",
+        singular: "ingress",
+        short_names: &["ing"],
+        categories: &[],
+        etcd_prefix: "/registry/ingress",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "networking.k8s.io",
+        version: "v1",
+        plural: "networkpolicies",
+        singular: "networkpolicy",
+        short_names: &["netpol"],
+        categories: &[],
+        etcd_prefix: "/registry/networkpolicies",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "policy",
+        version: "v1",
+        plural: "poddisruptionbudgets",
+        singular: "poddisruptionbudget",
+        short_names: &["pdb"],
+        categories: &[],
+        etcd_prefix: "/registry/poddisruptionbudgets",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
+    Served {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "roles",
+        singular: "role",
+        short_names: &[],
+        categories: &[],
+        etcd_prefix: "/registry/roles",
+        name_rule: PathSegment,
+        tracks_generation: false,
+    },
+    Served {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "rolebindings",
+        singular: "rolebinding",
+        short_names: &[],
+        categories: &[],
+        etcd_prefix: "/registry/rolebindings",
+        name_rule: PathSegment,
+        tracks_generation: false,
+    },
+    Served {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterroles",
+        singular: "clusterrole",
+        short_names: &[],
+        categories: &[],
+        etcd_prefix: "/registry/clusterroles",
+        name_rule: PathSegment,
+        tracks_generation: false,
+    },
+    Served {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterrolebindings",
+        singular: "clusterrolebinding",
+        short_names: &[],
+        categories: &[],
+        etcd_prefix: "/registry/clusterrolebindings",
+        name_rule: PathSegment,
+        tracks_generation: false,
+    },
+    Served {
+        group: "storage.k8s.io",
+        version: "v1",
+        plural: "storageclasses",
+        singular: "storageclass",
+        short_names: &["sc"],
+        categories: &[],
+        etcd_prefix: "/registry/storageclasses",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
+    Served {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        short_names: &[],
+        categories: &[],
+        etcd_prefix: "/registry/leases",
+        name_rule: Subdomain,
+        tracks_generation: false,
+    },
 ];
+
+/// Every served type: [`SERVED`] joined with what the specification says
+/// of each (`kube::types`), in [`SERVED`]'s order (caches and controllers
+/// index types by it). Built once, on first use.
+pub static RESOURCES: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
+    SERVED
+        .iter()
+        .map(|served| {
+            // A served type the specification lacks is a build defect,
+            // caught by this module's tests, not an input error.
+            let spec = Schema::builtin()
+                .resource(served.group, served.version, served.plural)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}/{}/{} is not in the specification",
+                        served.group, served.version, served.plural
+                    )
+                });
+            ResourceType {
+                group: served.group,
+                version: served.version,
+                plural: served.plural,
+                singular: served.singular,
+                kind: &spec.kind,
+                namespaced: spec.namespaced,
+                short_names: served.short_names,
+                categories: served.categories,
+                etcd_prefix: served.etcd_prefix,
+                name_rule: served.name_rule,
+                tracks_generation: served.tracks_generation,
+                spec,
+            }
+        })
+        .collect()
+});
 
 /// The API groups other than core, with their one served version.
 pub fn groups() -> Vec<(&'static str, &'static str)> {
@@ -339,11 +617,131 @@ mod tests {
     }
 
     #[test]
+    fn every_served_type_is_in_the_specification_with_its_kind_and_scope() {
+        assert_eq!(RESOURCES.len(), SERVED.len());
+        assert_eq!(namespaces().plural, "namespaces");
+        let kinds: Vec<(&str, bool)> = [
+            ("apps", "replicasets"),
+            ("rbac.authorization.k8s.io", "clusterrolebindings"),
+            ("", "persistentvolumes"),
+            ("networking.k8s.io", "ingresses"),
+            ("autoscaling", "horizontalpodautoscalers"),
+        ]
+        .iter()
+        .map(|(g, p)| {
+            let v = if *g == "autoscaling" { "v2" } else { "v1" };
+            let rt = find(g, v, p).unwrap_or_else(|| panic!("{p}"));
+            (rt.kind, rt.namespaced)
+        })
+        .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("ReplicaSet", true),
+                ("ClusterRoleBinding", false),
+                ("PersistentVolume", false),
+                ("Ingress", true),
+                ("HorizontalPodAutoscaler", true),
+            ]
+        );
+        // Short names pick one type: kubectl refuses an ambiguous one.
+        let mut short: Vec<&str> = RESOURCES
+            .iter()
+            .flat_map(|r| r.short_names.iter().copied())
+            .collect();
+        let n = short.len();
+        short.sort_unstable();
+        short.dedup();
+        assert_eq!(short.len(), n, "a short name used twice");
+    }
+
+    #[test]
+    fn subresources_are_the_specifications() {
+        let scaled: Vec<&str> = RESOURCES
+            .iter()
+            .filter(|r| r.has_scale_subresource())
+            .map(|r| r.plural)
+            .collect();
+        assert_eq!(
+            scaled,
+            [
+                "replicationcontrollers",
+                "deployments",
+                "replicasets",
+                "statefulsets"
+            ]
+        );
+        let dep = find("apps", "v1", "deployments").expect("deployments");
+        let scale = dep.subresource(Subresource::Scale).expect("scale");
+        assert_eq!(
+            (scale.group.as_str(), scale.kind.as_str()),
+            ("autoscaling", "Scale")
+        );
+        assert!(dep.has_status_subresource());
+        let cm = find("", "v1", "configmaps").expect("configmaps");
+        assert!(!cm.has_status_subresource() && !cm.has_scale_subresource());
+        assert!(find("apps", "v1", "daemonsets")
+            .is_some_and(|d| d.has_status_subresource() && !d.has_scale_subresource()));
+        assert!(namespaces().subresource(Subresource::Finalize).is_some());
+        assert!(dep.subresource(Subresource::Finalize).is_none());
+        assert!(!namespaces().verbs().iter().any(|v| v == "deletecollection"));
+        assert_eq!(Subresource::from_name("scale"), Some(Subresource::Scale));
+        assert_eq!(Subresource::from_name("log"), None, "not served");
+    }
+
+    #[test]
+    fn new_types_live_where_the_kube_apiserver_keeps_them() {
+        for (group, plural, key) in [
+            ("", "replicationcontrollers", "/registry/controllers/ns/x"),
+            (
+                "",
+                "persistentvolumeclaims",
+                "/registry/persistentvolumeclaims/ns/x",
+            ),
+            ("", "persistentvolumes", "/registry/persistentvolumes/x"),
+            ("", "limitranges", "/registry/limitranges/ns/x"),
+            ("", "resourcequotas", "/registry/resourcequotas/ns/x"),
+            ("apps", "statefulsets", "/registry/statefulsets/ns/x"),
+            ("apps", "daemonsets", "/registry/daemonsets/ns/x"),
+            ("batch", "cronjobs", "/registry/cronjobs/ns/x"),
+            ("networking.k8s.io", "ingresses", "/registry/ingress/ns/x"),
+            (
+                "networking.k8s.io",
+                "networkpolicies",
+                "/registry/networkpolicies/ns/x",
+            ),
+            (
+                "policy",
+                "poddisruptionbudgets",
+                "/registry/poddisruptionbudgets/ns/x",
+            ),
+            (
+                "rbac.authorization.k8s.io",
+                "clusterroles",
+                "/registry/clusterroles/x",
+            ),
+            (
+                "storage.k8s.io",
+                "storageclasses",
+                "/registry/storageclasses/x",
+            ),
+        ] {
+            let version = RESOURCES
+                .iter()
+                .find(|r| r.group == group && r.plural == plural)
+                .map(|r| r.version)
+                .unwrap_or_else(|| panic!("{plural}"));
+            let rt = find(group, version, plural).expect("served");
+            assert_eq!(rt.key(Some("ns"), "x"), key);
+        }
+    }
+
+    #[test]
     fn no_type_prefix_contains_another_types_objects() {
         // `/registry/services/specs/` and `/registry/services/endpoints/` must not
         // overlap, nor any prefix be a prefix of another type's collection.
-        for a in RESOURCES {
-            for b in RESOURCES {
+        for a in RESOURCES.iter() {
+            for b in RESOURCES.iter() {
                 if a != b {
                     assert!(
                         !b.collection_prefix(None)

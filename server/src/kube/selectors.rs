@@ -3,6 +3,15 @@
 //!
 //! Hand-written: there is no maintained Rust crate for kube's selector
 //! grammar, and the grammar is small (comma-separated requirements).
+//!
+//! The field labels each type can be selected by are data, in one table
+//! ([`TYPE_FIELDS`]): the labels kube's `AddFieldLabelConversionFunc`
+//! accepts for the type (unknown ones are `400` with its "field label not
+//! supported" wording; a type without such a function takes only
+//! `metadata.name` and `metadata.namespace`, with kube's default wording)
+//! and how its `GetAttrs` renders each value (booleans as `true`/`false`,
+//! integers in decimal, absent values as their Go zero value or the
+//! default kube's `defaults.go` would have stored).
 
 use serde_json::Value;
 
@@ -23,9 +32,234 @@ enum LabelReq {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FieldReq {
-    path: String,
+    field: &'static FieldLabel,
     value: String,
     equal: bool,
+}
+
+/// How kube's `GetAttrs` renders a field label's value from an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Render {
+    /// The first non-empty string at these JSON pointers, else the
+    /// default (the value kube's defaulting stores; `""` for none).
+    Text(&'static [&'static str], &'static str),
+    /// A boolean as Go's `strconv.FormatBool`: absent is `false`.
+    Boolean(&'static str),
+    /// An integer as Go's `strconv.Itoa`: absent is `0`.
+    Integer(&'static str),
+}
+
+impl Render {
+    fn value(self, obj: &Value) -> String {
+        match self {
+            Render::Text(paths, default) => paths
+                .iter()
+                .filter_map(|p| obj.pointer(p).and_then(Value::as_str))
+                .find(|s| !s.is_empty())
+                .unwrap_or(default)
+                .to_string(),
+            Render::Boolean(path) => obj
+                .pointer(path)
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
+            Render::Integer(path) => match obj.pointer(path) {
+                Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+                _ => "0".to_string(),
+            },
+        }
+    }
+}
+
+/// A field label a type can be selected by.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FieldLabel {
+    label: &'static str,
+    render: Render,
+}
+
+const fn text(label: &'static str, paths: &'static [&'static str]) -> FieldLabel {
+    FieldLabel {
+        label,
+        render: Render::Text(paths, ""),
+    }
+}
+
+const NAME: FieldLabel = text("metadata.name", &["/metadata/name"]);
+const NAMESPACE: FieldLabel = text("metadata.namespace", &["/metadata/namespace"]);
+
+/// The field labels of one type with a field label conversion of its own.
+struct TypeFields {
+    group: &'static str,
+    plural: &'static str,
+    fields: &'static [FieldLabel],
+    /// Labels accepted under an old name (pods' `spec.host`).
+    aliases: &'static [(&'static str, &'static str)],
+}
+
+/// Every type with a field label conversion function in kube
+/// (`pkg/apis/core/v1/conversion.go`, `pkg/apis/batch/v1/conversion.go`),
+/// with its `GetAttrs` fields (`pkg/registry/*/*/strategy.go`). apps/v1
+/// registers none: a replica set's `status.replicas` is kube's default
+/// error there, as it is here. Every other type takes [`DEFAULT_FIELDS`].
+static TYPE_FIELDS: &[TypeFields] = &[
+    TypeFields {
+        group: "",
+        plural: "pods",
+        fields: &[
+            NAME,
+            NAMESPACE,
+            text("spec.nodeName", &["/spec/nodeName"]),
+            FieldLabel {
+                label: "spec.restartPolicy",
+                render: Render::Text(&["/spec/restartPolicy"], "Always"),
+            },
+            FieldLabel {
+                label: "spec.schedulerName",
+                render: Render::Text(&["/spec/schedulerName"], "default-scheduler"),
+            },
+            text("spec.serviceAccountName", &["/spec/serviceAccountName"]),
+            FieldLabel {
+                label: "spec.hostNetwork",
+                render: Render::Boolean("/spec/hostNetwork"),
+            },
+            text("status.phase", &["/status/phase"]),
+            // The first of `podIPs` (v1's `podIP` when it has none).
+            text("status.podIP", &["/status/podIPs/0/ip", "/status/podIP"]),
+            // Accepted by kube's conversion, absent from its field set: it
+            // matches only the empty value.
+            text("status.podIPs", &[]),
+            text("status.nominatedNodeName", &["/status/nominatedNodeName"]),
+        ],
+        aliases: &[("spec.host", "spec.nodeName")],
+    },
+    TypeFields {
+        group: "",
+        plural: "events",
+        fields: &[
+            NAME,
+            NAMESPACE,
+            text("involvedObject.kind", &["/involvedObject/kind"]),
+            text("involvedObject.namespace", &["/involvedObject/namespace"]),
+            text("involvedObject.name", &["/involvedObject/name"]),
+            text("involvedObject.uid", &["/involvedObject/uid"]),
+            text("involvedObject.apiVersion", &["/involvedObject/apiVersion"]),
+            text(
+                "involvedObject.resourceVersion",
+                &["/involvedObject/resourceVersion"],
+            ),
+            text("involvedObject.fieldPath", &["/involvedObject/fieldPath"]),
+            text("reason", &["/reason"]),
+            text("reportingComponent", &["/reportingComponent"]),
+            // `source.component`, else the reporting controller.
+            text("source", &["/source/component", "/reportingComponent"]),
+            text("type", &["/type"]),
+        ],
+        aliases: &[],
+    },
+    TypeFields {
+        group: "",
+        plural: "nodes",
+        fields: &[
+            NAME,
+            FieldLabel {
+                label: "spec.unschedulable",
+                render: Render::Boolean("/spec/unschedulable"),
+            },
+        ],
+        aliases: &[],
+    },
+    TypeFields {
+        group: "",
+        plural: "namespaces",
+        fields: &[NAME, text("status.phase", &["/status/phase"])],
+        aliases: &[],
+    },
+    TypeFields {
+        group: "",
+        plural: "secrets",
+        fields: &[
+            NAME,
+            NAMESPACE,
+            FieldLabel {
+                label: "type",
+                render: Render::Text(&["/type"], "Opaque"),
+            },
+        ],
+        aliases: &[],
+    },
+    TypeFields {
+        group: "",
+        plural: "services",
+        fields: &[
+            NAME,
+            NAMESPACE,
+            text("spec.clusterIP", &["/spec/clusterIP"]),
+            FieldLabel {
+                label: "spec.type",
+                render: Render::Text(&["/spec/type"], "ClusterIP"),
+            },
+        ],
+        aliases: &[],
+    },
+    TypeFields {
+        group: "",
+        plural: "replicationcontrollers",
+        fields: &[
+            NAME,
+            NAMESPACE,
+            FieldLabel {
+                label: "status.replicas",
+                render: Render::Integer("/status/replicas"),
+            },
+        ],
+        aliases: &[],
+    },
+    TypeFields {
+        group: "batch",
+        plural: "jobs",
+        fields: &[
+            NAME,
+            NAMESPACE,
+            FieldLabel {
+                label: "status.successful",
+                render: Render::Integer("/status/succeeded"),
+            },
+        ],
+        aliases: &[],
+    },
+];
+
+/// The fields of a type without a conversion function of its own (kube's
+/// `DefaultMetaV1FieldSelectorConversion`).
+static DEFAULT_FIELDS: &[FieldLabel] = &[NAME, NAMESPACE];
+
+/// The field label `label` of `rt` (an alias resolved), or kube's `400`.
+fn field_label(rt: &ResourceType, label: &str) -> Result<&'static FieldLabel, KubeError> {
+    let own = TYPE_FIELDS
+        .iter()
+        .find(|t| t.group == rt.group && t.plural == rt.plural);
+    let (fields, label) = match own {
+        Some(t) => (
+            t.fields,
+            t.aliases
+                .iter()
+                .find(|(from, _)| *from == label)
+                .map_or(label, |(_, to)| *to),
+        ),
+        None => (DEFAULT_FIELDS, label),
+    };
+    fields
+        .iter()
+        .find(|f| f.label == label)
+        .ok_or_else(|| {
+            KubeError::BadRequest(match own {
+                Some(_) => format!("field label not supported: {label}"),
+                None => format!(
+                    "\"{label}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                ),
+            })
+        })
 }
 
 /// The selectors of one list, watch or deletecollection request.
@@ -65,7 +299,7 @@ impl Selectors {
     pub fn required_name(&self) -> Option<&str> {
         self.fields
             .iter()
-            .find(|f| f.equal && f.path == "metadata.name")
+            .find(|f| f.equal && f.field.label == "metadata.name")
             .map(|f| f.value.as_str())
     }
 
@@ -87,24 +321,10 @@ impl Selectors {
                 .is_some_and(|l| l < *n),
         });
         labels_ok
-            && self.fields.iter().all(|f| {
-                let pointer = format!("/{}", f.path.replace('.', "/"));
-                let actual = obj.pointer(&pointer).and_then(Value::as_str).unwrap_or("");
-                (actual == f.value) == f.equal
-            })
-    }
-}
-
-/// Fields every type can be selected by, plus the per-type extras.
-fn supported_fields(rt: &ResourceType) -> &'static [&'static str] {
-    match rt.plural {
-        "pods" => &[
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "status.phase",
-        ],
-        _ => &["metadata.name", "metadata.namespace"],
+            && self
+                .fields
+                .iter()
+                .all(|f| (f.field.render.value(obj) == f.value) == f.equal)
     }
 }
 
@@ -126,17 +346,8 @@ fn parse_fields(rt: &ResourceType, s: &str) -> Result<Vec<FieldReq>, KubeError> 
                 "invalid field selector: {part:?}: no operator"
             )));
         };
-        let path = path.trim();
-        if !supported_fields(rt).contains(&path) {
-            let message = if rt.plural == "pods" {
-                format!("field label not supported: {path}")
-            } else {
-                format!("\"{path}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
-            };
-            return Err(KubeError::BadRequest(message));
-        }
         out.push(FieldReq {
-            path: path.to_string(),
+            field: field_label(rt, path.trim())?,
             value: unescape(value.trim()),
             equal,
         });
@@ -339,6 +550,122 @@ mod tests {
         assert!(Selectors::parse(cm, Some("a in (b"), None).is_err());
         assert!(Selectors::parse(cm, Some("Bad Key=1"), None).is_err());
     }
+
+    fn served(group: &str, plural: &str) -> &'static ResourceType {
+        resources::RESOURCES
+            .iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .unwrap_or_else(|| panic!("{plural}"))
+    }
+
+    fn fields(group: &str, plural: &str, field: &str) -> Result<Selectors, String> {
+        Selectors::parse(served(group, plural), None, Some(field)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn events_are_selected_by_their_involved_object_as_kubectl_describe_asks() {
+        let event = json!({
+            "metadata": {"name": "web.1", "namespace": "d"},
+            "involvedObject": {"kind": "Deployment", "namespace": "d", "name": "web",
+                               "uid": "u-1", "apiVersion": "apps/v1"},
+            "reason": "ScalingReplicaSet", "type": "Normal",
+            "reportingComponent": "deployment-controller",
+        });
+        // What `kubectl describe deployment web` sends.
+        let describe = "involvedObject.name=web,involvedObject.namespace=d,\
+                        involvedObject.kind=Deployment,involvedObject.uid=u-1";
+        assert!(fields("", "events", describe)
+            .expect("valid")
+            .matches(&event));
+        let other = "involvedObject.name=web,involvedObject.uid=u-2";
+        assert!(!fields("", "events", other).expect("valid").matches(&event));
+        assert!(
+            fields("", "events", "reason=ScalingReplicaSet,type!=Warning")
+                .expect("valid")
+                .matches(&event)
+        );
+        // `source` is the source component, else the reporting controller.
+        assert!(fields("", "events", "source=deployment-controller")
+            .expect("valid")
+            .matches(&event));
+        let mut sourced = event.clone();
+        sourced["source"] = json!({"component": "kubelet"});
+        assert!(fields("", "events", "source=kubelet")
+            .expect("valid")
+            .matches(&sourced));
+        assert_eq!(
+            fields("", "events", "spec.x=1").map(|_| ()),
+            Err("field label not supported: spec.x".to_string())
+        );
+    }
+
+    #[test]
+    fn non_string_values_compare_as_kube_renders_them() {
+        let node = json!({"metadata": {"name": "n1"}});
+        assert!(fields("", "nodes", "spec.unschedulable=false")
+            .expect("valid")
+            .matches(&node));
+        let cordoned = json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
+        assert!(fields("", "nodes", "spec.unschedulable=true")
+            .expect("valid")
+            .matches(&cordoned));
+        assert!(!fields("", "nodes", "spec.unschedulable=false")
+            .expect("valid")
+            .matches(&cordoned));
+        let rc = json!({"metadata": {"name": "a"}, "status": {"replicas": 3}});
+        assert!(fields("", "replicationcontrollers", "status.replicas=3")
+            .expect("valid")
+            .matches(&rc));
+        assert!(fields("", "replicationcontrollers", "status.replicas=0")
+            .expect("valid")
+            .matches(&json!({"metadata": {"name": "b"}})));
+        let job = json!({"metadata": {"name": "j"}, "status": {"succeeded": 1}});
+        assert!(fields("batch", "jobs", "status.successful=1")
+            .expect("valid")
+            .matches(&job));
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"hostNetwork": true},
+                         "status": {"podIPs": [{"ip": "10.0.0.7"}]}});
+        assert!(fields(
+            "",
+            "pods",
+            "spec.hostNetwork=true,status.podIP=10.0.0.7,spec.restartPolicy=Always"
+        )
+        .expect("valid")
+        .matches(&pod));
+        // Old clients' `spec.host` is `spec.nodeName`.
+        let placed = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}});
+        assert!(fields("", "pods", "spec.host=n1")
+            .expect("valid")
+            .matches(&placed));
+        // A secret without a type is kube's default `Opaque`.
+        assert!(fields("", "secrets", "type=Opaque")
+            .expect("valid")
+            .matches(&json!({"metadata": {"name": "s"}})));
+    }
+
+    #[test]
+    fn each_type_takes_only_its_own_labels_with_kubes_wording() {
+        // apps/v1 registers no conversion: kube's default answer.
+        assert_eq!(
+            fields("apps", "replicasets", "status.replicas=1").map(|_| ()),
+            Err("\"status.replicas\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"".to_string())
+        );
+        assert!(fields("apps", "replicasets", "metadata.namespace=d").is_ok());
+        // Cluster-scoped types with their own conversion have no namespace.
+        assert_eq!(
+            fields("", "namespaces", "metadata.namespace=x").map(|_| ()),
+            Err("field label not supported: metadata.namespace".to_string())
+        );
+        assert!(fields("", "namespaces", "status.phase=Active").is_ok());
+        assert!(fields("", "services", "spec.type=ClusterIP,spec.clusterIP=None").is_ok());
+        assert!(fields("", "secrets", "type=kubernetes.io/tls").is_ok());
+        assert!(fields(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "metadata.name=admin"
+        )
+        .is_ok());
+    }
 }
 
 /// Property tests: any selector string parses or is a `400`, and a parsed
@@ -400,7 +727,7 @@ mod proptests {
             field in proptest::option::of(selector()),
             obj in fuzz::object_value(),
         ) {
-            for rt in resources::RESOURCES {
+            for rt in resources::RESOURCES.iter() {
                 match Selectors::parse(rt, label.as_deref(), field.as_deref()) {
                     Ok(s) => {
                         let _ = s.matches(&obj);

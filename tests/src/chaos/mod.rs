@@ -7,9 +7,11 @@
 //! 1. starts the cluster (`--fault-injection`, bookmarks and etcd progress
 //!    notifications every second, small snapshots so catch-up by snapshot
 //!    happens);
-//! 2. runs REST clients (create, update, server-side apply and delete
-//!    guarded by `resourceVersion`, a blind server-side apply as a put,
-//!    quorum GET and LIST), etcd clients (Put, Get
+//! 2. runs REST clients (create, update, strategic merge patch,
+//!    server-side apply and delete guarded by `resourceVersion`, a JSON
+//!    patch whose `test` guards on the value, a blind server-side apply as
+//!    a put, dry-run writes that must leave no trace, quorum GET and
+//!    LIST), etcd clients (Put, Get
 //!    linearizable and serializable, Txn compare-and-set) and one watcher
 //!    per API that resumes across nodes, all recording into one history
 //!    ([`workload`]), a lease client that keeps leases alive through

@@ -243,8 +243,14 @@ pub async fn rest_client(
                 match known {
                     None if roll >= 85 => rest_apply(&http, &node, &name, None, &value).await,
                     None => rest_create(&http, &node, &name, &value).await,
-                    Some((old, rv)) if roll < 70 => {
+                    Some((old, rv)) if roll < 62 => {
                         rest_update(&http, &node, &name, &old, rv, &value).await
+                    }
+                    Some((old, _)) if roll < 70 => {
+                        rest_json_patch(&http, &node, &name, &old, &value).await
+                    }
+                    Some((old, rv)) if roll < 76 => {
+                        rest_strategic_patch(&http, &node, &name, &old, rv, &value).await
                     }
                     Some((old, rv)) if roll < 90 => {
                         rest_apply(&http, &node, &name, Some((&old, rv)), &value).await
@@ -490,6 +496,60 @@ async fn rest_update(
         kind,
         rest_write_done(send(http.put(configmap_url(node, name)).json(&body)).await),
     )
+}
+
+/// A JSON patch (RFC 6902) whose `test` compares `data.v` with the value
+/// the client last saw, then replaces it: a compare-and-set on the value
+/// (values are unique, so on the version too), decided by the server on
+/// the object as it is when the patch applies. A failed test is `422`, an
+/// absent object `404`: both a compare-and-set that did not apply.
+async fn rest_json_patch(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    name: &str,
+    old: &str,
+    value: &str,
+) -> (OpKind, Done) {
+    let kind = OpKind::Cas {
+        expect: Some(old.to_string()),
+        value: Some(value.to_string()),
+    };
+    let ops = json!([
+        {"op": "test", "path": "/data/v", "value": old},
+        {"op": "replace", "path": "/data/v", "value": value},
+    ]);
+    let req = http
+        .patch(configmap_url(node, name))
+        .header("content-type", "application/json-patch+json")
+        .body(ops.to_string());
+    let done = match send(req).await {
+        Ok((StatusCode::UNPROCESSABLE_ENTITY, _)) => Done::ok(OpResult::default()),
+        answer => rest_write_done(answer),
+    };
+    (kind, done)
+}
+
+/// A strategic merge patch of `data.v` carrying the revision the client
+/// last saw as `metadata.resourceVersion`: a precondition, so a
+/// compare-and-set like an update (`409` on another revision).
+async fn rest_strategic_patch(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    name: &str,
+    old: &str,
+    rv: u64,
+    value: &str,
+) -> (OpKind, Done) {
+    let kind = OpKind::Cas {
+        expect: Some(old.to_string()),
+        value: Some(value.to_string()),
+    };
+    let body = json!({"metadata": {"resourceVersion": rv.to_string()}, "data": {"v": value}});
+    let req = http
+        .patch(configmap_url(node, name))
+        .header("content-type", "application/strategic-merge-patch+json")
+        .body(body.to_string());
+    (kind, rest_write_done(send(req).await))
 }
 
 /// A server-side apply (`application/apply-patch+yaml`, one manager for

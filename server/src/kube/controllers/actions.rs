@@ -41,18 +41,41 @@ pub async fn delete_seen(
     seen: &CachedObject,
     policy: Option<Propagation>,
 ) -> Result<(), KubeError> {
-    let (name, ns) = name_and_namespace(seen);
     let opts = DeleteOptions {
-        preconditions: Preconditions {
-            uid: seen
-                .object
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            resource_version: Some(seen.revision),
-        },
         propagation: policy,
         ..DeleteOptions::default()
+    };
+    delete_seen_with(kube, rt, seen, opts).await
+}
+
+/// Deletes `seen` as it was seen, with a grace period of 0: what a
+/// kubelet does once a pod has stopped.
+pub async fn delete_seen_now(
+    kube: &KubeStore,
+    rt: &ResourceType,
+    seen: &CachedObject,
+) -> Result<(), KubeError> {
+    let opts = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..DeleteOptions::default()
+    };
+    delete_seen_with(kube, rt, seen, opts).await
+}
+
+async fn delete_seen_with(
+    kube: &KubeStore,
+    rt: &ResourceType,
+    seen: &CachedObject,
+    mut opts: DeleteOptions,
+) -> Result<(), KubeError> {
+    let (name, ns) = name_and_namespace(seen);
+    opts.preconditions = Preconditions {
+        uid: seen
+            .object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        resource_version: Some(seen.revision),
     };
     match kube.delete(rt, ns.as_deref(), &name, &opts).await {
         Ok(_) => Ok(()),

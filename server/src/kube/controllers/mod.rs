@@ -1,8 +1,9 @@
 //! The controllers that finish what a DELETE leaves pending: the garbage
 //! collector ([`gc`]: owner references, the `orphan` and
-//! `foregroundDeletion` finalizers) and the namespace controller
+//! `foregroundDeletion` finalizers), the namespace controller
 //! ([`namespaces`]: a terminating namespace's contents, then the
-//! namespace).
+//! namespace) and the pod garbage collector's orphaned pods ([`pods`]: a
+//! pod in its grace period with no kubelet to finish it).
 //!
 //! Where they run and why that is safe:
 //!
@@ -14,7 +15,8 @@
 //!   to look;
 //! - driven by the watch cache's ordered event stream: each type's events
 //!   after the revision last seen (a full resync when the ring no longer
-//!   reaches back that far), never by polling the objects;
+//!   reaches back that far), never by polling the objects; the one timer
+//!   is the end of a pod's grace period;
 //! - every write is a normal guarded write of the store (an update
 //!   guarded by the revision read, a delete with the uid and
 //!   resourceVersion the decision was made on), so a decision made on a
@@ -33,11 +35,13 @@
 mod actions;
 pub mod gc;
 mod namespaces;
+mod pods;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use kubestore_raft::RaftNode;
 use kubestore_storage::EventKind;
 use serde_json::Value;
@@ -70,6 +74,8 @@ enum Work {
     Owner(usize, String),
     /// A terminating namespace, by name.
     Namespace(String),
+    /// A pod in its grace period, by etcd key.
+    PodGrace(String),
 }
 
 /// Runs the controllers on this node whenever it is the Raft leader,
@@ -106,6 +112,8 @@ struct Controllers {
     queued: HashSet<Work>,
     /// Per type, the revision its events have been read to.
     seen: Vec<u64>,
+    /// Pods in a grace period no kubelet will end, by when it ends.
+    grace_ends: BTreeSet<(DateTime<Utc>, String)>,
 }
 
 /// Leads until cancelled: resync, then follow the events.
@@ -119,6 +127,7 @@ async fn lead(kube: &KubeStore) {
         queue: VecDeque::new(),
         queued: HashSet::new(),
         seen: vec![0; RESOURCES.len()],
+        grace_ends: BTreeSet::new(),
     };
     c.resync(&cache).await;
     let mut retry: Vec<Work> = Vec::new();
@@ -134,19 +143,17 @@ async fn lead(kube: &KubeStore) {
                 }
             }
         }
-        if retry.is_empty() {
-            if revisions.changed().await.is_err() {
-                return;
-            }
-        } else {
-            tokio::select! {
-                changed = revisions.changed() => if changed.is_err() { return },
-                _ = tokio::time::sleep(backoff) => {
-                    backoff = (backoff * 2).min(RETRY_MAX);
-                    for work in retry.drain(..) {
-                        c.enqueue(work);
-                    }
+        let grace_end = c.grace_ends.first().map(|(t, _)| until(*t));
+        tokio::select! {
+            changed = revisions.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(backoff), if !retry.is_empty() => {
+                backoff = (backoff * 2).min(RETRY_MAX);
+                for work in retry.drain(..) {
+                    c.enqueue(work);
                 }
+            }
+            _ = tokio::time::sleep(grace_end.unwrap_or_default()), if grace_end.is_some() => {
+                c.grace_periods_ended(Utc::now());
             }
         }
         if !c.follow(&cache) {
@@ -154,6 +161,28 @@ async fn lead(kube: &KubeStore) {
             c.resync(&cache).await;
         }
     }
+}
+
+/// How long from now until `t` (zero once it has passed).
+fn until(t: DateTime<Utc>) -> Duration {
+    (t - Utc::now()).to_std().unwrap_or_default()
+}
+
+fn is_pods(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "pods"
+}
+
+fn is_nodes(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "nodes"
+}
+
+/// Whether the node `pod` is bound to is a Node object.
+fn node_exists(cache: &WatchCache, pod: &serde_json::Map<String, Value>) -> bool {
+    let Some(node) = pods::node_name(pod) else {
+        return false;
+    };
+    resources::find("", "v1", "nodes")
+        .is_some_and(|nodes| lookup(cache, nodes, &nodes.key(None, node)).is_some())
 }
 
 fn lookup(cache: &WatchCache, rt: &ResourceType, key: &str) -> Option<Arc<CachedObject>> {
@@ -168,6 +197,34 @@ impl Controllers {
     fn enqueue(&mut self, work: Work) {
         if self.queued.insert(work.clone()) {
             self.queue.push_back(work);
+        }
+    }
+
+    /// Queues the pods whose grace period has ended by `now`.
+    fn grace_periods_ended(&mut self, now: DateTime<Utc>) {
+        while let Some((t, _)) = self.grace_ends.first() {
+            if *t > now {
+                break;
+            }
+            if let Some((_, key)) = self.grace_ends.pop_first() {
+                self.enqueue(Work::PodGrace(key));
+            }
+        }
+    }
+
+    /// A node went: the pods bound to it in a grace period are now
+    /// without a kubelet.
+    fn node_gone(&mut self, cache: &WatchCache, node: &str) {
+        let Some(pods_rt) = resources::find("", "v1", "pods") else {
+            return;
+        };
+        let (objects, _) = cache.current(pods_rt);
+        for (key, obj) in objects.iter() {
+            let bound_here = as_map(&obj.object)
+                .is_some_and(|p| deletion::is_being_deleted(p) && pods::node_name(p) == Some(node));
+            if bound_here {
+                self.enqueue(Work::PodGrace(key.clone()));
+            }
         }
     }
 
@@ -210,6 +267,9 @@ impl Controllers {
                     if event.kind == EventKind::Delete {
                         if let Some(last) = &event.object {
                             self.gone(i, &last.object);
+                            if is_nodes(rt) {
+                                self.node_gone(cache, key.rsplit('/').next().unwrap_or_default());
+                            }
                         }
                     }
                     let current = lookup(cache, rt, &key);
@@ -296,6 +356,15 @@ impl Controllers {
                 }
             }
         }
+        if is_pods(rt) {
+            match pods::verdict(obj, node_exists(cache, obj), Utc::now()) {
+                pods::Verdict::Nothing => {}
+                pods::Verdict::WaitUntil(t) => {
+                    self.grace_ends.insert((t, key.to_string()));
+                }
+                pods::Verdict::DeleteNow => self.enqueue(Work::PodGrace(key.to_string())),
+            }
+        }
         if deletion::is_being_deleted(obj)
             && deletion::finalizers(obj)
                 .iter()
@@ -310,6 +379,38 @@ impl Controllers {
             Work::Dependent(i, key) => self.dependent(cache, *i, key).await,
             Work::Owner(i, key) => self.owner(cache, *i, key).await,
             Work::Namespace(name) => namespaces::finish(&self.kube, cache, name).await,
+            Work::PodGrace(key) => self.pod_grace(cache, key).await,
+        }
+    }
+
+    /// Deletes a pod whose grace period has ended with no kubelet to
+    /// finish it (a delete with a grace period of 0, guarded by the uid
+    /// and revision seen).
+    #[tracing::instrument(level = "debug", skip(self, cache))]
+    async fn pod_grace(&mut self, cache: &WatchCache, key: &str) -> Result<(), KubeError> {
+        let Some(rt) = resources::find("", "v1", "pods") else {
+            return Ok(());
+        };
+        let Some(current) = lookup(cache, rt, key) else {
+            return Ok(());
+        };
+        let Some(pod) = as_map(&current.object) else {
+            return Ok(());
+        };
+        match pods::verdict(pod, node_exists(cache, pod), Utc::now()) {
+            pods::Verdict::Nothing => Ok(()),
+            pods::Verdict::WaitUntil(t) => {
+                self.grace_ends.insert((t, key.to_string()));
+                Ok(())
+            }
+            pods::Verdict::DeleteNow => {
+                tracing::info!(
+                    key,
+                    node = pods::node_name(pod),
+                    "grace period over and no kubelet: deleting the pod"
+                );
+                actions::delete_seen_now(&self.kube, rt, &current).await
+            }
         }
     }
 

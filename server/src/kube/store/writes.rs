@@ -538,7 +538,7 @@ impl KubeStore {
     ) -> Result<Deleted, KubeError> {
         admission::admit_delete(rt, name)?;
         let key = rt.key(ns, name);
-        let now = object::now_rfc3339();
+        let now = chrono::Utc::now();
         let (deleted, revision) = self
             .read_modify_write(rt, name, &key, UPDATE_RETRIES, opts.dry_run, |current| {
                 let stored = current.stored();
@@ -551,9 +551,9 @@ impl KubeStore {
                 )?;
                 let last = current.object().unwrap_or_else(|| json!({}));
                 let plan = if rt.plural == "namespaces" {
-                    deletion::plan_namespace_delete(&stored, &now)
+                    deletion::plan_namespace_delete(&stored, now)
                 } else {
-                    deletion::plan_delete(&stored, opts, &now)
+                    deletion::plan_delete(rt, &stored, opts, now)
                 };
                 let (ops, deleted) = match plan {
                     DeletePlan::Delete => (
@@ -644,8 +644,8 @@ impl KubeStore {
     /// marked. Each object is guarded by the revision it was listed at, so
     /// one changed meanwhile (and maybe no longer matching) is listed again
     /// rather than deleted blindly; all changes share one revision.
-    /// Namespaces go one by one through [`KubeStore::delete`], which marks
-    /// them terminating.
+    /// Namespaces have no collection delete (the front end answers `405`,
+    /// as kube does).
     #[tracing::instrument(level = "debug", skip(self, rt, selectors, opts), fields(resource = rt.plural))]
     pub async fn delete_collection(
         &self,
@@ -654,7 +654,7 @@ impl KubeStore {
         selectors: &Selectors,
         opts: &DeleteOptions,
     ) -> Result<Listed, KubeError> {
-        let now = object::now_rfc3339();
+        let now = chrono::Utc::now();
         for _ in 0..UPDATE_RETRIES {
             let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
             let mut compare = Vec::new();
@@ -671,25 +671,12 @@ impl KubeStore {
                     .pointer("/metadata/namespace")
                     .and_then(Value::as_str)
                     .map(str::to_string);
-                if rt.plural == "namespaces" {
-                    if SYSTEM_NAMESPACES.contains(&name.as_str()) {
-                        continue;
-                    }
-                    match self.delete(rt, None, &name, opts).await {
-                        Ok(done) => {
-                            deleted.extend(CachedObject::from_value(done.object).map(Arc::new))
-                        }
-                        Err(KubeError::NotFound { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
-                    continue;
-                }
                 let Value::Object(mut stored) = item.clone() else {
                     continue;
                 };
                 object::metadata_mut(&mut stored).remove("resourceVersion");
                 let key = rt.key(item_ns.as_deref(), &name);
-                let op = match deletion::plan_delete(&stored, opts, &now) {
+                let op = match deletion::plan_delete(rt, &stored, opts, now) {
                     DeletePlan::Delete => {
                         deleted.push(cached.clone());
                         delete_key(&key)

@@ -16,6 +16,10 @@
 //! Merge keys and list-map keys are kept apart because they differ: a
 //! strategic merge patch merges container ports on `containerPort`, apply
 //! keys them by `containerPort` and `protocol`.
+//!
+//! The table also holds what the specification's paths say of each
+//! resource ([`ResourceDef`]: its kind, scope, verbs and subresources),
+//! which the table of served types (`kube::resources`) reads.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -38,6 +42,9 @@ pub struct Schema {
     /// `<apiVersion>/<kind>` (`v1/ConfigMap`, `apps/v1/Deployment`) to the
     /// name of its root type.
     kinds: BTreeMap<String, String>,
+    /// `<apiVersion>/<plural>` (`v1/pods`, `apps/v1/deployments`) to what
+    /// the specification's paths say of the resource.
+    resources: BTreeMap<String, ResourceDef>,
     /// OpenAPI definition name (`io.k8s.api.core.v1.Container`) to type.
     types: BTreeMap<String, TypeDef>,
 }
@@ -59,6 +66,17 @@ impl Schema {
         self.kinds.get(&key).and_then(|name| self.types.get(name))
     }
 
+    /// What the specification says of a resource (`group` is `""` for
+    /// the core group), or `None` for one it does not serve.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+        let key = if group.is_empty() {
+            format!("{version}/{plural}")
+        } else {
+            format!("{group}/{version}/{plural}")
+        };
+        self.resources.get(&key)
+    }
+
     /// A type by its OpenAPI definition name.
     pub fn type_def(&self, name: &str) -> Option<&TypeDef> {
         self.types.get(name)
@@ -71,6 +89,34 @@ impl Schema {
             _ => None,
         }
     }
+}
+
+/// One resource as the specification's paths describe it.
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceDef {
+    /// The kind its objects have.
+    pub kind: String,
+    /// Served under `namespaces/{namespace}/`.
+    pub namespaced: bool,
+    /// Discovery's verbs (`create`, `delete`, `deletecollection`, `get`,
+    /// `list`, `patch`, `update`, `watch`), sorted.
+    pub verbs: Vec<String>,
+    /// `<name>/<subresource>` paths, by subresource name.
+    pub subresources: BTreeMap<String, SubresourceDef>,
+}
+
+/// One subresource (`deployments/scale`, `namespaces/finalize`).
+#[derive(Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubresourceDef {
+    /// The group, version and kind it reads and writes (a `scale` is
+    /// `autoscaling/v1` `Scale`; a `status` its resource's own kind).
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    /// Discovery's verbs, sorted.
+    pub verbs: Vec<String>,
 }
 
 /// One object type (an OpenAPI definition with properties).
@@ -255,6 +301,53 @@ mod tests {
         assert!(s.for_kind("autoscaling", "v1", "Scale").is_some());
         assert!(s.for_kind("", "v1", "Deployment").is_none());
         assert!(s.for_kind("example.com", "v1", "Widget").is_none());
+    }
+
+    #[test]
+    fn resources_carry_their_scope_verbs_and_subresources() {
+        let s = Schema::builtin();
+        let dep = s
+            .resource("apps", "v1", "deployments")
+            .expect("deployments");
+        assert_eq!(dep.kind, "Deployment");
+        assert!(dep.namespaced);
+        assert_eq!(
+            dep.verbs,
+            [
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
+            ]
+        );
+        let scale = &dep.subresources["scale"];
+        assert_eq!(
+            (
+                scale.group.as_str(),
+                scale.version.as_str(),
+                scale.kind.as_str()
+            ),
+            ("autoscaling", "v1", "Scale")
+        );
+        assert_eq!(scale.verbs, ["get", "patch", "update"]);
+        assert_eq!(dep.subresources["status"].kind, "Deployment");
+
+        let ns = s.resource("", "v1", "namespaces").expect("namespaces");
+        assert!(!ns.namespaced, "namespaces are cluster-scoped");
+        assert!(
+            !ns.verbs.iter().any(|v| v == "deletecollection"),
+            "kube serves no deletecollection of namespaces"
+        );
+        assert_eq!(ns.subresources["finalize"].verbs, ["update"]);
+        // A connect subresource is named by its methods.
+        let exec = &s.resource("", "v1", "pods").expect("pods").subresources["exec"];
+        assert_eq!(exec.verbs, ["create", "get"]);
+        assert!(s.resource("", "v1", "widgets").is_none());
+        assert!(s.resource("apps", "v1", "deployments/scale").is_none());
     }
 
     #[test]
