@@ -198,15 +198,17 @@ impl TestCluster {
 
     /// Waits until the system namespaces are written (each node writes them
     /// in the background once there is a leader; a test's first request
-    /// may be a create in `default`): read, then watched from the
-    /// revision read until `default` is added.
+    /// may be a create in `default`): read from a node's watch cache, then
+    /// watched from the revision read until `default` is added. Neither
+    /// takes a read barrier, so no test finds a read lease it did not
+    /// take itself.
     async fn wait_for_system_namespaces(&self, timeout: Duration) -> anyhow::Result<()> {
         let Some(id) = self.ids().into_iter().find(|id| self.is_running(*id)) else {
             return Ok(());
         };
         let k = self.kube(id);
         let list = k
-            .get("/api/v1/namespaces?fieldSelector=metadata.name%3Ddefault")
+            .get("/api/v1/namespaces?fieldSelector=metadata.name%3Ddefault&resourceVersion=0")
             .await?;
         if !list.names().is_empty() {
             return Ok(());

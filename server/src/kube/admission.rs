@@ -241,7 +241,9 @@ pub fn admit_update(
     builtin::check_types(rt, new)?;
     // As kube reads the stored object: decoded, hence defaulted.
     let old = builtin::with_defaults(rt, old);
-    if matches!(scope, UpdateScope::Object | UpdateScope::Finalize) {
+    if scope != UpdateScope::Status {
+        // The object (or, for `/finalize`, the object but its finalizers
+        // from the stored one): the server's metadata carried over.
         objectmeta::before_update(&old, new);
         builtin::prepare_update(rt, &old, new);
     }
