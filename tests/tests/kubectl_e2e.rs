@@ -1783,7 +1783,7 @@ source: {{component: e2e}}
 /// a changed manifest diffs with exit code 1 and leaves the object and
 /// the revision as they were, an unchanged one diffs empty with exit
 /// code 0; an edit that changes a value is stored, one that changes
-/// nothing is cancelled.
+/// nothing is cancelled; `kubectl patch --type merge` and `--type json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_diff_and_edit() {
     use std::os::unix::fs::PermissionsExt;
@@ -1915,5 +1915,56 @@ async fn kubectl_diff_and_edit() {
         String::from_utf8_lossy(&unchanged.stderr)
     );
     assert!(all.contains("Edit cancelled, no changes made."), "{all}");
+
+    // Phase 5: kubectl patch --type merge, then --type json.
+    ok(
+        &kubectl(
+            &kc,
+            "node-3",
+            &[
+                "-n",
+                "ed",
+                "patch",
+                "configmap",
+                "settings",
+                "--type",
+                "merge",
+                "-p",
+                r#"{"data":{"extra":"1"}}"#,
+            ],
+        ),
+        "patch --type merge",
+    );
+    ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "ed",
+                "patch",
+                "configmap",
+                "settings",
+                "--type",
+                "json",
+                "-p",
+                r#"[{"op":"remove","path":"/data/keep"}]"#,
+            ],
+        ),
+        "patch --type json",
+    );
+    let data: Value = serde_json::from_str(&ok(
+        &kubectl(
+            &kc,
+            "node-2",
+            &["-n", "ed", "get", "configmap", "settings", "-o", "json"],
+        ),
+        "get",
+    ))
+    .expect("json");
+    assert_eq!(
+        data["data"],
+        serde_json::json!({"mode": "edited", "extra": "1"})
+    );
     stop_cluster(launcher).await;
 }

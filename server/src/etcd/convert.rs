@@ -70,11 +70,13 @@ fn range_read(r: &pb::RangeRequest) -> RangeRequest {
 fn needs_post_processing(r: &pb::RangeRequest) -> bool {
     let sorted = r.sort_order != pb::range_request::SortOrder::None as i32
         || r.sort_target != pb::range_request::SortTarget::Key as i32;
+    // As etcd: any non-zero revision filter (a negative one included,
+    // which keeps nothing) means reading the whole range first.
     sorted
-        || r.min_mod_revision > 0
-        || r.max_mod_revision > 0
-        || r.min_create_revision > 0
-        || r.max_create_revision > 0
+        || r.min_mod_revision != 0
+        || r.max_mod_revision != 0
+        || r.min_create_revision != 0
+        || r.max_create_revision != 0
 }
 
 /// etcd's post-processing of a Range: revision filters, sort, then limit.
@@ -461,6 +463,39 @@ mod proptests {
         validate(&Command::Txn(txn?))
     }
 
+    #[test]
+    fn a_negative_revision_filter_is_etcds_filter_that_keeps_nothing() {
+        let r = pb::RangeRequest {
+            key: b"a".to_vec(),
+            range_end: b"b".to_vec(),
+            limit: 1,
+            max_mod_revision: -1,
+            ..pb::RangeRequest::default()
+        };
+        // The whole range is read, then filtered: the store gets no limit.
+        assert!(matches!(super::range_request(&r), Ok(read) if read.limit == 0));
+        let kv = |k: &[u8], m: u64| KeyValue {
+            key: k.to_vec(),
+            create_revision: Revision(m),
+            mod_revision: Revision(m),
+            version: 1,
+            value: Vec::new(),
+            lease: LeaseId::NONE,
+        };
+        let resp = RangeResponse {
+            kvs: vec![kv(b"a1", 3), kv(b"a2", 4)],
+            more: false,
+            count: 2,
+            revision: Revision(4),
+        };
+        let shaped = shape_range(&r, resp);
+        assert!(shaped.kvs.is_empty());
+        assert_eq!(
+            shaped.count, 2,
+            "count stays the range's, as etcd reports it"
+        );
+    }
+
     proptest! {
         #![proptest_config(fuzz::config())]
 
@@ -487,7 +522,9 @@ mod proptests {
             let resp = RangeResponse { kvs, more: false, count, revision: Revision(50) };
             let shaped = shape_range(&r, resp);
             prop_assert_eq!(shaped.count, count);
-            if r.limit > 0 {
+            // Without post-processing the store applied the limit itself
+            // (`range_request` passes it on); with it, shaping does.
+            if r.limit > 0 && needs_post_processing(&r) {
                 prop_assert!(shaped.kvs.len() as u64 <= r.limit as u64);
             }
             if r.count_only && needs_post_processing(&r) {
