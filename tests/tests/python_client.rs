@@ -5,25 +5,31 @@
 
 use kubestore_tests::TestCluster;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_client_works_against_a_follower() {
+/// Runs `tests/e2e/<script>` against a follower of a fresh 3-node cluster
+/// and expects it to succeed and print `marker`.
+async fn run_against_a_follower(script: &str, marker: &str) {
     let c = TestCluster::new(3).await.expect("cluster");
     let follower = c.follower().await.expect("a follower");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/python_client.py");
+    let path = format!("{}/e2e/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = tokio::process::Command::new("python3")
-        .arg(script)
+        .arg(&path)
         .arg(c.rest_url(follower))
         .output()
         .await
         .expect("python3 runs (scripts/test.sh installs the kubernetes package)");
     assert!(
         out.status.success(),
-        "python client failed:\n{}\n{}",
+        "{script} failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("python client ok"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(marker));
     c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_works_against_a_follower() {
+    run_against_a_follower("python_client.py", "python client ok").await;
 }
 
 /// The Python client's scale calls (`tests/e2e/python_scale.py`):
@@ -31,21 +37,5 @@ async fn the_python_client_works_against_a_follower() {
 /// and `replace_namespaced_deployment_scale` against a follower.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_clients_scale_calls_work_against_a_follower() {
-    let c = TestCluster::new(3).await.expect("cluster");
-    let follower = c.follower().await.expect("a follower");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/python_scale.py");
-    let out = tokio::process::Command::new("python3")
-        .arg(script)
-        .arg(c.rest_url(follower))
-        .output()
-        .await
-        .expect("python3 runs (scripts/test.sh installs the kubernetes package)");
-    assert!(
-        out.status.success(),
-        "python scale calls failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("python scale ok"));
-    c.shutdown().await;
+    run_against_a_follower("python_scale.py", "python scale ok").await;
 }
