@@ -292,6 +292,13 @@ async fn status_subresource(
     }
 }
 
+/// What a write of a `Scale` brings: the whole object (PUT), or a patch
+/// of the current one.
+enum ScaleInput {
+    Whole(scale::ScaleWrite),
+    Patch(patch::PatchKind, Vec<u8>),
+}
+
 /// `<name>/scale`: the `autoscaling/v1` `Scale` of a workload, read from
 /// it, and written (`PUT`, or a JSON, merge or strategic merge `PATCH` of
 /// the `Scale`) as an update of the parent's `spec.replicas` alone: one
@@ -340,75 +347,65 @@ async fn scale_subresource(
         subresource: Some(Subresource::Scale.name().to_string()),
         api_version: rt.api_version(),
     };
-    let (written, warnings) = match patch_as {
+    // What the request asks: a whole Scale (PUT), or a patch of the
+    // current one, computed on each attempt's state.
+    let (input, warnings) = match patch_as {
         None => {
             let body = read_json_body(&state, &view, req).await?;
             let (obj, warnings) = decode_object(&view, &body, opts.validation, write_verb)?;
-            let write = scale::decode(rt, ns, name, &obj)?;
-            let written = state
-                .kube
-                .update_managed(
-                    rt,
-                    ns,
-                    name,
-                    UpdateScope::Object,
-                    SUBRESOURCE_ATTEMPTS,
-                    dry,
-                    Some(&manager),
-                    |current| {
-                        let parent = current
-                            .object()
-                            .and_then(|o| o.as_object().cloned())
-                            .ok_or_else(|| KubeError::not_found(rt, name))?;
-                        scale::write_to_parent(rt, name, parent, &write)
-                    },
-                )
-                .await
-                .map_err(|e| scale::not_found_as_scale(rt, name, e))?;
-            (written, warnings)
+            (
+                ScaleInput::Whole(scale::decode(rt, ns, name, &obj)?),
+                warnings,
+            )
         }
-        Some(kind) => {
-            let body = read_body(&state, req).await?;
-            let written = state
-                .kube
-                .update_managed(
-                    rt,
-                    ns,
-                    name,
-                    UpdateScope::Object,
-                    SUBRESOURCE_ATTEMPTS,
-                    dry,
-                    Some(&manager),
-                    |current| -> Result<_, ApiError> {
-                        let parent = current
-                            .object()
-                            .ok_or_else(|| KubeError::not_found(rt, name))?;
-                        let current_scale = scale::scale_of(&parent)?;
-                        let patched = patch::patch_view(
+        Some(kind) => (
+            ScaleInput::Patch(kind, read_body(&state, req).await?),
+            Vec::new(),
+        ),
+    };
+    let written = state
+        .kube
+        .update_managed(
+            rt,
+            ns,
+            name,
+            UpdateScope::Object,
+            SUBRESOURCE_ATTEMPTS,
+            dry,
+            Some(&manager),
+            |current| -> Result<_, ApiError> {
+                let parent = current
+                    .object()
+                    .ok_or_else(|| KubeError::not_found(rt, name))?;
+                let patched;
+                let write = match &input {
+                    ScaleInput::Whole(write) => write,
+                    ScaleInput::Patch(kind, body) => {
+                        let scale = patch::patch_view(
                             &view,
                             ns,
                             name,
-                            kind,
-                            &body,
-                            current_scale,
+                            *kind,
+                            body,
+                            scale::scale_of(&parent)?,
                             state.max_body_bytes,
                         )?;
-                        let write = scale::decode(rt, ns, name, &patched)?;
-                        let parent = parent
-                            .as_object()
-                            .cloned()
-                            .ok_or_else(|| KubeError::not_found(rt, name))?;
-                        Ok(scale::write_to_parent(rt, name, parent, &write)?)
-                    },
-                )
-                .await
-                .map_err(|e| match e {
-                    ApiError::Kube(e) => ApiError::Kube(scale::not_found_as_scale(rt, name, e)),
-                    other => other,
-                })?;
-            (written, Vec::new())
-        }
-    };
+                        patched = scale::decode(rt, ns, name, &scale)?;
+                        &patched
+                    }
+                };
+                let parent = parent
+                    .as_object()
+                    .cloned()
+                    .ok_or_else(|| KubeError::not_found(rt, name))?;
+                Ok(scale::write_to_parent(rt, name, parent, write)?)
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            ApiError::Kube(e) => ApiError::Kube(scale::not_found_as_scale(rt, name, e)),
+            other => other,
+        })?;
     let resp = render_object(
         &view,
         scale::scale_of(&written)?,
