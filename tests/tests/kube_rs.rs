@@ -410,3 +410,79 @@ async fn kube_rs_strategic_and_json_patches() {
     assert_eq!(read.metadata.generation, Some(3));
     c.shutdown().await;
 }
+
+/// kube-rs aggregated discovery (`Discovery::run_aggregated`, one request
+/// for `/apis` and one for `/api`) through a follower finds what legacy
+/// discovery lists: the groups, each type's kind and scope, its verbs and
+/// its subresources (a deployment's `scale` reads and writes
+/// `autoscaling/v1` `Scale`); the answer carries aggregated discovery's
+/// media type, and a client asking for plain JSON still gets legacy
+/// discovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_aggregated_discovery_matches_the_served_types() {
+    use kube::core::{discovery::Scope, GroupVersionKind};
+    use kube::Discovery;
+
+    let c = TestCluster::new(3).await.expect("cluster");
+    let follower = c.follower().await.expect("follower");
+    let url = c.rest_url(follower);
+    let discovery = Discovery::new(client_for(&url))
+        .run_aggregated()
+        .await
+        .expect("aggregated discovery");
+    for group in [
+        "",
+        "apps",
+        "batch",
+        "coordination.k8s.io",
+        "rbac.authorization.k8s.io",
+    ] {
+        assert!(discovery.has_group(group), "{group:?} missing");
+    }
+    let (dep, caps) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+        .expect("deployments");
+    assert_eq!(dep.plural, "deployments");
+    assert_eq!(caps.scope, Scope::Namespaced);
+    assert!(caps.supports_operation("patch") && caps.supports_operation("watch"));
+    let subresources: Vec<(String, String)> = caps
+        .subresources
+        .iter()
+        .map(|(ar, _)| (ar.plural.clone(), ar.kind.clone()))
+        .collect();
+    assert!(
+        subresources.contains(&("scale".to_string(), "Scale".to_string())),
+        "{subresources:?}"
+    );
+    let (ns, caps) = discovery
+        .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"))
+        .expect("namespaces");
+    assert_eq!(ns.plural, "namespaces");
+    assert_eq!(caps.scope, Scope::Cluster);
+    assert!(!caps.supports_operation("deletecollection"));
+
+    let http = reqwest::Client::new();
+    let aggregated = http
+        .get(format!("{url}/apis"))
+        .header(
+            "accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+        )
+        .send()
+        .await
+        .expect("apis");
+    assert_eq!(
+        aggregated.headers()["content-type"],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let legacy = http
+        .get(format!("{url}/apis"))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .expect("apis");
+    assert_eq!(legacy.headers()["content-type"], "application/json");
+    let body: serde_json::Value = legacy.json().await.expect("json");
+    assert_eq!(body["kind"], "APIGroupList");
+    c.shutdown().await;
+}

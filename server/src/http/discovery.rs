@@ -1,10 +1,12 @@
 //! Discovery (`/api`, `/apis`, per group/version resource lists), `/version`
 //! and the OpenAPI v3 documents kubectl reads to detect server-side field
-//! validation. Served as legacy JSON discovery: kubectl and client-go fall
-//! back to it by the response content type.
+//! validation. `/api` and `/apis` answer aggregated discovery
+//! (`apidiscovery.k8s.io` `v2` or `v2beta1` `APIGroupDiscoveryList`, every
+//! group version's resources in one document) to a client that asks for
+//! it first in its `Accept`, as client-go does, and legacy JSON otherwise.
 
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
@@ -120,6 +122,115 @@ fn resource_list_body(group: &str, version: &str) -> Option<Value> {
         body["apiVersion"] = json!("v1");
     }
     Some(body)
+}
+
+/// The aggregated discovery version (`v2` or `v2beta1`) the client's
+/// `Accept` names before any plain JSON, if any.
+pub fn aggregated_version(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    for media in accept.split(',') {
+        let mut parts = media.split(';').map(str::trim);
+        if !parts
+            .next()
+            .is_some_and(|e| e.eq_ignore_ascii_case("application/json"))
+        {
+            continue;
+        }
+        let params: Vec<(&str, &str)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
+        match (param("g"), param("v"), param("as")) {
+            (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) => {
+                return Some("v2")
+            }
+            (Some("apidiscovery.k8s.io"), Some("v2beta1"), Some("APIGroupDiscoveryList")) => {
+                return Some("v2beta1")
+            }
+            // Plain JSON first: legacy discovery.
+            (_, _, None) => return None,
+            _ => continue,
+        }
+    }
+    None
+}
+
+/// One resource of aggregated discovery (`APIResourceDiscovery`).
+fn resource_discovery(rt: &ResourceType) -> Value {
+    let mut r = json!({
+        "resource": rt.plural,
+        "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+        "scope": if rt.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": rt.singular,
+        "verbs": rt.verbs(),
+    });
+    if !rt.short_names.is_empty() {
+        r["shortNames"] = json!(rt.short_names);
+    }
+    if !rt.categories.is_empty() {
+        r["categories"] = json!(rt.categories);
+    }
+    let subresources: Vec<Value> = Subresource::ALL
+        .into_iter()
+        .filter_map(|sub| {
+            let def = rt.subresource(sub)?;
+            Some(json!({
+                "subresource": sub.name(),
+                "responseKind": {"group": def.group, "version": def.version, "kind": def.kind},
+                "verbs": def.verbs,
+            }))
+        })
+        .collect();
+    if !subresources.is_empty() {
+        r["subresources"] = json!(subresources);
+    }
+    r
+}
+
+/// One group of aggregated discovery (`APIGroupDiscovery`) with its one
+/// served version.
+fn group_discovery(group: &str, version: &str) -> Value {
+    let resources: Vec<Value> = resources::in_group_version(group, version)
+        .map(resource_discovery)
+        .collect();
+    let metadata = if group.is_empty() {
+        json!({})
+    } else {
+        json!({ "name": group })
+    };
+    json!({
+        "metadata": metadata,
+        "versions": [{ "version": version, "resources": resources, "freshness": "Current" }],
+    })
+}
+
+/// `/api` (`core`) or `/apis` as aggregated discovery, in `version`
+/// (`v2` or `v2beta1`), with its media type as the content type.
+pub fn aggregated(core: bool, version: &'static str) -> Response {
+    let items: Vec<Value> = if core {
+        vec![group_discovery("", "v1")]
+    } else {
+        resources::groups()
+            .into_iter()
+            .map(|(g, v)| group_discovery(g, v))
+            .collect()
+    };
+    let body = json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": items,
+    });
+    let mut resp = (StatusCode::OK, body.to_string()).into_response();
+    let media = if version == "v2" {
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    } else {
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+    };
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+    resp
 }
 
 pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
@@ -255,6 +366,57 @@ mod tests {
             .and_then(|rs| rs.iter().find(|r| r["name"] == name))
             .cloned()
             .unwrap_or_else(|| panic!("{name} not listed"))
+    }
+
+    #[test]
+    fn aggregated_discovery_is_served_to_clients_that_ask_for_it_first() {
+        let accept = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_static(v));
+            h
+        };
+        let client_go = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_version(&accept(client_go)), Some("v2"));
+        assert_eq!(
+            aggregated_version(&accept(
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+            )),
+            Some("v2beta1")
+        );
+        assert_eq!(aggregated_version(&accept("application/json")), None);
+        assert_eq!(aggregated_version(&HeaderMap::new()), None);
+        // Plain JSON first wins; an unknown version is skipped.
+        assert_eq!(
+            aggregated_version(&accept(
+                "application/json,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+            )),
+            None
+        );
+        assert_eq!(
+            aggregated_version(&accept(
+                "application/json;g=apidiscovery.k8s.io;v=v9;as=APIGroupDiscoveryList"
+            )),
+            None
+        );
+        let apps = group_discovery("apps", "v1");
+        assert_eq!(apps["metadata"]["name"], "apps");
+        let deployments = apps["versions"][0]["resources"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["resource"] == "deployments"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(deployments["scope"], "Namespaced");
+        assert_eq!(deployments["responseKind"]["kind"], "Deployment");
+        let scale = deployments["subresources"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["subresource"] == "scale"))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            scale["responseKind"],
+            json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+        );
+        assert_eq!(group_discovery("", "v1")["metadata"], json!({}));
     }
 
     #[test]

@@ -50,8 +50,15 @@ pub async fn api(State(state): State<AppState>, req: Request) -> Response {
 
 async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
     let path = req.uri().path().to_string();
+    let route = resolve(&path)?;
+    if let Route::ApiVersions | Route::GroupList = route {
+        if let Some(version) = discovery::aggregated_version(req.headers()) {
+            let core = matches!(route, Route::ApiVersions);
+            return Ok(discovery::aggregated(core, version));
+        }
+    }
     let rendering = negotiate::rendering(req.headers())?;
-    match resolve(&path)? {
+    match route {
         Route::ApiVersions => discovery::api_versions(&req),
         Route::GroupList => Ok(discovery::group_list()),
         Route::Group(group) => discovery::group(group),
