@@ -241,7 +241,7 @@ pub fn plan_delete(
             bump_generation(meta);
             meta.insert(
                 "deletionTimestamp".into(),
-                json!(object::format_time(now + Duration::seconds(period))),
+                json!(object::format_time(plus_seconds(now, period))),
             );
             meta.insert("deletionGracePeriodSeconds".into(), json!(period));
             DeletePlan::Mark(marked)
@@ -269,8 +269,8 @@ fn shorten_grace_period(
     if period == 0 && after.is_empty() {
         return DeletePlan::Delete;
     }
-    let mut deadline = deletion_deadline(stored).unwrap_or(now) - Duration::seconds(pending)
-        + Duration::seconds(period);
+    let started = deletion_deadline(stored).unwrap_or(now);
+    let mut deadline = plus_seconds(plus_seconds(started, pending.saturating_neg()), period);
     if deadline < now {
         deadline = now;
         if period != 0 {
@@ -288,6 +288,30 @@ fn shorten_grace_period(
     );
     meta.insert("deletionGracePeriodSeconds".into(), json!(period));
     DeletePlan::Mark(marked)
+}
+
+/// `t` moved by `seconds`, kept within the years RFC 3339 can write
+/// (0001 to 9999): a client's grace period can be any 64-bit number.
+fn plus_seconds(t: DateTime<Utc>, seconds: i64) -> DateTime<Utc> {
+    let bound = |year: i32, end: bool| {
+        let (month, day, h, m, sec) = if end {
+            (12, 31, 23, 59, 59)
+        } else {
+            (1, 1, 0, 0, 0)
+        };
+        chrono::NaiveDate::from_ymd_opt(year, month, day)
+            .and_then(|d| d.and_hms_opt(h, m, sec))
+            .map(|n| n.and_utc())
+    };
+    let (Some(first), Some(last)) = (bound(1, false), bound(9999, true)) else {
+        return t;
+    };
+    let moved = Duration::try_seconds(seconds).and_then(|d| t.checked_add_signed(d));
+    match moved {
+        Some(m) => m.clamp(first, last),
+        None if seconds < 0 => first,
+        None => last,
+    }
 }
 
 fn set_finalizers(meta: &mut Map<String, Value>, finalizers: Vec<String>) {
@@ -719,6 +743,27 @@ mod tests {
             panic!("held");
         };
         assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 0);
+    }
+
+    #[test]
+    fn any_grace_period_makes_a_writable_deadline() {
+        for period in [i64::MAX, i64::MAX / 1000, 400_000_000_000] {
+            let DeletePlan::Mark(marked) =
+                plan_delete(pods(), &pod("n1", "Running", None), &grace(period), now())
+            else {
+                panic!("graceful");
+            };
+            assert_eq!(
+                marked["metadata"]["deletionTimestamp"],
+                "9999-12-31T23:59:59Z"
+            );
+            assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], period);
+            // Shortening from there stays within the calendar too.
+            let DeletePlan::Mark(shorter) = plan_delete(pods(), &marked, &grace(5), now()) else {
+                panic!("shortened");
+            };
+            assert!(shorter["metadata"]["deletionTimestamp"].is_string());
+        }
     }
 
     #[test]
