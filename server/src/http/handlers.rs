@@ -239,11 +239,7 @@ async fn dispatch(
                 .await?;
             Ok(render_list(rt, deleted, Rendering::Json, &q))
         }
-        (m, _) => Err(ApiError::MethodNotAllowed(format!(
-            "{} is not supported on resources of kind \"{}\"",
-            m.as_str(),
-            rt.group_resource()
-        ))),
+        (m, _) => Err(not_supported(m, &rt.group_resource())),
     }
 }
 
@@ -291,11 +287,10 @@ async fn status_subresource(
             )
             .await
         }
-        m => Err(ApiError::MethodNotAllowed(format!(
-            "{} is not supported on resources of kind \"{}/status\"",
-            m.as_str(),
-            rt.group_resource()
-        ))),
+        m => Err(not_supported(
+            &m,
+            &format!("{}/status", rt.group_resource()),
+        )),
     }
 }
 
