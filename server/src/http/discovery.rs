@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::http::status::ApiError;
-use crate::kube::resources::{self, ResourceType, Subresource};
+use crate::kube::resources::{self, ResourceType, Subresource, TypeSet};
 
 /// The Kubernetes version kubestore's API corresponds to.
 pub const KUBE_MAJOR: &str = "1";
@@ -40,25 +40,32 @@ pub fn api_versions(req: &Request) -> Result<Response, ApiError> {
     })))
 }
 
-fn group_entry(group: &str, version: &str) -> Value {
-    let gv = json!({ "groupVersion": format!("{group}/{version}"), "version": version });
-    json!({ "name": group, "versions": [gv.clone()], "preferredVersion": gv })
+/// A group with its versions, the preferred first.
+fn group_entry(group: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({ "groupVersion": format!("{group}/{v}"), "version": v }))
+        .collect();
+    let preferred = gvs.first().cloned().unwrap_or(Value::Null);
+    json!({ "name": group, "versions": gvs, "preferredVersion": preferred })
 }
 
-pub fn group_list() -> Response {
-    let groups: Vec<Value> = resources::groups()
+pub fn group_list(types: &TypeSet) -> Response {
+    let groups: Vec<Value> = types
+        .groups()
         .into_iter()
-        .map(|(g, v)| group_entry(g, v))
+        .map(|(g, vs)| group_entry(g, &vs))
         .collect();
     json_ok(json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups }))
 }
 
-pub fn group(group: &str) -> Result<Response, ApiError> {
-    let (g, v) = resources::groups()
+pub fn group(types: &TypeSet, group: &str) -> Result<Response, ApiError> {
+    let (g, vs) = types
+        .groups()
         .into_iter()
         .find(|(g, _)| *g == group)
         .ok_or(ApiError::NoSuchResource)?;
-    let mut body = group_entry(g, v);
+    let mut body = group_entry(g, &vs);
     body["kind"] = json!("APIGroup");
     body["apiVersion"] = json!("v1");
     Ok(json_ok(body))
@@ -104,8 +111,9 @@ fn api_subresources(rt: &ResourceType) -> impl Iterator<Item = Value> + '_ {
 
 /// The `APIResourceList` of a group version; `None` when it serves
 /// nothing.
-fn resource_list_body(group: &str, version: &str) -> Option<Value> {
-    let list: Vec<Value> = resources::in_group_version(group, version)
+fn resource_list_body(types: &TypeSet, group: &str, version: &str) -> Option<Value> {
+    let list: Vec<Value> = types
+        .in_group_version(group, version)
         .flat_map(|rt| std::iter::once(api_resource(rt)).chain(api_subresources(rt)))
         .collect();
     if list.is_empty() {
@@ -188,32 +196,37 @@ fn resource_discovery(rt: &ResourceType) -> Value {
     r
 }
 
-/// One group of aggregated discovery (`APIGroupDiscovery`) with its one
-/// served version.
-fn group_discovery(group: &str, version: &str) -> Value {
-    let resources: Vec<Value> = resources::in_group_version(group, version)
-        .map(resource_discovery)
+/// One group of aggregated discovery (`APIGroupDiscovery`) with its
+/// served versions, the preferred first.
+fn group_discovery(types: &TypeSet, group: &str, versions: &[&str]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|version| {
+            let resources: Vec<Value> = types
+                .in_group_version(group, version)
+                .map(resource_discovery)
+                .collect();
+            json!({ "version": version, "resources": resources, "freshness": "Current" })
+        })
         .collect();
     let metadata = if group.is_empty() {
         json!({})
     } else {
         json!({ "name": group })
     };
-    json!({
-        "metadata": metadata,
-        "versions": [{ "version": version, "resources": resources, "freshness": "Current" }],
-    })
+    json!({ "metadata": metadata, "versions": versions })
 }
 
 /// `/api` (`core`) or `/apis` as aggregated discovery, in `version`
 /// (`v2` or `v2beta1`), with its media type as the content type.
-pub fn aggregated(core: bool, version: &'static str) -> Response {
+pub fn aggregated(types: &TypeSet, core: bool, version: &'static str) -> Response {
     let items: Vec<Value> = if core {
-        vec![group_discovery("", "v1")]
+        vec![group_discovery(types, "", &["v1"])]
     } else {
-        resources::groups()
+        types
+            .groups()
             .into_iter()
-            .map(|(g, v)| group_discovery(g, v))
+            .map(|(g, vs)| group_discovery(types, g, &vs))
             .collect()
     };
     let body = json!({
@@ -233,8 +246,8 @@ pub fn aggregated(core: bool, version: &'static str) -> Response {
     resp
 }
 
-pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
-    resource_list_body(group, version)
+pub fn resource_list(types: &TypeSet, group: &str, version: &str) -> Result<Response, ApiError> {
+    resource_list_body(types, group, version)
         .map(json_ok)
         .ok_or(ApiError::NoSuchResource)
 }
@@ -398,7 +411,7 @@ mod tests {
             )),
             None
         );
-        let apps = group_discovery("apps", "v1");
+        let apps = group_discovery(&TypeSet::builtin(), "apps", &["v1"]);
         assert_eq!(apps["metadata"]["name"], "apps");
         let deployments = apps["versions"][0]["resources"]
             .as_array()
@@ -416,12 +429,15 @@ mod tests {
             scale["responseKind"],
             json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
         );
-        assert_eq!(group_discovery("", "v1")["metadata"], json!({}));
+        assert_eq!(
+            group_discovery(&TypeSet::builtin(), "", &["v1"])["metadata"],
+            json!({})
+        );
     }
 
     #[test]
     fn subresources_are_listed_with_the_kind_they_read_and_write() {
-        let apps = resource_list_body("apps", "v1").expect("apps/v1");
+        let apps = resource_list_body(&TypeSet::builtin(), "apps", "v1").expect("apps/v1");
         assert_eq!(
             entry(&apps, "deployments/scale"),
             json!({"name": "deployments/scale", "singularName": "", "namespaced": true,
@@ -440,7 +456,7 @@ mod tests {
             .as_array()
             .is_some_and(|rs| !rs.iter().any(|r| r["name"] == "daemonsets/scale")));
 
-        let core = resource_list_body("", "v1").expect("v1");
+        let core = resource_list_body(&TypeSet::builtin(), "", "v1").expect("v1");
         assert_eq!(
             entry(&core, "namespaces/finalize"),
             json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false,
@@ -455,9 +471,9 @@ mod tests {
             json!(["create", "delete", "get", "list", "patch", "update", "watch"])
         );
         assert_eq!(entry(&core, "limitranges")["shortNames"], json!(["limits"]));
-        assert!(resource_list_body("autoscaling", "v2").is_some());
+        assert!(resource_list_body(&TypeSet::builtin(), "autoscaling", "v2").is_some());
         assert!(
-            resource_list_body("autoscaling", "v1").is_none(),
+            resource_list_body(&TypeSet::builtin(), "autoscaling", "v1").is_none(),
             "v2 alone is served"
         );
     }

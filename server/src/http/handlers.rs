@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::http::body::{delete_options, media_type, patch_kind, read_body, read_json_body};
@@ -23,7 +23,7 @@ use crate::http::routing::{no_resource, resolve, Route, Target};
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
 use crate::http::write_options::{decode_object, with_warnings, WriteOptions};
-use crate::http::{discovery, metrics, patch, query, watch};
+use crate::http::{discovery, metrics, patch, query, watch, write_options};
 use crate::kube::admission::{self, UpdateScope};
 use crate::kube::apply::{self, Manager};
 use crate::kube::error::KubeError;
@@ -50,19 +50,43 @@ pub async fn api(State(state): State<AppState>, req: Request) -> Response {
 
 async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
     let path = req.uri().path().to_string();
-    let route = resolve(&path)?;
+    let mut types = state.kube.cache().types();
+    let route = match resolve(&path, &types) {
+        Err(ApiError::NoSuchResource) => {
+            // This node may not have applied a CustomResourceDefinition
+            // another node has: decide on the most recent state.
+            state.kube.quorum_revision().await?;
+            types = state.kube.cache().types();
+            resolve(&path, &types)?
+        }
+        other => other?,
+    };
     if let Route::ApiVersions | Route::GroupList = route {
         if let Some(version) = discovery::aggregated_version(req.headers()) {
             let core = matches!(route, Route::ApiVersions);
-            return Ok(discovery::aggregated(core, version));
+            return Ok(discovery::aggregated(&types, core, version));
         }
     }
     let rendering = negotiate::rendering(req.headers())?;
     match route {
         Route::ApiVersions => discovery::api_versions(&req),
-        Route::GroupList => Ok(discovery::group_list()),
-        Route::Group(group) => discovery::group(group),
-        Route::ResourceList(group, version) => discovery::resource_list(group, version),
+        Route::GroupList => Ok(discovery::group_list(&types)),
+        Route::Group(group) => match discovery::group(&types, group) {
+            Err(ApiError::NoSuchResource) => {
+                state.kube.quorum_revision().await?;
+                discovery::group(&state.kube.cache().types(), group)
+            }
+            found => found,
+        },
+        Route::ResourceList(group, version) => {
+            match discovery::resource_list(&types, group, version) {
+                Err(ApiError::NoSuchResource) => {
+                    state.kube.quorum_revision().await?;
+                    discovery::resource_list(&state.kube.cache().types(), group, version)
+                }
+                found => found,
+            }
+        }
         Route::Resource(target) => verb(state, target, rendering, req).await,
     }
 }
@@ -87,9 +111,19 @@ async fn verb(
         (Method::DELETE, false) => "deletecollection",
         _ => "other",
     };
+    let deprecation = target
+        .rt
+        .custom
+        .and_then(|c| c.deprecation_warning.as_deref());
     let mut resp = dispatch(state, target, name, rendering, req)
         .await
         .unwrap_or_else(IntoResponse::into_response);
+    if let Some(text) = deprecation {
+        // A deprecated version of a custom type: every answer says so.
+        if let Ok(v) = HeaderValue::from_str(&write_options::warning_value(text)) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
     resp.extensions_mut().insert(metrics::Verb(name));
     Ok(resp)
 }
@@ -322,7 +356,7 @@ async fn scale_subresource(
     if method == Method::GET {
         let fresh = freshness(&q, false)?;
         let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
-        let scale = scale::scale_of(&obj.object)?;
+        let scale = scale::scale_of(rt, &obj.object)?;
         let resp = render_object(&view, scale, StatusCode::OK, rendering, &q);
         return Ok(with_read_path(resp, served));
     }
@@ -389,7 +423,7 @@ async fn scale_subresource(
                             name,
                             *kind,
                             body,
-                            scale::scale_of(&parent)?,
+                            scale::scale_of(rt, &parent)?,
                             state.max_body_bytes,
                         )?;
                         patched = scale::decode(rt, ns, name, &scale)?;
@@ -410,7 +444,7 @@ async fn scale_subresource(
         })?;
     let resp = render_object(
         &view,
-        scale::scale_of(&written)?,
+        scale::scale_of(rt, &written)?,
         StatusCode::OK,
         rendering,
         &q,

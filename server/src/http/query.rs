@@ -132,7 +132,10 @@ pub fn page_request(q: &HashMap<String, String>) -> Result<PageRequest, ApiError
 
 /// `labelSelector` and `fieldSelector` of a list, watch or
 /// deletecollection.
-pub fn selectors(rt: &ResourceType, q: &HashMap<String, String>) -> Result<Selectors, ApiError> {
+pub fn selectors(
+    rt: &'static ResourceType,
+    q: &HashMap<String, String>,
+) -> Result<Selectors, ApiError> {
     Ok(Selectors::parse(
         rt,
         q.get("labelSelector").map(String::as_str),

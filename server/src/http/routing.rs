@@ -5,7 +5,7 @@
 //! one), or `404`. Nothing here reads a query, a body or the store.
 
 use crate::http::status::ApiError;
-use crate::kube::resources::{self, ResourceType, Subresource};
+use crate::kube::resources::{ResourceType, Subresource, TypeSet};
 
 /// A resource URL, parsed.
 #[derive(Debug)]
@@ -25,7 +25,12 @@ pub fn no_resource() -> ApiError {
 /// Parses `<resource>[/<name>[/<subresource>]]` or
 /// `namespaces/<ns>/<resource>[/<name>[/<subresource>]]`
 /// (`namespaces/<name>/status` is the namespace's status, as in kube).
-fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
+fn parse_target(
+    types: &TypeSet,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Target, ApiError> {
     let (rest, subresource) = match rest {
         [path @ .., last] if path.len() == 2 || path.len() == 4 => {
             match Subresource::from_name(last) {
@@ -35,7 +40,7 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Result<Target, Api
         }
         _ => (rest, None),
     };
-    let find = |plural: &str| resources::find(group, version, plural).ok_or_else(no_resource);
+    let find = |plural: &str| types.find(group, version, plural).ok_or_else(no_resource);
     let (rt, namespace, name) = match rest {
         [plural] => (find(plural)?, None, None),
         [plural, name] => {
@@ -80,9 +85,10 @@ pub enum Route<'p> {
     Resource(Target),
 }
 
-/// Resolves a request path (trailing slashes ignored) to what it names;
-/// anything else is `404` (never a panic, whatever the path).
-pub fn resolve(path: &str) -> Result<Route<'_>, ApiError> {
+/// Resolves a request path (trailing slashes ignored) to what it names
+/// among the served `types`; anything else is `404` (never a panic,
+/// whatever the path).
+pub fn resolve<'p>(path: &'p str, types: &TypeSet) -> Result<Route<'p>, ApiError> {
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match segments.as_slice() {
         ["api"] => Ok(Route::ApiVersions),
@@ -90,9 +96,9 @@ pub fn resolve(path: &str) -> Result<Route<'_>, ApiError> {
         ["apis"] => Ok(Route::GroupList),
         ["apis", group] => Ok(Route::Group(group)),
         ["apis", group, version] => Ok(Route::ResourceList(group, version)),
-        ["api", "v1", rest @ ..] => parse_target("", "v1", rest).map(Route::Resource),
+        ["api", "v1", rest @ ..] => parse_target(types, "", "v1", rest).map(Route::Resource),
         ["apis", group, version, rest @ ..] => {
-            parse_target(group, version, rest).map(Route::Resource)
+            parse_target(types, group, version, rest).map(Route::Resource)
         }
         _ => Err(no_resource()),
     }
@@ -104,25 +110,32 @@ mod tests {
 
     #[test]
     fn paths_parse_as_kube_defines_them() {
-        let t =
-            parse_target("", "v1", &["namespaces", "d", "configmaps", "a"]).expect("object path");
+        let t = parse_target(
+            &TypeSet::builtin(),
+            "",
+            "v1",
+            &["namespaces", "d", "configmaps", "a"],
+        )
+        .expect("object path");
         assert_eq!(
             (t.rt.plural, t.namespace.as_deref(), t.name.as_deref()),
             ("configmaps", Some("d"), Some("a"))
         );
-        let t = parse_target("", "v1", &["configmaps"]).expect("all namespaces");
+        let t =
+            parse_target(&TypeSet::builtin(), "", "v1", &["configmaps"]).expect("all namespaces");
         assert_eq!((t.namespace, t.name), (None, None));
-        let t = parse_target("", "v1", &["namespaces", "d"]).expect("a namespace object");
+        let t = parse_target(&TypeSet::builtin(), "", "v1", &["namespaces", "d"])
+            .expect("a namespace object");
         assert_eq!((t.rt.plural, t.name.as_deref()), ("namespaces", Some("d")));
         assert!(
-            parse_target("", "v1", &["configmaps", "a"]).is_err(),
+            parse_target(&TypeSet::builtin(), "", "v1", &["configmaps", "a"]).is_err(),
             "namespaced object without namespace"
         );
         assert!(
-            parse_target("", "v1", &["namespaces", "d", "nodes"]).is_err(),
+            parse_target(&TypeSet::builtin(), "", "v1", &["namespaces", "d", "nodes"]).is_err(),
             "cluster-scoped under a namespace"
         );
-        assert!(parse_target("", "v1", &["widgets"]).is_err());
+        assert!(parse_target(&TypeSet::builtin(), "", "v1", &["widgets"]).is_err());
     }
 
     /// What a path names: plural, namespace, name, subresource.
@@ -135,7 +148,7 @@ mod tests {
 
     fn sub(group: &str, rest: &[&str]) -> Result<Named, ()> {
         let version = if group == "autoscaling" { "v2" } else { "v1" };
-        parse_target(group, version, rest)
+        parse_target(&TypeSet::builtin(), group, version, rest)
             .map(|t| (t.rt.plural, t.namespace, t.name, t.subresource))
             .map_err(|_| ())
     }
@@ -250,7 +263,7 @@ mod proptests {
 
         #[test]
         fn any_path_resolves_or_is_a_404(path in path()) {
-            match resolve(&path) {
+            match resolve(&path, &TypeSet::builtin()) {
                 Ok(Route::Resource(t)) => {
                     prop_assert!(t.name.as_deref() != Some(""));
                     prop_assert!(t.namespace.as_deref() != Some(""));
@@ -264,8 +277,8 @@ mod proptests {
             // A trailing slash names the same thing.
             let with_slash = format!("{path}/");
             prop_assert_eq!(
-                format!("{:?}", resolve(&path).map_err(|e| e.to_string())),
-                format!("{:?}", resolve(&with_slash).map_err(|e| e.to_string()))
+                format!("{:?}", resolve(&path, &TypeSet::builtin()).map_err(|e| e.to_string())),
+                format!("{:?}", resolve(&with_slash, &TypeSet::builtin()).map_err(|e| e.to_string()))
             );
         }
     }

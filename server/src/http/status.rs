@@ -197,6 +197,11 @@ fn kube_failure(e: &KubeError) -> Failure {
             }]);
             f
         }
+        KubeError::MethodNotAllowed(message) => Failure::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            message.clone(),
+        ),
         KubeError::Expired(message) => Failure::new(StatusCode::GONE, "Expired", message.clone()),
         KubeError::ExpiredContinue { message, token } => {
             let mut f = Failure::new(StatusCode::GONE, "Expired", message.clone());

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use crate::http::status::ApiError;
+use crate::kube::crd::{CustomType, PrinterColumn};
 use crate::kube::resources::ResourceType;
 
 /// Formats an age the way kubectl prints it (`45s`, `5m10s`, `3h`, `12d`).
@@ -420,6 +421,14 @@ pub fn render(
             "unrecognized includeObject value: {include:?}"
         )));
     }
+    if let Some(custom) = rt.custom {
+        return Ok(table(
+            custom_columns(custom),
+            items,
+            resource_version,
+            include,
+        ));
+    }
     let extra = extra_columns(rt);
     let mut columns = vec![
         json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
@@ -430,13 +439,107 @@ pub fn render(
         );
     }
     columns.push(json!({"name": "Age", "type": "string", "format": "", "description": "Time since the object was created.", "priority": 0}));
+    let cells = |obj: &Value| {
+        let mut cells = vec![json!(str_at(obj, "/metadata/name"))];
+        cells.extend(extra.iter().map(|(_, _, cell)| cell(obj)));
+        cells.push(json!(age(obj)));
+        cells
+    };
+    Ok(table(
+        (columns, Box::new(cells)),
+        items,
+        resource_version,
+        include,
+    ))
+}
+
+/// A custom type's columns (kube's CRD table convertor): the name, then
+/// its `additionalPrinterColumns` (an `Age` of the creation time when it
+/// has none), each cell the value its JSON path finds (`null` when none);
+/// a `date` cell printed as an age.
+fn custom_columns(custom: &'static CustomType) -> (Vec<Value>, CellsOf<'static>) {
+    let default_age = [PrinterColumn {
+        name: "Age".into(),
+        type_: "date".into(),
+        format: String::new(),
+        description: String::new(),
+        priority: 0,
+        json_path: ".metadata.creationTimestamp".into(),
+    }];
+    let printed: Vec<PrinterColumn> = if custom.printer_columns.is_empty() {
+        default_age.to_vec()
+    } else {
+        custom.printer_columns.clone()
+    };
+    let mut columns = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names", "priority": 0}),
+    ];
+    for c in &printed {
+        columns.push(json!({
+            "name": c.name, "type": c.type_, "format": c.format,
+            "description": c.description, "priority": c.priority,
+        }));
+    }
+    let cells = move |obj: &Value| {
+        let mut cells = vec![json!(str_at(obj, "/metadata/name"))];
+        for c in &printed {
+            let found = json_path(obj, &c.json_path);
+            cells.push(match (c.type_.as_str(), found) {
+                ("date", Some(Value::String(t))) => json!(since(Some(&json!(t))).unwrap_or(t)),
+                (_, Some(v)) => v,
+                (_, None) => Value::Null,
+            });
+        }
+        cells
+    };
+    (columns, Box::new(cells))
+}
+
+/// The value a simple JSON path (`.spec.replicas`, `.status.conditions[0].type`)
+/// names in `obj`.
+fn json_path(obj: &Value, path: &str) -> Option<Value> {
+    let mut at = obj;
+    let path = path.trim().trim_start_matches('{').trim_end_matches('}');
+    for part in path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|p| !p.is_empty())
+    {
+        let (field, indices) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !field.is_empty() {
+            at = at.get(field)?;
+        }
+        for index in indices.split('[').filter(|s| !s.is_empty()) {
+            let index = index
+                .trim_end_matches(']')
+                .trim_matches('\'')
+                .trim_matches('"');
+            at = match index.parse::<usize>() {
+                Ok(i) => at.get(i)?,
+                Err(_) => at.get(index)?,
+            };
+        }
+    }
+    Some(at.clone())
+}
+
+/// What makes a row's cells of an object.
+type CellsOf<'a> = Box<dyn Fn(&Value) -> Vec<Value> + 'a>;
+
+/// The Table of `items` with `columns`, each row's cells from `cells`.
+fn table(
+    (columns, cells): (Vec<Value>, CellsOf<'_>),
+    items: &[Value],
+    resource_version: &str,
+    include: &str,
+) -> Value {
     let rows: Vec<Value> = items
         .iter()
         .map(|obj| {
-            let mut cells = vec![json!(str_at(obj, "/metadata/name"))];
-            cells.extend(extra.iter().map(|(_, _, cell)| cell(obj)));
-            cells.push(json!(age(obj)));
-            let mut row = json!({ "cells": cells });
+            let mut row = json!({ "cells": cells(obj) });
             match include {
                 "Object" => row["object"] = obj.clone(),
                 "Metadata" => {
@@ -451,13 +554,13 @@ pub fn render(
             row
         })
         .collect();
-    Ok(json!({
+    json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": { "resourceVersion": resource_version },
         "columnDefinitions": columns,
         "rows": rows,
-    }))
+    })
 }
 
 #[cfg(test)]

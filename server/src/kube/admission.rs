@@ -36,10 +36,11 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use crate::kube::builtin;
+use crate::kube::crd;
 use crate::kube::error::KubeError;
 use crate::kube::object::{self, metadata_mut};
 use crate::kube::objectmeta;
-use crate::kube::resources::ResourceType;
+use crate::kube::resources::{self, ResourceType};
 
 /// `utilrand`'s alphabet: no vowels, no look-alike digits.
 const GENERATE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -157,8 +158,15 @@ pub fn admit_create_named(
     let namespace = check_namespace(rt, url_ns, &mut obj)?;
     prepare_create(rt, &mut obj);
     builtin::prepare_create(rt, &mut obj);
+    let definitions = is_definitions(rt);
+    if definitions {
+        crd::admission::prepare_create(&mut obj);
+    }
     let mut causes = objectmeta::validate_create(rt, &obj, &name, namespace.as_deref());
     causes.extend(builtin::validate_create(rt, &obj));
+    if definitions {
+        causes.extend(crd::admission::validate(&obj, &name));
+    }
     if !causes.is_empty() {
         return Err(KubeError::invalid(rt, &name, causes));
     }
@@ -248,6 +256,9 @@ pub fn admit_update(
         builtin::prepare_update(rt, &old, new);
     }
     prepare_update_in(rt, scope, &old, new);
+    if is_definitions(rt) {
+        crd::admission::prepare_update(&old, new);
+    }
     if scope == UpdateScope::Status {
         return Ok(());
     }
@@ -276,7 +287,17 @@ fn update_causes(
 ) -> Vec<crate::kube::error::FieldCause> {
     let mut causes = objectmeta::validate_update(old, new);
     causes.extend(builtin::validate_update(rt, old, new));
+    if is_definitions(rt) {
+        let name = object::meta_str(new, "name").unwrap_or("");
+        causes.extend(crd::admission::validate(new, name));
+        causes.extend(crd::admission::validate_update(old, new));
+    }
     causes
+}
+
+/// Whether `rt` is CustomResourceDefinitions.
+fn is_definitions(rt: &ResourceType) -> bool {
+    std::ptr::eq(rt, resources::custom_resource_definitions())
 }
 
 /// A delete of `name`: the system namespaces may not be deleted.

@@ -35,8 +35,9 @@ use kubestore_storage::{Event, EventKind, EventStep, KeyRange, Revision, Store, 
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::kube::crd;
 use crate::kube::object;
-use crate::kube::resources::{ResourceType, RESOURCES};
+use crate::kube::resources::{self, ResourceType, TypeSet};
 
 /// Every key the cache mirrors starts with this.
 const REGISTRY_PREFIX: &str = "/registry/";
@@ -298,12 +299,25 @@ struct CacheState {
     revision: u64,
     /// The store's reset counter this cache was built for.
     resets: u64,
+    /// The types served at `revision`: the built-ins and what the
+    /// CustomResourceDefinitions the cache holds define.
+    served: Arc<TypeSet>,
+    /// One per served type, in `served`'s order.
     types: Vec<TypeCache>,
 }
 
 impl CacheState {
     fn find(&self, rt: &ResourceType) -> Option<&TypeCache> {
         self.types.iter().find(|t| std::ptr::eq(t.rt, rt))
+    }
+
+    /// The served types as the definitions the cache holds make them.
+    fn defined_types(&self) -> TypeSet {
+        let definitions = resources::custom_resource_definitions();
+        match self.find(definitions) {
+            Some(t) => crd::type_set(t.objects.values().map(|o| &o.object)),
+            None => TypeSet::builtin(),
+        }
     }
 }
 
@@ -327,7 +341,8 @@ impl std::fmt::Debug for WatchCache {
 impl WatchCache {
     /// An empty cache over `store`; [`WatchCache::run`] fills and feeds it.
     pub fn new(store: Store, limits: CacheLimits) -> Self {
-        let types = RESOURCES
+        let served = TypeSet::builtin();
+        let types = served
             .iter()
             .map(|rt| TypeCache::new(rt, Objects::new(), 0))
             .collect();
@@ -335,6 +350,7 @@ impl WatchCache {
             state: Arc::new(RwLock::new(CacheState {
                 revision: 0,
                 resets: u64::MAX,
+                served: Arc::new(served),
                 types,
             })),
             revision: watch::channel(0).0,
@@ -355,6 +371,12 @@ impl WatchCache {
         self.state
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The types this node serves at the cache's revision: the built-ins
+    /// and the custom types of its CustomResourceDefinitions.
+    pub fn types(&self) -> Arc<TypeSet> {
+        self.read().served.clone()
     }
 
     /// The revision the cache is complete up to.
@@ -415,7 +437,11 @@ impl WatchCache {
         let compacted = self.store.applied().compacted.0;
         let state = self.read();
         let Some(t) = state.find(rt) else {
-            return Ok((Vec::new(), state.revision));
+            // A custom type no longer served as `rt` (its definition
+            // changed or went): its events are storage's to give.
+            return Err(BehindRing {
+                base: state.revision,
+            });
         };
         if after < t.base || after < compacted {
             return Err(BehindRing {
@@ -503,23 +529,27 @@ impl WatchCache {
         let mut last = None;
         {
             let mut state = self.write();
+            let definitions = resources::custom_resource_definitions().collection_prefix(None);
             for (revision, events) in &batch {
                 let mut touched: Vec<usize> = Vec::new();
+                let mut redefined = false;
                 for event in events {
-                    let Some(i) = state
-                        .types
-                        .iter()
-                        .position(|t| event.kv.key.starts_with(t.prefix.as_bytes()))
-                    else {
-                        continue;
-                    };
-                    state.types[i].apply(event, now);
-                    if !touched.contains(&i) {
-                        touched.push(i);
+                    redefined |= event.kv.key.starts_with(definitions.as_bytes());
+                    // Every version of a custom type shares its prefix.
+                    for i in 0..state.types.len() {
+                        if event.kv.key.starts_with(state.types[i].prefix.as_bytes()) {
+                            state.types[i].apply(event, now);
+                            if !touched.contains(&i) {
+                                touched.push(i);
+                            }
+                        }
                     }
                 }
                 for i in touched {
                     state.types[i].seal(revision.0, &self.limits, now);
+                }
+                if redefined {
+                    self.redefine(&mut state, revision.0);
                 }
                 state.revision = revision.0;
                 last = Some(revision.0);
@@ -528,6 +558,42 @@ impl WatchCache {
         if let Some(r) = last {
             self.revision.send_replace(r);
         }
+    }
+
+    /// The definitions changed at `revision`: serve what they define from
+    /// it on. A type no longer defined is dropped; a new one starts with
+    /// its objects as storage holds them at `revision` (none, unless the
+    /// etcd API wrote some before its definition). When storage cannot
+    /// give them, the cache is rebuilt on its next step.
+    fn redefine(&self, state: &mut CacheState, revision: u64) {
+        let served = state.defined_types();
+        if served == *state.served {
+            return;
+        }
+        let mut old: Vec<TypeCache> = std::mem::take(&mut state.types);
+        let mut types = Vec::with_capacity(served.iter().count());
+        for rt in served.iter() {
+            if let Some(i) = old.iter().position(|t| std::ptr::eq(t.rt, rt)) {
+                types.push(old.swap_remove(i));
+                continue;
+            }
+            let objects = match load_type(&self.store, rt, revision) {
+                Ok(objects) => objects,
+                Err(e) => {
+                    tracing::warn!(error = %e, resource = rt.plural, revision, "cannot load a new custom type; rebuilding the cache");
+                    state.resets = u64::MAX;
+                    Objects::new()
+                }
+            };
+            types.push(TypeCache::new(rt, objects, revision));
+        }
+        tracing::info!(
+            revision,
+            custom = served.custom().count(),
+            "served types changed"
+        );
+        state.types = types;
+        state.served = Arc::new(served);
     }
 
     /// Reloads every type from one consistent read of storage. The read
@@ -544,9 +610,13 @@ impl WatchCache {
 
     /// Swaps in what [`load`] read: one short write lock.
     fn install(&self, loaded: Loaded, resets: u64) {
-        let Loaded { maps, revision } = loaded;
+        let Loaded {
+            served,
+            maps,
+            revision,
+        } = loaded;
         let objects: usize = maps.iter().map(|m| m.len()).sum();
-        let types = RESOURCES
+        let types = served
             .iter()
             .zip(maps)
             .map(|(rt, objects)| TypeCache::new(rt, objects, revision))
@@ -554,6 +624,7 @@ impl WatchCache {
         {
             let mut state = self.write();
             state.types = types;
+            state.served = Arc::new(served);
             state.revision = revision;
             state.resets = resets;
         }
@@ -563,40 +634,68 @@ impl WatchCache {
 }
 
 /// Every served type's objects as one consistent read of storage found
-/// them, decoded, in [`RESOURCES`] order.
+/// them, decoded, in the served types' order.
 struct Loaded {
+    served: TypeSet,
     maps: Vec<Objects>,
     revision: u64,
 }
 
 /// Reads and decodes every object under [`REGISTRY_PREFIX`] from one
-/// consistent view, one key-value at a time (blocking: RocksDB scans).
+/// consistent view, one key-value at a time (blocking: RocksDB scans):
+/// first the CustomResourceDefinitions, which say what the served types
+/// are, then every object of those types.
 fn load(store: &Store) -> Result<Loaded, StoreError> {
-    let prefixes: Vec<String> = RESOURCES
-        .iter()
-        .map(|rt| rt.collection_prefix(None))
-        .collect();
-    let mut maps: Vec<Objects> = vec![Objects::new(); RESOURCES.len()];
-    let range = KeyRange::prefix(REGISTRY_PREFIX.as_bytes().to_vec());
-    let revision = store.read_view(|view| {
+    store.read_view(|view| {
+        let definitions = resources::custom_resource_definitions();
+        let mut defs: Vec<Value> = Vec::new();
+        let range = KeyRange::prefix(definitions.collection_prefix(None).into_bytes());
         view.scan(&range, None, |kv| {
-            let found = prefixes
-                .iter()
-                .position(|p| kv.key.starts_with(p.as_bytes()));
-            if let Some(i) = found {
-                if let Some(obj) =
-                    CachedObject::decode(&RESOURCES[i], &kv.key, &kv.value, kv.mod_revision.0)
-                {
-                    maps[i].insert(obj.key.clone(), Arc::new(obj));
+            if let Some(def) =
+                object::from_stored(definitions, &kv.key, &kv.value, kv.mod_revision.0)
+            {
+                defs.push(def);
+            }
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        let served = crd::type_set(&defs);
+        let types: Vec<&'static ResourceType> = served.iter().collect();
+        let prefixes: Vec<String> = types.iter().map(|rt| rt.collection_prefix(None)).collect();
+        let mut maps: Vec<Objects> = vec![Objects::new(); types.len()];
+        let range = KeyRange::prefix(REGISTRY_PREFIX.as_bytes().to_vec());
+        let revision = view.scan(&range, None, |kv| {
+            for (i, p) in prefixes.iter().enumerate() {
+                if kv.key.starts_with(p.as_bytes()) {
+                    if let Some(obj) =
+                        CachedObject::decode(types[i], &kv.key, &kv.value, kv.mod_revision.0)
+                    {
+                        maps[i].insert(obj.key.clone(), Arc::new(obj));
+                    }
                 }
+            }
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        Ok(Loaded {
+            served,
+            maps,
+            revision: revision.0,
+        })
+    })
+}
+
+/// One type's objects as storage holds them at `revision`.
+fn load_type(store: &Store, rt: &ResourceType, revision: u64) -> Result<Objects, StoreError> {
+    let mut objects = Objects::new();
+    let range = KeyRange::prefix(rt.collection_prefix(None).into_bytes());
+    store.read_view(|view| {
+        view.scan(&range, Some(Revision(revision)), |kv| {
+            if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0) {
+                objects.insert(obj.key.clone(), Arc::new(obj));
             }
             Ok(std::ops::ControlFlow::Continue(()))
         })
     })?;
-    Ok(Loaded {
-        maps,
-        revision: revision.0,
-    })
+    Ok(objects)
 }
 
 #[cfg(test)]

@@ -356,6 +356,10 @@ pub enum KubeError {
         name: String,
         namespace: String,
     },
+    /// The verb is not allowed on the resource now (a create of a custom
+    /// resource whose definition is being deleted).
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// The revision a read needs was compacted away.
     #[error("{0}")]
     Expired(String),

@@ -29,6 +29,7 @@ pub mod apply;
 pub mod builtin;
 pub mod cache;
 pub mod controllers;
+pub mod crd;
 pub mod deletion;
 pub mod error;
 pub mod fieldvalidation;

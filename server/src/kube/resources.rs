@@ -7,9 +7,17 @@
 //! generated `kube::types` table) and what it does not, written here
 //! ([`SERVED`]: etcd keys, short names, categories, name rules,
 //! generation tracking).
+//!
+//! Custom types join them at run time: a node serves the built-ins and
+//! the custom types its CustomResourceDefinitions define ([`TypeSet`],
+//! kept by the watch cache as it applies the revision log, built by
+//! `kube::crd`). Every type is `&'static`: a custom type is interned once
+//! per distinct definition for the life of the process (`kube::crd`), so
+//! requests, caches and controllers hold types without reference counts.
 
 use std::sync::LazyLock;
 
+use crate::kube::crd::CustomType;
 use crate::kube::types::{ResourceDef, Schema, SubresourceDef};
 
 /// How names of a type are validated.
@@ -79,8 +87,13 @@ pub struct ResourceType {
     pub name_rule: NameRule,
     /// `metadata.generation` starts at 1 and is bumped when `spec` changes.
     pub tracks_generation: bool,
-    /// What the specification says of it: verbs and subresources.
+    /// What the specification says of it: verbs and subresources (for a
+    /// custom type, what its CustomResourceDefinition says).
     pub spec: &'static ResourceDef,
+    /// What a CustomResourceDefinition says of a custom type beyond the
+    /// above (its schema, printer columns, scale paths, ...); `None` for a
+    /// built-in.
+    pub custom: Option<&'static CustomType>,
 }
 
 impl ResourceType {
@@ -519,6 +532,17 @@ static SERVED: &[Served] = &[
         name_rule: Subdomain,
         tracks_generation: false,
     },
+    Served {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        short_names: &["crd", "crds"],
+        categories: &["api-extensions"],
+        etcd_prefix: "/registry/apiextensions.k8s.io/customresourcedefinitions",
+        name_rule: Subdomain,
+        tracks_generation: true,
+    },
 ];
 
 /// Every served type: [`SERVED`] joined with what the specification says
@@ -551,6 +575,7 @@ pub static RESOURCES: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
                 name_rule: served.name_rule,
                 tracks_generation: served.tracks_generation,
                 spec,
+                custom: None,
             }
         })
         .collect()
@@ -587,6 +612,120 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resourc
 /// The namespace type (namespaced objects must name an existing one).
 pub fn namespaces() -> &'static ResourceType {
     &RESOURCES[0]
+}
+
+/// The CustomResourceDefinition type.
+pub fn custom_resource_definitions() -> &'static ResourceType {
+    static CRDS: LazyLock<&'static ResourceType> = LazyLock::new(|| {
+        find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .expect("customresourcedefinitions are served")
+    });
+    *CRDS
+}
+
+/// The types one node serves: the built-ins ([`RESOURCES`], in their
+/// order), then the custom types its CustomResourceDefinitions define, in
+/// the order of the definitions' names and then of their versions. An
+/// immutable snapshot: a change of the definitions makes a new set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeSet {
+    types: Vec<&'static ResourceType>,
+}
+
+impl TypeSet {
+    /// The built-in types alone.
+    pub fn builtin() -> Self {
+        Self {
+            types: RESOURCES.iter().collect(),
+        }
+    }
+
+    /// The built-ins and `custom` (each group/version/plural once: a
+    /// custom type that names a served one is left out).
+    pub fn with_custom(custom: impl IntoIterator<Item = &'static ResourceType>) -> Self {
+        let mut set = Self::builtin();
+        for rt in custom {
+            if set.find(rt.group, rt.version, rt.plural).is_none() {
+                set.types.push(rt);
+            }
+        }
+        set
+    }
+
+    /// Every type, built-ins first.
+    pub fn iter(&self) -> impl Iterator<Item = &'static ResourceType> + '_ {
+        self.types.iter().copied()
+    }
+
+    /// The custom types.
+    pub fn custom(&self) -> impl Iterator<Item = &'static ResourceType> + '_ {
+        self.iter().filter(|rt| rt.custom.is_some())
+    }
+
+    /// Looks a type up by group, version and plural.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+        self.iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// The types of one group/version.
+    pub fn in_group_version<'a>(
+        &'a self,
+        group: &'a str,
+        version: &'a str,
+    ) -> impl Iterator<Item = &'static ResourceType> + 'a {
+        self.iter()
+            .filter(move |r| r.group == group && r.version == version)
+    }
+
+    /// The API groups other than core, each with its served versions,
+    /// preferred first (kube's version priority: GA before beta before
+    /// alpha, higher numbers first), built-in groups first.
+    pub fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
+        let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+        for r in self.iter().filter(|r| !r.group.is_empty()) {
+            match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, versions)) => {
+                    if !versions.contains(&r.version) {
+                        versions.push(r.version);
+                    }
+                }
+                None => out.push((r.group, vec![r.version])),
+            }
+        }
+        for (_, versions) in &mut out {
+            versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+        }
+        out
+    }
+}
+
+/// How kube orders versions by preference (`version.CompareKubeAwareVersionStrings`):
+/// `vN` above `vNbetaM` above `vNalphaM`, larger numbers first within each;
+/// anything else below them all, by name (reversed, so a larger value is
+/// preferred).
+pub fn version_priority(version: &str) -> (u8, u64, u64, std::cmp::Reverse<String>) {
+    let parse = |v: &str| -> Option<(u8, u64, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        if tail.is_empty() {
+            return Some((3, major, 0));
+        }
+        for (word, rank) in [("beta", 2u8), ("alpha", 1u8)] {
+            if let Some(minor) = tail.strip_prefix(word) {
+                return Some((rank, major, minor.parse().ok()?));
+            }
+        }
+        None
+    };
+    match parse(version) {
+        Some((rank, major, minor)) => (rank, major, minor, std::cmp::Reverse(String::new())),
+        None => (0, 0, 0, std::cmp::Reverse(version.to_string())),
+    }
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ pub fn scale_type(rt: &ResourceType) -> ResourceType {
         group: GROUP,
         version: VERSION,
         kind: KIND,
+        custom: None,
         ..*rt
     }
 }
@@ -80,7 +81,7 @@ pub fn not_found_as_scale(rt: &ResourceType, name: &str, e: KubeError) -> KubeEr
 /// The `Scale` of `parent` (an object of `rt` as clients see it, with its
 /// `resourceVersion`). A selector kube cannot print (an unknown operator)
 /// is `400`, as kube answers it.
-pub fn scale_of(parent: &Value) -> Result<Value, KubeError> {
+pub fn scale_of(rt: &ResourceType, parent: &Value) -> Result<Value, KubeError> {
     let meta = parent.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let mut metadata = Map::new();
     for field in [
@@ -94,10 +95,18 @@ pub fn scale_of(parent: &Value) -> Result<Value, KubeError> {
             metadata.insert(field.into(), v.clone());
         }
     }
+    let paths = rt.custom.and_then(|c| c.scale.as_ref());
+    let spec_replicas = paths.map_or("/spec/replicas".to_string(), |p| pointer(&p.spec_replicas));
+    let status_replicas = paths.map_or("/status/replicas".to_string(), |p| {
+        pointer(&p.status_replicas)
+    });
+    // A custom type's replicas default to nothing (0), a built-in's to
+    // kube's default.
+    let default = if paths.is_some() { 0 } else { DEFAULT_REPLICAS };
     let replicas = parent
-        .pointer("/spec/replicas")
+        .pointer(&spec_replicas)
         .and_then(Value::as_i64)
-        .unwrap_or(DEFAULT_REPLICAS);
+        .unwrap_or(default);
     let mut spec = Map::new();
     if replicas != 0 {
         spec.insert("replicas".into(), json!(replicas));
@@ -106,11 +115,22 @@ pub fn scale_of(parent: &Value) -> Result<Value, KubeError> {
     status.insert(
         "replicas".into(),
         json!(parent
-            .pointer("/status/replicas")
+            .pointer(&status_replicas)
             .and_then(Value::as_i64)
             .unwrap_or(0)),
     );
-    let selector = selector_string(parent.pointer("/spec/selector"))?;
+    let selector = match paths {
+        // A custom type's selector is a string already, where its
+        // definition says.
+        Some(p) => p
+            .label_selector
+            .as_deref()
+            .and_then(|path| parent.pointer(&pointer(path)))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        None => selector_string(parent.pointer("/spec/selector"))?,
+    };
     if !selector.is_empty() {
         status.insert("selector".into(), json!(selector));
     }
@@ -312,17 +332,44 @@ pub fn write_to_parent(
             });
         }
     }
-    let spec = current.entry("spec").or_insert_with(|| json!({}));
-    if !spec.is_object() {
-        *spec = json!({});
-    }
-    spec["replicas"] = json!(write.replicas);
+    let path = rt
+        .custom
+        .and_then(|c| c.scale.as_ref())
+        .map_or_else(|| ".spec.replicas".to_string(), |p| p.spec_replicas.clone());
+    set_path(&mut current, &path, json!(write.replicas));
     let meta = object::metadata_mut(&mut current);
     match &write.resource_version {
         Some(rv) => meta.insert("resourceVersion".into(), json!(rv)),
         None => meta.remove("resourceVersion"),
     };
     Ok(current)
+}
+
+/// The JSON pointer of a simple JSON path (`.spec.replicas` → `/spec/replicas`).
+fn pointer(path: &str) -> String {
+    path.trim_start_matches('.')
+        .split('.')
+        .fold(String::new(), |p, f| format!("{p}/{f}"))
+}
+
+/// Sets the field a simple JSON path names, making the objects on its way.
+fn set_path(obj: &mut Map<String, Value>, path: &str, value: Value) {
+    let fields: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let Some((last, parents)) = fields.split_last() else {
+        return;
+    };
+    let mut at = obj;
+    for f in parents {
+        let next = at.entry(f.to_string()).or_insert_with(|| json!({}));
+        if !next.is_object() {
+            *next = json!({});
+        }
+        let Value::Object(next) = next else {
+            return;
+        };
+        at = next;
+    }
+    at.insert(last.to_string(), value);
 }
 
 #[cfg(test)]
@@ -337,7 +384,7 @@ mod tests {
         }
     }
 
-    fn deployments() -> &'static ResourceType {
+    pub(super) fn deployments() -> &'static ResourceType {
         resources::find("apps", "v1", "deployments").expect("deployments")
     }
 
@@ -361,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_scale_is_its_parents_name_replicas_and_selector() {
-        let scale = scale_of(&web()).expect("a scale");
+        let scale = scale_of(deployments(), &web()).expect("a scale");
         assert_eq!(
             scale,
             json!({
@@ -378,13 +425,13 @@ mod tests {
         // spec without replicas has kube's default.
         let idle = json!({"metadata": {"name": "idle"}, "spec": {"replicas": 0}});
         assert_eq!(
-            scale_of(&idle).expect("a scale"),
+            scale_of(deployments(), &idle).expect("a scale"),
             json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": {"name": "idle"},
                    "spec": {}, "status": {"replicas": 0}})
         );
         let defaulted = json!({"metadata": {"name": "d"}, "spec": {}});
         assert_eq!(
-            scale_of(&defaulted).expect("a scale")["spec"]["replicas"],
+            scale_of(deployments(), &defaulted).expect("a scale")["spec"]["replicas"],
             1
         );
     }
@@ -394,7 +441,7 @@ mod tests {
         let rc = json!({"metadata": {"name": "rc"},
                         "spec": {"replicas": 3, "selector": {"b": "2", "a": "1"}}});
         assert_eq!(
-            scale_of(&rc).expect("a scale")["status"]["selector"],
+            scale_of(deployments(), &rc).expect("a scale")["status"]["selector"],
             "a=1,b=2"
         );
     }
@@ -404,11 +451,14 @@ mod tests {
         let mut bad = web();
         bad["spec"]["selector"] = json!({"matchExpressions": [{"key": "a", "operator": "Near"}]});
         assert_eq!(
-            scale_of(&bad).map_err(|e| e.to_string()),
+            scale_of(deployments(), &bad).map_err(|e| e.to_string()),
             Err("\"Near\" is not a valid label selector operator".to_string())
         );
         bad["spec"]["selector"] = json!({"matchExpressions": [{"key": "a", "operator": "In"}]});
-        assert!(matches!(scale_of(&bad), Err(KubeError::BadRequest(_))));
+        assert!(matches!(
+            scale_of(deployments(), &bad),
+            Err(KubeError::BadRequest(_))
+        ));
     }
 
     #[test]
@@ -557,7 +607,7 @@ mod proptests {
             if let Some(spec) = parent.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.insert("selector".into(), selector);
             }
-            match scale_of(&parent) {
+            match scale_of(super::tests::deployments(), &parent) {
                 Ok(scale) => {
                     prop_assert_eq!(&scale["kind"], "Scale");
                     prop_assert!(scale["status"]["replicas"].is_i64());

@@ -13,6 +13,9 @@
 //! integers in decimal, absent values as their Go zero value or the
 //! default kube's `defaults.go` would have stored).
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use serde_json::Value;
 
 use crate::kube::error::KubeError;
@@ -47,6 +50,9 @@ enum Render {
     Boolean(&'static str),
     /// An integer as Go's `strconv.Itoa`: absent is `0`.
     Integer(&'static str),
+    /// A custom type's selectable field: a string, number or boolean as
+    /// its text, anything else (or nothing) as `""`.
+    Scalar(&'static str),
 }
 
 impl Render {
@@ -66,6 +72,11 @@ impl Render {
             Render::Integer(path) => match obj.pointer(path) {
                 Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
                 _ => "0".to_string(),
+            },
+            Render::Scalar(path) => match obj.pointer(path) {
+                Some(Value::String(s)) => s.clone(),
+                Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string(),
+                _ => String::new(),
             },
         }
     }
@@ -234,8 +245,47 @@ static TYPE_FIELDS: &[TypeFields] = &[
 /// `DefaultMetaV1FieldSelectorConversion`).
 static DEFAULT_FIELDS: &[FieldLabel] = &[NAME, NAMESPACE];
 
+/// A custom type's field labels: the name, the namespace and its
+/// definition's `selectableFields`, made once per type (types live as
+/// long as the process).
+fn custom_fields(rt: &'static ResourceType) -> &'static [FieldLabel] {
+    static MADE: LazyLock<Mutex<HashMap<usize, &'static [FieldLabel]>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    made.entry(rt as *const ResourceType as usize)
+        .or_insert_with(|| {
+            let mut fields = vec![NAME, NAMESPACE];
+            for f in rt
+                .custom
+                .map(|c| c.selectable_fields.as_slice())
+                .unwrap_or_default()
+            {
+                let label: &'static str = Box::leak(f.clone().into_boxed_str());
+                let pointer: &'static str =
+                    Box::leak(format!("/{}", f.replace('.', "/")).into_boxed_str());
+                fields.push(FieldLabel {
+                    label,
+                    render: Render::Scalar(pointer),
+                });
+            }
+            Box::leak(fields.into_boxed_slice())
+        })
+}
+
 /// The field label `label` of `rt` (an alias resolved), or kube's `400`.
-fn field_label(rt: &ResourceType, label: &str) -> Result<&'static FieldLabel, KubeError> {
+fn field_label(rt: &'static ResourceType, label: &str) -> Result<&'static FieldLabel, KubeError> {
+    if rt.custom.is_some() {
+        let fields = custom_fields(rt);
+        return fields.iter().find(|f| f.label == label).ok_or_else(|| {
+            let known: Vec<String> = fields.iter().map(|f| format!("{:?}", f.label)).collect();
+            KubeError::BadRequest(format!(
+                "{label:?} is not a known field selector: only {}",
+                known.join(", ")
+            ))
+        });
+    }
     let own = TYPE_FIELDS
         .iter()
         .find(|t| t.group == rt.group && t.plural == rt.plural);
@@ -273,7 +323,7 @@ impl Selectors {
     /// Parses `labelSelector` and `fieldSelector` for type `rt`; an unknown
     /// field or a syntax error is a `400`.
     pub fn parse(
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         label: Option<&str>,
         field: Option<&str>,
     ) -> Result<Self, KubeError> {
@@ -328,7 +378,7 @@ impl Selectors {
     }
 }
 
-fn parse_fields(rt: &ResourceType, s: &str) -> Result<Vec<FieldReq>, KubeError> {
+fn parse_fields(rt: &'static ResourceType, s: &str) -> Result<Vec<FieldReq>, KubeError> {
     let mut out = Vec::new();
     for part in split_unescaped(s, ',') {
         let part = part.trim();

@@ -29,7 +29,7 @@
 mod config;
 mod decode;
 mod defaults;
-mod path;
+pub mod path;
 mod pod;
 mod service;
 mod workloads;

@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 
 use crate::kube::deletion::{self, FINALIZER_FOREGROUND, FINALIZER_ORPHAN};
 use crate::kube::options::Propagation;
-use crate::kube::resources::RESOURCES;
+use crate::kube::resources::ResourceType;
 
 /// One `metadata.ownerReferences` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,12 +66,16 @@ pub fn owner_refs(obj: &Value) -> Vec<OwnerRef> {
 /// key its owner has for a dependent in `dependent_ns`; `None` when the
 /// kind is not served or a namespaced owner is named from a
 /// cluster-scoped dependent.
-pub fn owner_key(r: &OwnerRef, dependent_ns: Option<&str>) -> Option<(usize, String)> {
+pub fn owner_key(
+    types: &[&'static ResourceType],
+    r: &OwnerRef,
+    dependent_ns: Option<&str>,
+) -> Option<(usize, String)> {
     let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    let i = RESOURCES
+    let i = types
         .iter()
         .position(|rt| rt.group == group && rt.kind == r.kind)?;
-    let rt = &RESOURCES[i];
+    let rt = types[i];
     if rt.namespaced {
         Some((i, rt.key(Some(dependent_ns?), &r.name)))
     } else {
@@ -281,10 +285,11 @@ mod tests {
 
     #[test]
     fn references_resolve_in_the_dependents_namespace_or_cluster_wide() {
+        let builtin: Vec<_> = crate::kube::resources::TypeSet::builtin().iter().collect();
         let d = owned_by(&[("u1", false)]);
         let refs = owner_refs(&d);
-        let (i, key) = owner_key(&refs[0], Some("n")).expect("configmaps are served");
-        assert_eq!(RESOURCES[i].plural, "configmaps");
+        let (i, key) = owner_key(&builtin, &refs[0], Some("n")).expect("configmaps are served");
+        assert_eq!(builtin[i].plural, "configmaps");
         assert_eq!(key, "/registry/configmaps/n/o-u1");
         let node = OwnerRef {
             api_version: "v1".into(),
@@ -294,7 +299,9 @@ mod tests {
             block_owner_deletion: false,
         };
         assert_eq!(
-            owner_key(&node, Some("n")).map(|k| k.1).as_deref(),
+            owner_key(&builtin, &node, Some("n"))
+                .map(|k| k.1)
+                .as_deref(),
             Some("/registry/minions/n1")
         );
         let dep = OwnerRef {
@@ -303,7 +310,7 @@ mod tests {
             ..node.clone()
         };
         assert_eq!(
-            owner_key(&dep, None),
+            owner_key(&builtin, &dep, None),
             None,
             "a namespaced owner needs a namespace"
         );
@@ -312,7 +319,7 @@ mod tests {
             kind: "Widget".into(),
             ..node
         };
-        assert_eq!(owner_key(&unknown, Some("n")), None);
+        assert_eq!(owner_key(&builtin, &unknown, Some("n")), None);
     }
 
     #[test]

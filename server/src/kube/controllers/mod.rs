@@ -33,6 +33,7 @@
 //! a backoff; everything else the next event or resync brings back.
 
 mod actions;
+mod definitions;
 pub mod gc;
 mod namespaces;
 mod pods;
@@ -51,7 +52,7 @@ use tracing::Instrument;
 use crate::kube::cache::{CachedObject, WatchCache};
 use crate::kube::deletion::{self, FINALIZER_FOREGROUND, FINALIZER_ORPHAN};
 use crate::kube::error::KubeError;
-use crate::kube::resources::{self, ResourceType, RESOURCES};
+use crate::kube::resources::{self, ResourceType, TypeSet};
 use crate::kube::store::KubeStore;
 
 use gc::OwnerIndex;
@@ -64,7 +65,9 @@ const OBJECTS_PER_YIELD: usize = 4096;
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// One piece of work, by type index in [`RESOURCES`] and etcd key.
+/// One piece of work, by type index in [`Controllers::types`] and etcd
+/// key (the key decides: the index is checked against it when the work
+/// is done, as the served types may have changed since it was queued).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Work {
     /// An object with owner references: are its owners still there?
@@ -76,6 +79,9 @@ enum Work {
     Namespace(String),
     /// A pod in its grace period, by etcd key.
     PodGrace(String),
+    /// A CustomResourceDefinition being deleted, by name: its objects go,
+    /// then its cleanup finalizer.
+    Definition(String),
 }
 
 /// Runs the controllers on this node whenever it is the Raft leader,
@@ -110,6 +116,10 @@ struct Controllers {
     terminating: HashSet<String>,
     queue: VecDeque<Work>,
     queued: HashSet<Work>,
+    /// The served types the controllers follow (as of the last resync):
+    /// one per etcd prefix (a custom type's versions share theirs).
+    served: Arc<TypeSet>,
+    types: Vec<&'static ResourceType>,
     /// Per type, the revision its events have been read to.
     seen: Vec<u64>,
     /// Pods in a grace period no kubelet will end, by when it ends.
@@ -126,7 +136,9 @@ async fn lead(kube: &KubeStore) {
         terminating: HashSet::new(),
         queue: VecDeque::new(),
         queued: HashSet::new(),
-        seen: vec![0; RESOURCES.len()],
+        served: Arc::new(TypeSet::builtin()),
+        types: Vec::new(),
+        seen: Vec::new(),
         grace_ends: BTreeSet::new(),
     };
     c.resync(&cache).await;
@@ -185,6 +197,23 @@ fn node_exists(cache: &WatchCache, pod: &serde_json::Map<String, Value>) -> bool
         .is_some_and(|nodes| lookup(cache, nodes, &nodes.key(None, node)).is_some())
 }
 
+/// The served types, one per etcd prefix: the built-ins, and of each
+/// custom type's versions the storage version (else the first served).
+fn one_per_prefix(served: &TypeSet) -> Vec<&'static ResourceType> {
+    let mut out: Vec<&'static ResourceType> = Vec::new();
+    for rt in served.iter() {
+        match out.iter_mut().find(|t| t.etcd_prefix == rt.etcd_prefix) {
+            Some(t) => {
+                if rt.custom.is_some_and(|c| c.storage) {
+                    *t = rt;
+                }
+            }
+            None => out.push(rt),
+        }
+    }
+    out
+}
+
 fn lookup(cache: &WatchCache, rt: &ResourceType, key: &str) -> Option<Arc<CachedObject>> {
     cache.current(rt).0.get(key).cloned()
 }
@@ -235,7 +264,10 @@ impl Controllers {
     async fn resync(&mut self, cache: &WatchCache) {
         self.index = OwnerIndex::default();
         self.terminating.clear();
-        for (i, rt) in RESOURCES.iter().enumerate() {
+        self.served = cache.types();
+        self.types = one_per_prefix(&self.served);
+        self.seen = vec![0; self.types.len()];
+        for (i, rt) in self.types.clone().into_iter().enumerate() {
             let (objects, revision) = cache.current(rt);
             self.seen[i] = revision;
             for (n, (key, obj)) in objects.iter().enumerate() {
@@ -251,8 +283,12 @@ impl Controllers {
     /// Reads the events after what was seen, type by type; `false` when a
     /// type's ring no longer reaches back (a resync is needed).
     fn follow(&mut self, cache: &WatchCache) -> bool {
+        if !Arc::ptr_eq(&cache.types(), &self.served) {
+            // The served types changed: start again from what they are.
+            return false;
+        }
         let target = cache.revision();
-        for (i, rt) in RESOURCES.iter().enumerate() {
+        for (i, rt) in self.types.clone().into_iter().enumerate() {
             loop {
                 let Ok((events, upto)) = cache.events_after(rt, self.seen[i], EVENTS_PER_STEP)
                 else {
@@ -305,11 +341,15 @@ impl Controllers {
         }
         let ns = last.pointer("/metadata/namespace").and_then(Value::as_str);
         for r in gc::owner_refs(last) {
-            if let Some((j, key)) = gc::owner_key(&r, ns) {
+            if let Some((j, key)) = gc::owner_key(&self.types, &r, ns) {
                 self.enqueue(Work::Owner(j, key));
             }
         }
-        if RESOURCES[i].namespaced {
+        if let Some(custom) = self.types[i].custom {
+            // The definition of a type being emptied may be done now.
+            self.enqueue(Work::Definition(custom.definition.clone()));
+        }
+        if self.types[i].namespaced {
             if let Some(ns) = ns.filter(|ns| self.terminating.contains(*ns)) {
                 self.enqueue(Work::Namespace(ns.to_string()));
             }
@@ -320,7 +360,7 @@ impl Controllers {
     /// what it may need.
     fn observe(&mut self, cache: &WatchCache, i: usize, key: &str, current: Option<&Value>) {
         self.index.refresh(i, key, current);
-        let rt = &RESOURCES[i];
+        let rt = self.types[i];
         let name = || key.rsplit('/').next().unwrap_or_default().to_string();
         let Some(obj) = current.and_then(as_map) else {
             if std::ptr::eq(rt, resources::namespaces()) {
@@ -336,6 +376,11 @@ impl Controllers {
                 self.terminating.remove(&name());
             }
         }
+        if std::ptr::eq(rt, resources::custom_resource_definitions())
+            && definitions::is_cleaning_up(obj)
+        {
+            self.enqueue(Work::Definition(name()));
+        }
         let refs = current.map(gc::owner_refs).unwrap_or_default();
         if !refs.is_empty() {
             self.enqueue(Work::Dependent(i, key.to_string()));
@@ -346,8 +391,8 @@ impl Controllers {
                 .and_then(|m| m.get("namespace"))
                 .and_then(Value::as_str);
             for r in refs {
-                if let Some((j, owner_key)) = gc::owner_key(&r, ns) {
-                    let owner = lookup(cache, &RESOURCES[j], &owner_key);
+                if let Some((j, owner_key)) = gc::owner_key(&self.types, &r, ns) {
+                    let owner = lookup(cache, self.types[j], &owner_key);
                     if owner
                         .is_some_and(|o| as_map(&o.object).is_some_and(deletion::is_being_deleted))
                     {
@@ -376,11 +421,27 @@ impl Controllers {
 
     async fn process(&mut self, cache: &WatchCache, work: &Work) -> Result<(), KubeError> {
         match work {
-            Work::Dependent(i, key) => self.dependent(cache, *i, key).await,
-            Work::Owner(i, key) => self.owner(cache, *i, key).await,
+            Work::Dependent(i, key) => match self.type_of(*i, key) {
+                Some(i) => self.dependent(cache, i, key).await,
+                None => Ok(()),
+            },
+            Work::Owner(i, key) => match self.type_of(*i, key) {
+                Some(i) => self.owner(cache, i, key).await,
+                None => Ok(()),
+            },
             Work::Namespace(name) => namespaces::finish(&self.kube, cache, name).await,
             Work::PodGrace(key) => self.pod_grace(cache, key).await,
+            Work::Definition(name) => definitions::finish(&self.kube, cache, name).await,
         }
+    }
+
+    /// The index of the type `key` is an object of: `i` when it still is.
+    fn type_of(&self, i: usize, key: &str) -> Option<usize> {
+        let owns = |rt: &ResourceType| key.starts_with(&rt.collection_prefix(None));
+        if self.types.get(i).is_some_and(|rt| owns(rt)) {
+            return Some(i);
+        }
+        self.types.iter().position(|rt| owns(rt))
     }
 
     /// Deletes a pod whose grace period has ended with no kubelet to
@@ -415,14 +476,14 @@ impl Controllers {
     }
 
     /// Decides on a dependent from its owners' current states.
-    #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = RESOURCES[i].plural))]
+    #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = self.types[i].plural))]
     async fn dependent(
         &mut self,
         cache: &WatchCache,
         i: usize,
         key: &str,
     ) -> Result<(), KubeError> {
-        let rt = &RESOURCES[i];
+        let rt = self.types[i];
         let Some(current) = lookup(cache, rt, key) else {
             return Ok(());
         };
@@ -435,8 +496,8 @@ impl Controllers {
             .and_then(Value::as_str);
         let mut owners = Vec::new();
         for r in gc::owner_refs(&current.object) {
-            let state = gc::owner_key(&r, ns).map(|(j, owner_key)| {
-                let found = lookup(cache, &RESOURCES[j], &owner_key);
+            let state = gc::owner_key(&self.types, &r, ns).map(|(j, owner_key)| {
+                let found = lookup(cache, self.types[j], &owner_key);
                 gc::owner_state(&r, found.as_ref().map(|o| &o.object))
             });
             owners.push((r, state));
@@ -466,9 +527,9 @@ impl Controllers {
 
     /// Moves an owner being deleted on: orphans or deletes its dependents,
     /// and removes its garbage-collector finalizer once done.
-    #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = RESOURCES[i].plural))]
+    #[tracing::instrument(level = "debug", skip(self, cache), fields(resource = self.types[i].plural))]
     async fn owner(&mut self, cache: &WatchCache, i: usize, key: &str) -> Result<(), KubeError> {
-        let rt = &RESOURCES[i];
+        let rt = self.types[i];
         let Some(seen) = lookup(cache, rt, key) else {
             return Ok(());
         };
@@ -494,7 +555,7 @@ impl Controllers {
             .index
             .dependents(&uid)
             .into_iter()
-            .filter_map(|(j, k)| lookup(cache, &RESOURCES[j], &k).map(|o| (j, o)))
+            .filter_map(|(j, k)| lookup(cache, self.types[j], &k).map(|o| (j, o)))
             .collect();
         let values: Vec<Value> = dependents.iter().map(|(_, o)| o.object.clone()).collect();
         match gc::owner_step(obj, &uid, &values) {
@@ -503,7 +564,7 @@ impl Controllers {
                 for (j, dep) in &dependents {
                     actions::drop_owner_refs(
                         &self.kube,
-                        &RESOURCES[*j],
+                        self.types[*j],
                         dep,
                         std::slice::from_ref(&uid),
                     )

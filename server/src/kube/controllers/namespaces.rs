@@ -23,7 +23,7 @@ use crate::kube::deletion::{self, FINALIZER_NAMESPACE};
 use crate::kube::error::KubeError;
 use crate::kube::object;
 use crate::kube::options::{DeleteOptions, DryRun, Propagation};
-use crate::kube::resources::{self, ResourceType, RESOURCES};
+use crate::kube::resources::{self, ResourceType};
 use crate::kube::store::KubeStore;
 
 use super::actions;
@@ -61,7 +61,10 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
     let mut left = 0usize;
     let mut remaining = Remaining::default();
     let mut to_delete = Vec::new();
-    for member in RESOURCES.iter().filter(|r| r.namespaced) {
+    for member in super::one_per_prefix(&cache.types())
+        .into_iter()
+        .filter(|r| r.namespaced)
+    {
         let prefix = member.collection_prefix(Some(name));
         let (objects, _) = cache.current(member);
         for (_, o) in objects

@@ -29,6 +29,7 @@ use super::{Freshness, KubeStore, Listed, ReadPath};
 use crate::kube::admission::{self, Admitted, UpdateScope, SYSTEM_NAMESPACES};
 use crate::kube::apply;
 use crate::kube::cache::CachedObject;
+use crate::kube::crd;
 use crate::kube::deletion::{self, DeletePlan, UpdateEffect};
 use crate::kube::error::KubeError;
 use crate::kube::object;
@@ -276,9 +277,11 @@ impl KubeStore {
         let Admitted {
             name,
             namespace: ns,
-            object: obj,
+            object: mut obj,
             ..
         } = admitted;
+        self.admit_definition(rt, &mut obj);
+        self.check_definition_active(rt)?;
         let ns = ns.as_deref();
         let key = rt.key(ns, &name);
         let ns_key = ns
@@ -367,6 +370,36 @@ impl KubeStore {
             // The namespace changed (or went) since it was read: read it again.
         }
         Err(KubeError::conflict(rt, &name))
+    }
+
+    /// A CustomResourceDefinition about to be written: whether its names
+    /// are free among the types this node serves decides whether it is
+    /// established ([`crd::admission::accept_names`]); other types pass.
+    fn admit_definition(&self, rt: &ResourceType, obj: &mut Map<String, Value>) {
+        if std::ptr::eq(rt, resources::custom_resource_definitions()) {
+            crd::admission::accept_names(obj, &self.cache.types());
+        }
+    }
+
+    /// A custom resource is created only while its definition is not
+    /// being deleted (kube's `405`: "create not allowed while custom
+    /// resource definition is terminating").
+    fn check_definition_active(&self, rt: &ResourceType) -> Result<(), KubeError> {
+        let Some(custom) = rt.custom else {
+            return Ok(());
+        };
+        let defs = resources::custom_resource_definitions();
+        let (objects, _) = self.cache.current(defs);
+        let terminating = objects
+            .get(&defs.key(None, &custom.definition))
+            .and_then(|d| d.object.as_object())
+            .is_some_and(deletion::is_being_deleted);
+        if terminating {
+            return Err(KubeError::MethodNotAllowed(
+                "create not allowed while custom resource definition is terminating".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Replaces an admitted object (`PUT`), or only its status with
@@ -494,6 +527,9 @@ impl KubeStore {
                     let precondition = admission::precondition(&new).map_err(E::from)?;
                     let stored = current.stored();
                     admission::admit_update(rt, scope, &stored, &mut new).map_err(E::from)?;
+                    if scope != UpdateScope::Status {
+                        self.admit_definition(rt, &mut new);
+                    }
                     if let Some(manager) = manager {
                         apply::track_update(
                             &target,
