@@ -486,3 +486,90 @@ async fn kube_rs_aggregated_discovery_matches_the_served_types() {
     assert_eq!(body["kind"], "APIGroupList");
     c.shutdown().await;
 }
+
+/// A custom resource defined at run time, through kube-rs only: the
+/// definition created through one node (`Api<CustomResourceDefinition>`),
+/// found by legacy and aggregated discovery on the others, its objects
+/// written through a second node as `DynamicObject`s and followed through
+/// the third by a `watcher` + `reflector` until the store holds them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_discovers_and_watches_a_custom_resource_defined_at_run_time() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{DynamicObject, PostParams};
+    use kube::core::GroupVersionKind;
+    use kube::Discovery;
+
+    let c = TestCluster::new(3).await.expect("cluster");
+    let (u1, u2, u3) = (c.rest_url(1), c.rest_url(2), c.rest_url(3));
+    let definition: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "gizmos.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gizmos", "kind": "Gizmo"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .expect("a definition");
+    let crds: Api<CustomResourceDefinition> = Api::all(client_for(&u1));
+    let created = crds
+        .create(&PostParams::default(), &definition)
+        .await
+        .expect("create the definition");
+    let established = created
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established, "established when created");
+
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Gizmo");
+    let legacy = Discovery::new(client_for(&u2))
+        .run()
+        .await
+        .expect("legacy discovery");
+    let (resource, _) = legacy.resolve_gvk(&gvk).expect("legacy discovery finds it");
+    assert_eq!(resource.plural, "gizmos");
+    let aggregated = Discovery::new(client_for(&u3))
+        .run_aggregated()
+        .await
+        .expect("aggregated discovery");
+    assert!(aggregated.resolve_gvk(&gvk).is_some(), "aggregated discovery finds it");
+
+    let watched: Api<DynamicObject> = Api::namespaced_with(client_for(&u3), "default", &resource);
+    let (reader, writer) = reflector::store();
+    let mut events = reflector(writer, watcher(watched, watcher::Config::default()))
+        .applied_objects()
+        .boxed();
+    let written: Api<DynamicObject> = Api::namespaced_with(client_for(&u2), "default", &resource);
+    for i in 0..3 {
+        let mut gizmo = DynamicObject::new(&format!("g{i}"), &resource);
+        gizmo.data = json!({"spec": {"size": i}});
+        written
+            .create(&PostParams::default(), &gizmo)
+            .await
+            .expect("create a gizmo");
+    }
+    let seen = tokio::time::timeout(Duration::from_secs(20), async {
+        while reader.len() < 3 {
+            events
+                .next()
+                .await
+                .expect("the watcher keeps going")
+                .expect("no watch error");
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "the reflector holds every gizmo");
+    let mut names: Vec<String> = reader
+        .state()
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["g0", "g1", "g2"]);
+    c.shutdown().await;
+}
