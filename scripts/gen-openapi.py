@@ -51,6 +51,11 @@ PARAM_PREFIX = "#/parameters/"
 TEMPLATE_COLLECTION = "/apis/apps/v1/namespaces/{namespace}/deployments"
 TEMPLATE_OBJECT = "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
 
+# Definitions every document carries though no non-deprecated path names
+# them: the watch paths (left out) are where kube's specification names
+# the watch event.
+EXTRA_ROOTS = ["io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent"]
+
 # Path keys of a resource path (`/api/v1/...`, `/apis/<g>/<v>/...`) that
 # are not deprecated `watch/` paths.
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
@@ -177,7 +182,7 @@ def main():
         spec = json.load(f)
     if spec.get("swagger") != "2.0":
         sys.exit("not a swagger 2.0 specification")
-    names = closure(spec, resource_roots(spec))
+    names = closure(spec, resource_roots(spec) | set(EXTRA_ROOTS))
     table = {
         "definitions": {n: spec["definitions"][n] for n in names},
         "parameters": parameters(spec),
