@@ -30,7 +30,9 @@ use document::{gv_key, Documents};
 
 /// Media type of the v2 document as protobuf (what client-go asks for).
 pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-/// The older spelling kube-openapi also answers.
+/// The older spelling kube-openapi also answers, and the `Content-Type`
+/// of either: Go's `mime.ParseMediaType`, which client-go runs on every
+/// response, refuses the `@` ("unexpected content after media subtype").
 const V2_PROTOBUF_LEGACY: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
 /// What the OpenAPI handlers fail with.
@@ -249,12 +251,12 @@ pub async fn v2(State(state): State<AppState>, headers: HeaderMap) -> Response {
         let docs = current().await?;
         tokio::task::spawn_blocking(move || {
             let json = docs.v2();
-            let body = if media == "application/json" {
-                json.body.clone()
+            if media == "application/json" {
+                content(&headers, json.body.clone(), media, &json.hash)
             } else {
-                docs.v2_protobuf().clone()
-            };
-            content(&headers, body, media, &json.hash)
+                let body = docs.v2_protobuf().clone();
+                content(&headers, body, V2_PROTOBUF_LEGACY, &json.hash)
+            }
         })
         .await
         .map_err(|e| OpenApiError::Build(e.to_string()))
