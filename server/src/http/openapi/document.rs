@@ -63,8 +63,9 @@ pub struct Documents {
     /// v3 documents by index key (`api/v1`, `apis/apps/v1`).
     pub groups: BTreeMap<String, Encoded>,
     apis: Vec<ServedApi>,
-    v2: OnceLock<Encoded>,
-    v2_protobuf: OnceLock<Bytes>,
+    /// `/openapi/v2` as JSON and as protobuf, made together on first use
+    /// (the document is built once for both).
+    v2: OnceLock<(Encoded, Bytes)>,
 }
 
 impl Documents {
@@ -84,24 +85,26 @@ impl Documents {
             groups,
             apis,
             v2: OnceLock::new(),
-            v2_protobuf: OnceLock::new(),
         }
     }
 
-    /// `/openapi/v2` as JSON, made on first use.
-    pub fn v2(&self) -> &Encoded {
+    fn v2_both(&self) -> &(Encoded, Bytes) {
         self.v2.get_or_init(|| {
             let all: Vec<&ServedApi> = self.apis.iter().collect();
-            Encoded::of(&v2_document(&all))
+            let doc = v2_document(&all);
+            (Encoded::of(&doc), Bytes::from(gnostic::encode(&doc)))
         })
     }
 
-    /// `/openapi/v2` as gnostic protobuf, made on first use.
+    /// `/openapi/v2` as JSON, with the hash of that JSON (the ETag of
+    /// both forms, as kube's).
+    pub fn v2(&self) -> &Encoded {
+        &self.v2_both().0
+    }
+
+    /// `/openapi/v2` as gnostic protobuf.
     pub fn v2_protobuf(&self) -> &Bytes {
-        self.v2_protobuf.get_or_init(|| {
-            let all: Vec<&ServedApi> = self.apis.iter().collect();
-            Bytes::from(gnostic::encode(&v2_document(&all)))
-        })
+        &self.v2_both().1
     }
 }
 

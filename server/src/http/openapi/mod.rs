@@ -244,27 +244,31 @@ fn gv_response(
 pub async fn v2(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let span = tracing::info_span!("openapi", node = state.node.id(), path = "/openapi/v2");
     let work = async move {
-        let media = negotiate(
-            &headers,
-            &["application/json", V2_PROTOBUF, V2_PROTOBUF_LEGACY],
-        )?;
         let docs = current().await?;
-        tokio::task::spawn_blocking(move || {
-            let json = docs.v2();
-            if media == "application/json" {
-                content(&headers, json.body.clone(), media, &json.hash)
-            } else {
-                let body = docs.v2_protobuf().clone();
-                content(&headers, body, V2_PROTOBUF_LEGACY, &json.hash)
-            }
-        })
-        .await
-        .map_err(|e| OpenApiError::Build(e.to_string()))
+        tokio::task::spawn_blocking(move || v2_response(&docs, &headers))
+            .await
+            .map_err(|e| OpenApiError::Build(e.to_string()))?
     };
     match tracing::Instrument::instrument(work, span).await {
         Ok(resp) => resp,
         Err(e) => e.into_response(),
     }
+}
+
+/// The v2 document in the form the client asks for. Blocking: the first
+/// call builds and encodes it.
+fn v2_response(docs: &Documents, headers: &HeaderMap) -> Result<Response, OpenApiError> {
+    let media = negotiate(
+        headers,
+        &["application/json", V2_PROTOBUF, V2_PROTOBUF_LEGACY],
+    )?;
+    let json = docs.v2();
+    Ok(if media == "application/json" {
+        content(headers, json.body.clone(), media, &json.hash)
+    } else {
+        let body = docs.v2_protobuf().clone();
+        content(headers, body, V2_PROTOBUF_LEGACY, &json.hash)
+    })
 }
 
 #[cfg(test)]

@@ -71,3 +71,32 @@ fn a_group_version_answers_with_etag_304_redirect_and_immutable_caching() {
         Err(OpenApiError::NotAcceptable)
     ));
 }
+
+#[test]
+fn v2_is_json_or_protobuf_with_one_etag() {
+    let docs = Documents::build(served::served());
+    let json = v2_response(&docs, &headers(&[(header::ACCEPT, "application/json")])).expect("json");
+    assert_eq!(json.headers()[header::CONTENT_TYPE], "application/json");
+    let etag = json.headers()[header::ETAG].clone();
+
+    let client_go = headers(&[(header::ACCEPT, "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")]);
+    let pb = v2_response(&docs, &client_go).expect("protobuf");
+    assert_eq!(pb.status(), StatusCode::OK);
+    // Without the '@': Go's mime parser refuses it in a Content-Type.
+    assert_eq!(
+        pb.headers()[header::CONTENT_TYPE],
+        "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    );
+    assert_eq!(pb.headers()[header::ETAG], etag);
+
+    let mut cached = client_go.clone();
+    cached.insert(header::IF_NONE_MATCH, etag);
+    assert_eq!(
+        v2_response(&docs, &cached).expect("304").status(),
+        StatusCode::NOT_MODIFIED
+    );
+    assert!(matches!(
+        v2_response(&docs, &headers(&[(header::ACCEPT, "application/yaml")])),
+        Err(OpenApiError::NotAcceptable)
+    ));
+}
