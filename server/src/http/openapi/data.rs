@@ -95,7 +95,13 @@ mod tests {
             data.definition_of("autoscaling", "v1", "Scale"),
             Some("io.k8s.api.autoscaling.v1.Scale")
         );
-        for meta in [STATUS, DELETE_OPTIONS, PATCH, WATCH_EVENT, API_RESOURCE_LIST] {
+        for meta in [
+            STATUS,
+            DELETE_OPTIONS,
+            PATCH,
+            WATCH_EVENT,
+            API_RESOURCE_LIST,
+        ] {
             assert!(data.definitions.contains_key(meta), "{meta}");
         }
         let replicas = &data.definitions["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]

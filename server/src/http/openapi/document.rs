@@ -114,7 +114,9 @@ impl Documents {
 pub fn documents(apis: Vec<ServedApi>) -> Arc<Documents> {
     static CACHE: Mutex<Option<(u64, Arc<Documents>)>> = Mutex::new(None);
     let key = fingerprint(&apis);
-    let mut cache = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some((k, docs)) = cache.as_ref() {
         if *k == key {
             return docs.clone();
@@ -449,10 +451,7 @@ fn all_paths(apis: &[&ServedApi]) -> Vec<PathItem> {
     for api in apis {
         gvs.insert((api.group.as_str(), api.version.as_str()));
     }
-    let mut paths: Vec<PathItem> = gvs
-        .into_iter()
-        .map(|(g, v)| resources_path(g, v))
-        .collect();
+    let mut paths: Vec<PathItem> = gvs.into_iter().map(|(g, v)| resources_path(g, v)).collect();
     paths.extend(apis.iter().flat_map(|api| paths_of(api)));
     paths
 }

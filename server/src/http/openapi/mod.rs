@@ -115,7 +115,10 @@ fn content(headers: &HeaderMap, body: Bytes, media: &'static str, hash: &str) ->
     let not_modified = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| matches!(t.trim(), "*") || t.trim() == etag));
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| matches!(t.trim(), "*") || t.trim() == etag)
+        });
     let mut resp = if not_modified {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -158,7 +161,11 @@ pub async fn index(State(state): State<AppState>, headers: HeaderMap) -> Respons
     let hash = {
         use sha2::{Digest, Sha512};
         let digest = Sha512::digest(&body);
-        digest.iter().take(16).map(|b| format!("{b:02X}")).collect::<String>()
+        digest
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02X}"))
+            .collect::<String>()
     };
     content(&headers, body, "application/json", &hash)
 }

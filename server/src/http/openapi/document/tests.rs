@@ -56,7 +56,10 @@ fn the_index_covers_every_served_group_version_and_nothing_else() {
     assert!(indexed.contains("api/v1") && indexed.contains("apis/apps/v1"));
     for doc in docs.groups.values() {
         assert_eq!(doc.hash.len(), 128, "a SHA-512 in hex");
-        assert!(doc.hash.chars().all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
+        assert!(doc
+            .hash
+            .chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
     }
 }
 
@@ -93,7 +96,11 @@ fn every_served_kinds_patch_carries_its_gvk_and_field_validation() {
             .as_object()
             .expect("patch body");
         for media in PATCH_TYPES {
-            assert!(content.contains_key(media), "{} patch lacks {media}", rt.kind);
+            assert!(
+                content.contains_key(media),
+                "{} patch lacks {media}",
+                rt.kind
+            );
         }
         // The kind's schema carries its GVK, as kubectl explain finds it.
         let root = doc["components"]["schemas"]
@@ -103,7 +110,9 @@ fn every_served_kinds_patch_carries_its_gvk_and_field_validation() {
                     s["x-kubernetes-group-version-kind"]
                         .as_array()
                         .is_some_and(|g| {
-                            g.contains(&json!({"group": rt.group, "version": rt.version, "kind": rt.kind}))
+                            g.contains(
+                                &json!({"group": rt.group, "version": rt.version, "kind": rt.kind}),
+                            )
                         })
                 })
             })
@@ -120,7 +129,10 @@ fn every_served_kinds_patch_carries_its_gvk_and_field_validation() {
     assert_eq!(scale["get"]["x-kubernetes-action"], "get");
     let core = v3(&docs, "api/v1");
     assert!(core["paths"]["/api/v1/namespaces/{name}/finalize"]["put"].is_object());
-    assert!(core["paths"]["/api/v1/namespaces"]["delete"].is_null(), "no deletecollection");
+    assert!(
+        core["paths"]["/api/v1/namespaces"]["delete"].is_null(),
+        "no deletecollection"
+    );
     let list = &core["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"];
     assert_eq!(list["x-kubernetes-action"], "list");
     assert!(list["parameters"]
@@ -144,7 +156,13 @@ fn v3_schemas_keep_descriptions_and_extensions_with_refs_as_all_of() {
     let containers = &schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
     assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
     assert_eq!(containers["x-kubernetes-list-type"], "map");
-    for meta in ["Status", "DeleteOptions", "WatchEvent", "APIResourceList", "Patch"] {
+    for meta in [
+        "Status",
+        "DeleteOptions",
+        "WatchEvent",
+        "APIResourceList",
+        "Patch",
+    ] {
         let name = format!("io.k8s.apimachinery.pkg.apis.meta.v1.{meta}");
         assert!(schemas.get(&name).is_some(), "{name}");
     }
@@ -176,16 +194,22 @@ fn every_reference_resolves_in_v3_and_v2() {
         let name = r
             .strip_prefix("#/definitions/")
             .unwrap_or_else(|| panic!("v2: {r} is not a definitions reference"));
-        assert!(v2["definitions"].get(name).is_some(), "v2: {r} does not resolve");
+        assert!(
+            v2["definitions"].get(name).is_some(),
+            "v2: {r} does not resolve"
+        );
     }
     // Every served kind's PATCH is in v2 too, with its inline
     // fieldValidation (client-go's v2 query-parameter check).
-    for rt in RESOURCES.iter().filter(|rt| rt.verbs().iter().any(|v| v == "patch")) {
+    for rt in RESOURCES
+        .iter()
+        .filter(|rt| rt.verbs().iter().any(|v| v == "patch"))
+    {
         let patch = &v2["paths"][object_path(rt)]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], rt.kind);
-        assert!(patch["parameters"]
-            .as_array()
-            .is_some_and(|p| p.iter().any(|p| p["name"] == "fieldValidation" && p["in"] == "query")));
+        assert!(patch["parameters"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")));
     }
 }
 
@@ -196,7 +220,10 @@ fn the_protobuf_document_decodes_back_with_every_definition() {
     let v2: Value = serde_json::from_slice(&docs.v2().body).expect("v2 parses");
     let decoded = pb::Document::decode(docs.v2_protobuf().as_ref()).expect("decodes");
     assert_eq!(decoded.swagger, "2.0");
-    let definitions = decoded.definitions.expect("definitions").additional_properties;
+    let definitions = decoded
+        .definitions
+        .expect("definitions")
+        .additional_properties;
     assert_eq!(
         definitions.len(),
         v2["definitions"].as_object().map_or(0, |d| d.len())
@@ -218,7 +245,10 @@ fn the_protobuf_document_decodes_back_with_every_definition() {
         .and_then(|e| e.value.as_ref())
         .expect("gvk extension");
     let gvk: Value = serde_json::from_str(&gvk.yaml).expect("json is yaml");
-    assert_eq!(gvk, json!({"group": "apps", "version": "v1", "kind": "Deployment"}));
+    assert_eq!(
+        gvk,
+        json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+    );
     let has_field_validation = deployment.parameters.iter().any(|p| {
         matches!(&p.oneof, Some(pb::parameters_item::Oneof::Parameter(pb::Parameter {
             oneof: Some(pb::parameter::Oneof::NonBodyParameter(pb::NonBodyParameter {
@@ -233,14 +263,24 @@ fn the_protobuf_document_decodes_back_with_every_definition() {
         .find(|d| d.name == "io.k8s.api.apps.v1.DeploymentSpec")
         .and_then(|d| d.value.as_ref())
         .expect("DeploymentSpec");
-    assert_eq!(spec.r#type.as_ref().map(|t| t.value.clone()), Some(vec!["object".to_string()]));
-    let props = &spec.properties.as_ref().expect("properties").additional_properties;
+    assert_eq!(
+        spec.r#type.as_ref().map(|t| t.value.clone()),
+        Some(vec!["object".to_string()])
+    );
+    let props = &spec
+        .properties
+        .as_ref()
+        .expect("properties")
+        .additional_properties;
     let template = props
         .iter()
         .find(|p| p.name == "template")
         .and_then(|p| p.value.as_ref())
         .expect("template");
-    assert_eq!(template.r#ref, "#/definitions/io.k8s.api.core.v1.PodTemplateSpec");
+    assert_eq!(
+        template.r#ref,
+        "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"
+    );
 }
 
 /// A custom resource as the CRD registry will add one: its own schemas,
@@ -267,9 +307,18 @@ fn crontab(revision: &str) -> ServedApi {
         plural: "crontabs".into(),
         kind: "CronTab".into(),
         namespaced: true,
-        verbs: ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-            .map(String::from)
-            .to_vec(),
+        verbs: [
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+        .map(String::from)
+        .to_vec(),
         subresources: Vec::new(),
         root: "com.example.stable.v1.CronTab".into(),
         list: "com.example.stable.v1.CronTabList".into(),
@@ -281,7 +330,10 @@ fn crontab(revision: &str) -> ServedApi {
 #[test]
 fn a_changed_served_set_changes_the_documents_and_their_hashes() {
     let builtin = documents(served());
-    assert!(Arc::ptr_eq(&builtin, &documents(served())), "cached per served set");
+    assert!(
+        Arc::ptr_eq(&builtin, &documents(served())),
+        "cached per served set"
+    );
 
     let mut with_crd = served();
     with_crd.push(crontab("1"));
@@ -297,7 +349,10 @@ fn a_changed_served_set_changes_the_documents_and_their_hashes() {
         .get("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
         .is_some());
     // The built-in group versions' documents are unchanged.
-    assert_eq!(docs.groups["apis/apps/v1"].hash, builtin.groups["apis/apps/v1"].hash);
+    assert_eq!(
+        docs.groups["apis/apps/v1"].hash,
+        builtin.groups["apis/apps/v1"].hash
+    );
 
     // The same type with another schema: a new hash.
     with_crd.pop();
@@ -308,8 +363,10 @@ fn a_changed_served_set_changes_the_documents_and_their_hashes() {
         docs.groups["apis/stable.example.com/v1"].hash
     );
     // A type gone from a group version changes that document's hash.
-    let without_pods: Vec<ServedApi> =
-        served().into_iter().filter(|a| a.plural != "pods").collect();
+    let without_pods: Vec<ServedApi> = served()
+        .into_iter()
+        .filter(|a| a.plural != "pods")
+        .collect();
     let fewer = Documents::build(without_pods);
     assert_ne!(fewer.groups["api/v1"].hash, builtin.groups["api/v1"].hash);
 }
