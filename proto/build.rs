@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raft.proto",
         "proto/etcd/kv.proto",
         "proto/etcd/rpc.proto",
+        "proto/gnostic/openapiv2.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -64,18 +64,24 @@ ensure_python_client() {
     fi
 }
 
-# A real kubectl (1.33 preferred) for the end-to-end tests. Exports KUBECTL.
+# A real kubectl (1.33 preferred) for the end-to-end tests. Exports KUBECTL,
+# and KUBECTL_OLDEST: gcloud's kubectl 1.27 (the oldest exercised, which
+# reads /openapi/v2 as protobuf), else the same kubectl as KUBECTL.
 ensure_kubectl() {
     local candidates=()
     if command -v gcloud >/dev/null 2>&1; then
         local gdir
         gdir=$(dirname "$(readlink -f "$(command -v gcloud)")")
         candidates+=("$gdir/kubectl.1.33")
+        if [ -x "$gdir/kubectl.1.27" ] && "$gdir/kubectl.1.27" version --client >/dev/null 2>&1; then
+            export KUBECTL_OLDEST="$gdir/kubectl.1.27"
+        fi
     fi
     candidates+=("$TOOLS/kubectl")
     for k in "${candidates[@]}"; do
         if [ -x "$k" ] && "$k" version --client >/dev/null 2>&1; then
             export KUBECTL="$k"
+            export KUBECTL_OLDEST="${KUBECTL_OLDEST:-$k}"
             return
         fi
     done
@@ -90,4 +96,5 @@ ensure_kubectl() {
     chmod +x "$TOOLS/kubectl"
     rm -rf "$tmp"
     export KUBECTL="$TOOLS/kubectl"
+    export KUBECTL_OLDEST="${KUBECTL_OLDEST:-$KUBECTL}"
 }

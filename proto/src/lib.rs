@@ -15,6 +15,10 @@
 //!   method, message and field names, field numbers and types) must match
 //!   etcd's `api/mvccpb/kv.proto` and `api/etcdserverpb/rpc.proto` exactly,
 //!   because unmodified etcd clients (etcdctl, kube-apiserver, ...) use it.
+//! - [`openapi_v2`]: the subset of gnostic's OpenAPI v2 document messages
+//!   (`proto/gnostic/openapiv2.proto`) the server encodes `/openapi/v2`
+//!   into; names and field numbers match gnostic's, which client-go
+//!   decodes with.
 
 pub mod codec;
 
@@ -39,4 +43,11 @@ pub mod etcd {
         #![allow(clippy::all, missing_docs)] // generated code
         tonic::include_proto!("etcdserverpb");
     }
+}
+
+/// gnostic's OpenAPI v2 document (`proto/gnostic/openapiv2.proto`, package
+/// `openapi.v2`): the protobuf form of `/openapi/v2`.
+pub mod openapi_v2 {
+    #![allow(clippy::all, missing_docs)] // generated code
+    tonic::include_proto!("openapi.v2");
 }

@@ -1968,3 +1968,164 @@ async fn kubectl_diff_and_edit() {
     );
     stop_cluster(launcher).await;
 }
+
+/// The oldest kubectl exercised (1.27, which needs `/openapi/v2` as
+/// protobuf to validate): `$KUBECTL_OLDEST` (set by `scripts/common.sh`'s
+/// `ensure_kubectl`), else gcloud's `kubectl.1.27`.
+fn oldest_kubectl() -> String {
+    if let Ok(k) = std::env::var("KUBECTL_OLDEST") {
+        return k;
+    }
+    let gcloud = Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v gcloud)\""])
+        .output()
+        .ok()
+        .filter(|o| o.status.success() && !o.stdout.is_empty())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let Some(gcloud) = gcloud else {
+        panic!(
+            "kubectl 1.27 not found: KUBECTL_OLDEST is unset and gcloud is not installed \
+             (its SDK ships kubectl.1.27 beside it); run scripts/test.sh or \
+             `source scripts/common.sh && ensure_kubectl`, which set KUBECTL_OLDEST"
+        );
+    };
+    let k = Path::new(&gcloud)
+        .parent()
+        .map(|d| d.join("kubectl.1.27"))
+        .filter(|k| k.exists())
+        .unwrap_or_else(|| panic!("kubectl 1.27 not found beside gcloud ({gcloud})"));
+    k.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_openapi_for_explain_apply_and_validation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, _nodes) = start_cluster(dir.path()).await;
+    let kc = dir.path().join("kubeconfig");
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    // Phase 1: kubectl explain reads the v3 schemas: a field's
+    // description, and every field of a pod.
+    let replicas = ok(
+        &kubectl(&kc, "node-1", &["explain", "deployment.spec.replicas"]),
+        "explain deployment.spec.replicas",
+    );
+    assert!(replicas.contains("replicas"), "{replicas}");
+    assert!(
+        replicas.contains("Number of desired pods"),
+        "no description: {replicas}"
+    );
+    let pods = ok(
+        &kubectl(&kc, "node-2", &["explain", "pods", "--recursive"]),
+        "explain pods --recursive",
+    );
+    assert!(pods.contains("containers"), "{pods}");
+    assert!(pods.contains("terminationGracePeriodSeconds"), "{pods}");
+
+    // Phase 2: a client-side apply of a changed manifest computes its
+    // strategic merge patch from the v3 schema, without a warning.
+    ok(
+        &kubectl(&kc, "node-1", &["create", "namespace", "oa"]),
+        "create namespace",
+    );
+    let manifest = |replicas: u32, image: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: oa\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n"
+        )
+    };
+    let file = dir.path().join("web.yaml");
+    let file_arg = file.to_str().expect("utf-8 path");
+    std::fs::write(&file, manifest(1, "nginx:1.25")).expect("manifest");
+    let first = kubectl(&kc, "node-2", &["apply", "-f", file_arg]);
+    ok(&first, "first apply");
+    std::fs::write(&file, manifest(3, "nginx:1.27")).expect("manifest");
+    let second = kubectl(&kc, "node-3", &["apply", "-f", file_arg]);
+    ok(&second, "second apply");
+    for out in [&first, &second] {
+        assert!(
+            !stderr(out).contains("error calculating patch"),
+            "{}",
+            stderr(out)
+        );
+    }
+    let stored = ok(
+        &kubectl(
+            &kc,
+            "node-1",
+            &[
+                "-n",
+                "oa",
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}",
+            ],
+        ),
+        "get deployment",
+    );
+    assert_eq!(stored, "3 nginx:1.27");
+
+    // Phase 3: /openapi/v2 as JSON, through kubectl's raw GET.
+    let v2 = ok(
+        &kubectl(&kc, "node-3", &["get", "--raw", "/openapi/v2"]),
+        "get --raw /openapi/v2",
+    );
+    let v2: Value = serde_json::from_str(&v2).expect("v2 is JSON");
+    assert_eq!(v2["swagger"], "2.0");
+    assert!(v2["definitions"]["io.k8s.api.apps.v1.Deployment"].is_object());
+
+    // Phase 4: kubectl 1.27 creates and applies with its default
+    // (strict) validation, and refuses a manifest with an unknown field.
+    let oldest = oldest_kubectl();
+    let old = |ctx: &str, args: &[&str]| -> Output {
+        Command::new(&oldest)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["--context", ctx])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {oldest}: {e}"))
+    };
+    let cm = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: oa\n{extra}data:\n  mode: fast\n"
+        )
+    };
+    let created = dir.path().join("created.yaml");
+    std::fs::write(&created, cm("created", "")).expect("manifest");
+    let out = old("node-1", &["create", "-f", created.to_str().expect("path")]);
+    ok(&out, "kubectl 1.27 create -f");
+    let applied = dir.path().join("applied.yaml");
+    std::fs::write(&applied, cm("applied", "")).expect("manifest");
+    let out = old("node-2", &["apply", "-f", applied.to_str().expect("path")]);
+    ok(&out, "kubectl 1.27 apply -f");
+    let out = old("node-3", &["apply", "-f", applied.to_str().expect("path")]);
+    ok(&out, "kubectl 1.27 apply -f again");
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, cm("typo", "bogusField: 1\n")).expect("manifest");
+    let out = old("node-1", &["apply", "-f", typo.to_str().expect("path")]);
+    assert!(
+        !out.status.success(),
+        "an unknown field passed strict validation: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr(&out).contains("bogusField"),
+        "the error does not name the field: {}",
+        stderr(&out)
+    );
+    let names = ok(
+        &kubectl(
+            &kc,
+            "node-2",
+            &["-n", "oa", "get", "configmaps", "-o", "name"],
+        ),
+        "get configmaps",
+    );
+    assert!(names.contains("configmap/created"), "{names}");
+    assert!(names.contains("configmap/applied"), "{names}");
+    assert!(!names.contains("configmap/typo"), "{names}");
+
+    stop_cluster(launcher).await;
+}

@@ -1,6 +1,5 @@
-//! Discovery (`/api`, `/apis`, per group/version resource lists), `/version`
-//! and the OpenAPI v3 documents kubectl reads to detect server-side field
-//! validation. `/api` and `/apis` answer aggregated discovery
+//! Discovery (`/api`, `/apis`, per group/version resource lists) and
+//! `/version` (OpenAPI is `http::openapi`). `/api` and `/apis` answer aggregated discovery
 //! (`apidiscovery.k8s.io` `v2` or `v2beta1` `APIGroupDiscoveryList`, every
 //! group version's resources in one document) to a client that asks for
 //! it first in its `Accept`, as client-go does, and legacy JSON otherwise.
@@ -268,105 +267,6 @@ pub async fn version() -> Response {
         "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
     }))
-}
-
-fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() {
-        format!("api/{version}")
-    } else {
-        format!("apis/{group}/{version}")
-    }
-}
-
-/// `/openapi/v3`: the index of per group/version documents.
-pub async fn openapi_index() -> Response {
-    let mut paths = serde_json::Map::new();
-    let mut gvs = vec![("", "v1")];
-    gvs.extend(resources::groups());
-    for (g, v) in gvs {
-        let p = gv_path(g, v);
-        paths.insert(p.clone(), json!({ "serverRelativeURL": format!("/openapi/v3/{p}?hash={}", env!("CARGO_PKG_VERSION")) }));
-    }
-    json_ok(json!({ "paths": paths }))
-}
-
-/// `/openapi/v3/api/v1`, `/openapi/v3/apis/<g>/<v>`: each object path with
-/// its operations, the GVK extension and the `fieldValidation` parameter.
-/// Schemas are open objects: kubestore validates names and metadata, not
-/// every field of every built-in type.
-pub fn openapi_group_version(group: &str, version: &str) -> Result<Response, ApiError> {
-    let types: Vec<&ResourceType> = resources::in_group_version(group, version).collect();
-    if types.is_empty() {
-        return Err(ApiError::NoSuchResource);
-    }
-    let prefix = if group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{group}/{version}")
-    };
-    let field_validation = json!({
-        "name": "fieldValidation", "in": "query", "schema": { "type": "string", "uniqueItems": true },
-        "description": "Strict, Warn or Ignore: how to treat unknown or duplicate fields."
-    });
-    let mut paths = serde_json::Map::new();
-    let mut schemas = serde_json::Map::new();
-    for rt in types {
-        let gvk = json!({ "group": rt.group, "version": rt.version, "kind": rt.kind });
-        let schema_name = format!(
-            "io.kubestore.{}.{}.{}",
-            if rt.group.is_empty() {
-                "core"
-            } else {
-                rt.group
-            },
-            rt.version,
-            rt.kind
-        );
-        schemas.insert(
-            schema_name.clone(),
-            json!({ "type": "object", "x-kubernetes-group-version-kind": [gvk.clone()], "additionalProperties": true }),
-        );
-        let body = json!({ "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema_name}") } } } });
-        let op = |action: &str| {
-            json!({
-                "operationId": format!("{action}{}", rt.kind),
-                "x-kubernetes-action": action,
-                "x-kubernetes-group-version-kind": gvk,
-                "parameters": [field_validation],
-                "requestBody": body,
-                "responses": { "200": { "description": "OK" } },
-            })
-        };
-        let mut patch = op("patch");
-        patch["requestBody"] = json!({ "content": {
-            "application/json-patch+json": { "schema": { "type": "object" } },
-            "application/merge-patch+json": { "schema": { "type": "object" } },
-            "application/strategic-merge-patch+json": { "schema": { "type": "object" } },
-            "application/apply-patch+yaml": { "schema": { "type": "object" } },
-        }});
-        let (collection, object) = if rt.namespaced {
-            (
-                format!("{prefix}/namespaces/{{namespace}}/{}", rt.plural),
-                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", rt.plural),
-            )
-        } else {
-            (
-                format!("{prefix}/{}", rt.plural),
-                format!("{prefix}/{}/{{name}}", rt.plural),
-            )
-        };
-        paths.insert(collection, json!({ "post": op("post"), "get": op("list") }));
-        paths.insert(
-            object,
-            json!({ "get": op("get"), "put": op("put"), "patch": patch, "delete": op("delete") }),
-        );
-    }
-    Ok(json_ok(json!({
-        "openapi": "3.0.0",
-        "info": { "title": "kubestore", "version": format!("v{KUBE_MAJOR}.{KUBE_MINOR}.0") },
-        "paths": paths,
-        "components": { "schemas": schemas },
-    })))
 }
 
 #[cfg(test)]

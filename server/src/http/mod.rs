@@ -5,7 +5,7 @@
 //! handler module; `handlers` (the verbs) uses `routing` (what a path
 //! names), `query` (query-parameter rules), `body` (reading request
 //! bodies), `render` (building responses), `patch`, `watch` and
-//! `discovery`; those use `negotiate`, `table`, `protobuf`, `state` (the
+//! `discovery`; `openapi` (the OpenAPI documents) is routed here alone; those use `negotiate`, `table`, `protobuf`, `state` (the
 //! [`AppState`] handlers share), `metrics` and `status`; `metrics` and
 //! `status` use nothing else of `http`; `compression` (when a response is
 //! gzipped) wraps the router. Nothing in `kube` imports `http`.
@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod health;
 pub mod metrics;
 pub mod negotiate;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod pull_stream;
@@ -31,7 +32,7 @@ pub mod table;
 pub mod watch;
 pub mod write_options;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -54,9 +55,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(serve_metrics))
         .route("/debug/compact", axum::routing::post(debug_compact))
         .route("/debug/faults", get(faults::current).post(faults::inject))
-        .route("/openapi/v3", get(discovery::openapi_index))
-        .route("/openapi/v3/api/{version}", get(openapi_core))
-        .route("/openapi/v3/apis/{group}/{version}", get(openapi_group))
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::index))
+        .route("/openapi/v3/api/{version}", get(openapi::core))
+        .route("/openapi/v3/apis/{group}/{version}", get(openapi::group))
         .route("/api", any(handlers::api))
         .route("/api/{*rest}", any(handlers::api))
         .route("/apis", any(handlers::api))
@@ -114,14 +116,6 @@ async fn admit(
 /// `GET /metrics`.
 async fn serve_metrics(State(state): State<AppState>) -> Response {
     metrics::render(&state.metrics, &state.node, &state.limits)
-}
-
-async fn openapi_core(Path(version): Path<String>) -> Response {
-    discovery::openapi_group_version("", &version).unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn openapi_group(Path((group, version)): Path<(String, String)>) -> Response {
-    discovery::openapi_group_version(&group, &version).unwrap_or_else(IntoResponse::into_response)
 }
 
 /// `POST /debug/compact?revision=N`: compact history to `N` on every node,
