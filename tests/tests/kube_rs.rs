@@ -540,7 +540,8 @@ async fn kube_rs_discovers_and_watches_a_custom_resource_defined_at_run_time() {
     assert!(aggregated.resolve_gvk(&gvk).is_some(), "aggregated discovery finds it");
 
     let watched: Api<DynamicObject> = Api::namespaced_with(client_for(&u3), "default", &resource);
-    let (reader, writer) = reflector::store();
+    let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+    let reader = writer.as_reader();
     let mut events = reflector(writer, watcher(watched, watcher::Config::default()))
         .applied_objects()
         .boxed();

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::http::status::ApiError;
-use crate::kube::resources::{self, ResourceType, Subresource, TypeSet};
+use crate::kube::resources::{ResourceType, Subresource, TypeSet};
 
 /// The Kubernetes version kubestore's API corresponds to.
 pub const KUBE_MAJOR: &str = "1";

@@ -66,8 +66,9 @@ impl IntoResponse for OpenApiError {
 }
 
 /// The documents of what this node serves now (cached per served set).
-async fn current() -> Result<Arc<Documents>, OpenApiError> {
-    tokio::task::spawn_blocking(|| document::documents(served::served()))
+async fn current(state: &AppState) -> Result<Arc<Documents>, OpenApiError> {
+    let types = state.kube.cache().types();
+    tokio::task::spawn_blocking(move || document::documents(served::served(&types)))
         .await
         .map_err(|e| OpenApiError::Build(e.to_string()))
 }
@@ -139,7 +140,7 @@ fn content(headers: &HeaderMap, body: Bytes, media: &'static str, hash: &str) ->
 /// the document's hash.
 pub async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let span = tracing::info_span!("openapi", node = state.node.id(), path = "/openapi/v3");
-    let result = tracing::Instrument::instrument(current(), span).await;
+    let result = tracing::Instrument::instrument(current(&state), span).await;
     let docs = match result {
         Ok(docs) => docs,
         Err(e) => return e.into_response(),
@@ -197,7 +198,7 @@ async fn group_version(
     headers: HeaderMap,
 ) -> Response {
     let span = tracing::info_span!("openapi", node = state.node.id(), path = %key);
-    let result = tracing::Instrument::instrument(current(), span).await;
+    let result = tracing::Instrument::instrument(current(&state), span).await;
     match result.and_then(|docs| gv_response(&docs, &key, query.as_deref(), &headers)) {
         Ok(resp) => resp,
         Err(e) => e.into_response(),
@@ -251,7 +252,7 @@ fn gv_response(
 pub async fn v2(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let span = tracing::info_span!("openapi", node = state.node.id(), path = "/openapi/v2");
     let work = async move {
-        let docs = current().await?;
+        let docs = current(&state).await?;
         tokio::task::spawn_blocking(move || v2_response(&docs, &headers))
             .await
             .map_err(|e| OpenApiError::Build(e.to_string()))?

@@ -3,6 +3,7 @@
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 
 use super::*;
+use crate::kube::resources::TypeSet;
 
 fn headers(pairs: &[(header::HeaderName, &'static str)]) -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -46,7 +47,7 @@ fn media_types_are_negotiated_in_the_clients_order() {
 
 #[test]
 fn a_group_version_answers_with_etag_304_redirect_and_immutable_caching() {
-    let docs = Documents::build(served::served());
+    let docs = Documents::build(served::served(&TypeSet::builtin()));
     let hash = docs.groups["apis/apps/v1"].hash.clone();
 
     let plain = gv_response(&docs, "apis/apps/v1", None, &HeaderMap::new()).expect("served");
@@ -102,7 +103,7 @@ fn a_group_version_answers_with_etag_304_redirect_and_immutable_caching() {
 
 #[test]
 fn v2_is_json_or_protobuf_with_one_etag() {
-    let docs = Documents::build(served::served());
+    let docs = Documents::build(served::served(&TypeSet::builtin()));
     let json = v2_response(&docs, &headers(&[(header::ACCEPT, "application/json")])).expect("json");
     assert_eq!(json.headers()[header::CONTENT_TYPE], "application/json");
     let etag = json.headers()[header::ETAG].clone();

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::http::openapi::served::{served, ServedApi};
-use crate::kube::resources::RESOURCES;
+use crate::kube::resources::{TypeSet, RESOURCES};
 
 fn v3(docs: &Documents, key: &str) -> Value {
     let doc = docs
@@ -46,7 +46,7 @@ fn object_path(rt: &crate::kube::resources::ResourceType) -> String {
 
 #[test]
 fn the_index_covers_every_served_group_version_and_nothing_else() {
-    let docs = Documents::build(served());
+    let docs = Documents::build(served(&TypeSet::builtin()));
     let expected: BTreeSet<String> = RESOURCES
         .iter()
         .map(|rt| gv_key(rt.group, rt.version))
@@ -65,7 +65,7 @@ fn the_index_covers_every_served_group_version_and_nothing_else() {
 
 #[test]
 fn every_served_kinds_patch_carries_its_gvk_and_field_validation() {
-    let docs = Documents::build(served());
+    let docs = Documents::build(served(&TypeSet::builtin()));
     for rt in RESOURCES.iter() {
         let doc = v3(&docs, &gv_key(rt.group, rt.version));
         let path = &doc["paths"][object_path(rt)];
@@ -142,7 +142,7 @@ fn every_served_kinds_patch_carries_its_gvk_and_field_validation() {
 
 #[test]
 fn v3_schemas_keep_descriptions_and_extensions_with_refs_as_all_of() {
-    let docs = Documents::build(served());
+    let docs = Documents::build(served(&TypeSet::builtin()));
     let apps = v3(&docs, "apis/apps/v1");
     let schemas = &apps["components"]["schemas"];
     let spec = &schemas["io.k8s.api.apps.v1.DeploymentSpec"];
@@ -170,7 +170,7 @@ fn v3_schemas_keep_descriptions_and_extensions_with_refs_as_all_of() {
 
 #[test]
 fn every_reference_resolves_in_v3_and_v2() {
-    let docs = Documents::build(served());
+    let docs = Documents::build(served(&TypeSet::builtin()));
     for (key, doc) in &docs.groups {
         let doc: Value = serde_json::from_slice(&doc.body).expect("parses");
         let mut refs = Vec::new();
@@ -216,7 +216,7 @@ fn every_reference_resolves_in_v3_and_v2() {
 #[test]
 fn the_protobuf_document_decodes_back_with_every_definition() {
     use kubestore_proto::openapi_v2 as pb;
-    let docs = Documents::build(served());
+    let docs = Documents::build(served(&TypeSet::builtin()));
     let v2: Value = serde_json::from_slice(&docs.v2().body).expect("v2 parses");
     let decoded = pb::Document::decode(docs.v2_protobuf().as_ref()).expect("decodes");
     assert_eq!(decoded.swagger, "2.0");
@@ -329,13 +329,13 @@ fn crontab(revision: &str) -> ServedApi {
 
 #[test]
 fn a_changed_served_set_changes_the_documents_and_their_hashes() {
-    let builtin = documents(served());
+    let builtin = documents(served(&TypeSet::builtin()));
     assert!(
-        Arc::ptr_eq(&builtin, &documents(served())),
+        Arc::ptr_eq(&builtin, &documents(served(&TypeSet::builtin()))),
         "cached per served set"
     );
 
-    let mut with_crd = served();
+    let mut with_crd = served(&TypeSet::builtin());
     with_crd.push(crontab("1"));
     let docs = documents(with_crd.clone());
     assert!(!Arc::ptr_eq(&builtin, &docs));
@@ -363,7 +363,7 @@ fn a_changed_served_set_changes_the_documents_and_their_hashes() {
         docs.groups["apis/stable.example.com/v1"].hash
     );
     // A type gone from a group version changes that document's hash.
-    let without_pods: Vec<ServedApi> = served()
+    let without_pods: Vec<ServedApi> = served(&TypeSet::builtin())
         .into_iter()
         .filter(|a| a.plural != "pods")
         .collect();
