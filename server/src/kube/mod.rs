@@ -43,4 +43,5 @@ pub mod scale;
 pub mod selectors;
 pub mod store;
 pub mod strategic;
+pub mod structural;
 pub mod types;

@@ -1,0 +1,1 @@
+//! The structural schema engine, table by table.
