@@ -307,9 +307,14 @@ fn number(node: &Node, value: &Value, name: &str, out: &mut Out) {
     let shown = BadValue::of_json(value);
     // `IsValueValidAgainstRange`: the value fits the type's format.
     let (ty, format) = (node.ty.as_str(), node.format.as_deref());
+    // Go formats the value and parses it back: an integral float (`3.0`
+    // prints as `3`) fits an integer.
+    let integral = int.or_else(|| {
+        (x.fract() == 0.0 && x.abs() < 9.2e18).then_some(x as i64)
+    });
     let fits = match (ty, format) {
-        ("integer", Some("int32")) => int.is_some_and(|i| i32::try_from(i).is_ok()),
-        ("integer", _) => int.is_some(),
+        ("integer", Some("int32")) => integral.is_some_and(|i| i32::try_from(i).is_ok()),
+        ("integer", _) => integral.is_some(),
         (_, Some("float")) => x.abs() <= f64::from(f32::MAX),
         _ => true,
     };
