@@ -47,7 +47,9 @@ pub(crate) struct Rule {
 
 impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rule").field("rule", &self.rule).finish_non_exhaustive()
+        f.debug_struct("Rule")
+            .field("rule", &self.rule)
+            .finish_non_exhaustive()
     }
 }
 
@@ -81,14 +83,17 @@ pub(super) fn parse_rules(
     m: &Map<String, Value>,
     path: &str,
     causes: &mut Vec<FieldCause>,
-    _node: &Node,
 ) -> Vec<Rule> {
     let at = child(path, "x-kubernetes-validations");
     let list = match m.get("x-kubernetes-validations") {
         None | Some(Value::Null) => return Vec::new(),
         Some(Value::Array(list)) => list,
         Some(other) => {
-            causes.push(FieldCause::invalid_value(&at, BadValue::of_json(other), "must be a list"));
+            causes.push(FieldCause::invalid_value(
+                &at,
+                BadValue::of_json(other),
+                "must be a list",
+            ));
             return Vec::new();
         }
     };
@@ -96,19 +101,38 @@ pub(super) fn parse_rules(
     for (i, entry) in list.iter().enumerate() {
         let here = format!("{at}[{i}]");
         let Some(e) = entry.as_object() else {
-            causes.push(FieldCause::invalid_value(&here, BadValue::of_json(entry), "must be a JSON object"));
+            causes.push(FieldCause::invalid_value(
+                &here,
+                BadValue::of_json(entry),
+                "must be a JSON object",
+            ));
             continue;
         };
         let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let (rule, message, message_expression, field_path) =
-            (text("rule"), text("message"), text("messageExpression"), text("fieldPath"));
+        let (rule, message, message_expression, field_path) = (
+            text("rule"),
+            text("message"),
+            text("messageExpression"),
+            text("fieldPath"),
+        );
         let before = causes.len();
         if rule.trim().is_empty() {
-            causes.push(FieldCause::required(&child(&here, "rule"), "rule is not specified"));
+            causes.push(FieldCause::required(
+                &child(&here, "rule"),
+                "rule is not specified",
+            ));
         } else if !message.is_empty() && message.trim().is_empty() {
-            causes.push(FieldCause::invalid(&child(&here, "message"), &message, "must be non-empty if specified"));
+            causes.push(FieldCause::invalid(
+                &child(&here, "message"),
+                &message,
+                "must be non-empty if specified",
+            ));
         } else if message.trim().contains('\n') {
-            causes.push(FieldCause::invalid(&child(&here, "message"), &message, "must not contain line breaks"));
+            causes.push(FieldCause::invalid(
+                &child(&here, "message"),
+                &message,
+                "must not contain line breaks",
+            ));
         } else if rule.trim().contains('\n') && message.trim().is_empty() {
             causes.push(FieldCause::required(
                 &child(&here, "message"),
@@ -123,10 +147,18 @@ pub(super) fn parse_rules(
         }
         let reason = e.get("reason").and_then(Value::as_str).map(String::from);
         if let Some(r) = reason.as_deref().filter(|r| !REASONS.contains(r)) {
-            causes.push(FieldCause::not_supported(&child(&here, "reason"), r, &REASONS));
+            causes.push(FieldCause::not_supported(
+                &child(&here, "reason"),
+                r,
+                &REASONS,
+            ));
         }
         if !field_path.is_empty() && field_path.trim().is_empty() {
-            causes.push(FieldCause::invalid(&child(&here, "fieldPath"), &field_path, "must be non-empty if specified"));
+            causes.push(FieldCause::invalid(
+                &child(&here, "fieldPath"),
+                &field_path,
+                "must be non-empty if specified",
+            ));
         }
         if causes.len() > before {
             continue;
@@ -206,9 +238,9 @@ fn walk(node: &Node, value: &Value, old: Option<&Value>, path: &str, causes: &mu
                 // Only a list-type map's items correlate with the old
                 // list's (by their keys); others have no old value.
                 let old_item = match (node.list_type.as_deref(), old_items) {
-                    (Some("map"), Some(olds)) => olds.iter().find(|o| {
-                        node.list_map_keys.iter().all(|k| o.get(k) == item.get(k))
-                    }),
+                    (Some("map"), Some(olds)) => olds
+                        .iter()
+                        .find(|o| node.list_map_keys.iter().all(|k| o.get(k) == item.get(k))),
                     _ => None,
                 };
                 walk(schema, item, old_item, &format!("{path}[{i}]"), causes);
@@ -233,19 +265,21 @@ fn run(
             continue;
         }
         let mut ctx = ::cel::Context::default();
-        let bound = ctx
-            .add_variable("self", value)
-            .and_then(|()| match old {
-                Some(o) => ctx.add_variable("oldSelf", o),
-                None => Ok(()),
-            });
+        let bound = ctx.add_variable("self", value).and_then(|()| match old {
+            Some(o) => ctx.add_variable("oldSelf", o),
+            None => Ok(()),
+        });
         let shown = if rule.message.trim().is_empty() {
             rule.rule.trim().to_string()
         } else {
             rule.message.trim().to_string()
         };
         if let Err(err) = bound {
-            causes.push(FieldCause::invalid_value(base, ty.clone(), &format!("{err} evaluating rule: {shown}")));
+            causes.push(FieldCause::invalid_value(
+                base,
+                ty.clone(),
+                &format!("{err} evaluating rule: {shown}"),
+            ));
             continue;
         }
         match rule.program.execute(&ctx) {
@@ -262,7 +296,9 @@ fn run(
                     .message_expression
                     .as_ref()
                     .and_then(|p| match p.execute(&ctx) {
-                        Ok(::cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
+                        Ok(::cel::Value::String(s))
+                            if !s.trim().is_empty() && !s.contains('\n') =>
+                        {
                             Some(s.trim().to_string())
                         }
                         _ => None,
@@ -284,7 +320,10 @@ fn run(
             Ok(other) => causes.push(FieldCause::invalid_value(
                 base,
                 ty.clone(),
-                &format!("rule did not evaluate to a bool but to {:?} evaluating rule: {shown}", other.type_of()),
+                &format!(
+                    "rule did not evaluate to a bool but to {:?} evaluating rule: {shown}",
+                    other.type_of()
+                ),
             )),
             Err(err) => causes.push(FieldCause::invalid_value(
                 base,

@@ -196,11 +196,8 @@ impl Parser {
                     "type cannot be set to null, use nullable as an alternative",
                 ));
             } else if !ty.is_empty() && !TYPES.contains(&ty.as_str()) {
-                self.causes.push(FieldCause::not_supported(
-                    &child(path, "type"),
-                    &ty,
-                    &TYPES,
-                ));
+                self.causes
+                    .push(FieldCause::not_supported(&child(path, "type"), &ty, &TYPES));
             }
             node.ty = ty;
         }
@@ -331,7 +328,11 @@ impl Parser {
                 "items must be a schema object and not an array",
             )),
             Some(iv) => {
-                node.items = Some(Box::new(self.structural(iv, &child(path, "items"), Level::Item)))
+                node.items = Some(Box::new(self.structural(
+                    iv,
+                    &child(path, "items"),
+                    Level::Item,
+                )))
             }
         }
         match m.get("additionalProperties") {
@@ -339,7 +340,11 @@ impl Parser {
             Some(Value::Bool(true)) => node.additional = Some(Additional::Any),
             Some(av) => {
                 let at = child(path, "additionalProperties");
-                node.additional = Some(Additional::Schema(Box::new(self.structural(av, &at, Level::Field))));
+                node.additional = Some(Additional::Schema(Box::new(self.structural(
+                    av,
+                    &at,
+                    Level::Field,
+                ))));
             }
         }
         if m.contains_key("additionalProperties") && !node.properties.is_empty() {
@@ -351,7 +356,7 @@ impl Parser {
                 ));
             }
         }
-        node.rules = cel::parse_rules(m, path, &mut self.causes, &node);
+        node.rules = cel::parse_rules(m, path, &mut self.causes);
 
         self.invariants(&node, m, path, level);
         self.extensions(&node, path);
@@ -370,27 +375,85 @@ impl Parser {
             let forbid = |k: &str| m.get(k).is_some_and(|v| !v.is_null());
             let truthy = |k: &str| m.get(k).is_some_and(|v| v == &Value::Bool(true));
             let rules = [
-                (!node.ty.is_empty(), "type", "must be empty to be structural"),
-                (forbid("additionalProperties"), "additionalProperties", "must be undefined to be structural"),
-                (forbid("default"), "default", "must be undefined to be structural"),
-                (m.get("title").and_then(Value::as_str).is_some_and(|s| !s.is_empty()), "title", "must be empty to be structural"),
-                (m.get("description").and_then(Value::as_str).is_some_and(|s| !s.is_empty()), "description", "must be empty to be structural"),
-                (truthy("nullable"), "nullable", "must be false to be structural"),
-                (truthy("x-kubernetes-preserve-unknown-fields"), "x-kubernetes-preserve-unknown-fields", "must be false to be structural"),
-                (truthy("x-kubernetes-embedded-resource"), "x-kubernetes-embedded-resource", "must be false to be structural"),
-                (truthy("x-kubernetes-int-or-string"), "x-kubernetes-int-or-string", "must be false to be structural"),
-                (m.get("x-kubernetes-list-map-keys").and_then(Value::as_array).is_some_and(|a| !a.is_empty()), "x-kubernetes-list-map-keys", "must be empty to be structural"),
-                (forbid("x-kubernetes-list-type"), "x-kubernetes-list-type", "must be undefined to be structural"),
-                (forbid("x-kubernetes-map-type"), "x-kubernetes-map-type", "must be undefined to be structural"),
                 (
-                    !allow_rules && m.get("x-kubernetes-validations").and_then(Value::as_array).is_some_and(|a| !a.is_empty()),
+                    !node.ty.is_empty(),
+                    "type",
+                    "must be empty to be structural",
+                ),
+                (
+                    forbid("additionalProperties"),
+                    "additionalProperties",
+                    "must be undefined to be structural",
+                ),
+                (
+                    forbid("default"),
+                    "default",
+                    "must be undefined to be structural",
+                ),
+                (
+                    m.get("title")
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| !s.is_empty()),
+                    "title",
+                    "must be empty to be structural",
+                ),
+                (
+                    m.get("description")
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| !s.is_empty()),
+                    "description",
+                    "must be empty to be structural",
+                ),
+                (
+                    truthy("nullable"),
+                    "nullable",
+                    "must be false to be structural",
+                ),
+                (
+                    truthy("x-kubernetes-preserve-unknown-fields"),
+                    "x-kubernetes-preserve-unknown-fields",
+                    "must be false to be structural",
+                ),
+                (
+                    truthy("x-kubernetes-embedded-resource"),
+                    "x-kubernetes-embedded-resource",
+                    "must be false to be structural",
+                ),
+                (
+                    truthy("x-kubernetes-int-or-string"),
+                    "x-kubernetes-int-or-string",
+                    "must be false to be structural",
+                ),
+                (
+                    m.get("x-kubernetes-list-map-keys")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| !a.is_empty()),
+                    "x-kubernetes-list-map-keys",
+                    "must be empty to be structural",
+                ),
+                (
+                    forbid("x-kubernetes-list-type"),
+                    "x-kubernetes-list-type",
+                    "must be undefined to be structural",
+                ),
+                (
+                    forbid("x-kubernetes-map-type"),
+                    "x-kubernetes-map-type",
+                    "must be undefined to be structural",
+                ),
+                (
+                    !allow_rules
+                        && m.get("x-kubernetes-validations")
+                            .and_then(Value::as_array)
+                            .is_some_and(|a| !a.is_empty()),
                     "x-kubernetes-validations",
                     "must be empty to be structural",
                 ),
             ];
             for (bad, k, msg) in rules {
                 if bad {
-                    self.causes.push(FieldCause::forbidden(&child(path, k), msg));
+                    self.causes
+                        .push(FieldCause::forbidden(&child(path, k), msg));
                 }
             }
         }
@@ -408,10 +471,15 @@ impl Parser {
             }
         }
         if let Some(iv) = m.get("items").filter(|v| v.is_object()) {
-            node.items = Some(Box::new(self.nested(iv, &child(path, "items"), true, allow_rules)));
+            node.items = Some(Box::new(self.nested(
+                iv,
+                &child(path, "items"),
+                true,
+                allow_rules,
+            )));
         }
         if allow_rules {
-            node.rules = cel::parse_rules(m, path, &mut self.causes, &node);
+            node.rules = cel::parse_rules(m, path, &mut self.causes);
         }
         node
     }
@@ -421,7 +489,10 @@ impl Parser {
     fn invariants(&mut self, node: &Node, m: &Map<String, Value>, path: &str, level: Level) {
         let ty_path = child(path, "type");
         if node.ty == "array" && node.items.is_none() {
-            self.causes.push(FieldCause::required(&child(path, "items"), "must be specified"));
+            self.causes.push(FieldCause::required(
+                &child(path, "items"),
+                "must be specified",
+            ));
         }
         if node.additional.is_some() && level == Level::Root {
             self.causes.push(FieldCause::forbidden(
@@ -448,7 +519,8 @@ impl Parser {
             if node.ty.is_empty() {
                 self.causes.push(FieldCause::required(&ty_path, msg));
             } else {
-                self.causes.push(FieldCause::invalid(&ty_path, &node.ty, msg));
+                self.causes
+                    .push(FieldCause::invalid(&ty_path, &node.ty, msg));
             }
         } else if node.ty.is_empty() && !node.int_or_string && !node.preserve_unknown {
             let msg = match level {
@@ -465,7 +537,11 @@ impl Parser {
             ));
         }
         if level == Level::Root && !node.ty.is_empty() && node.ty != "object" {
-            self.causes.push(FieldCause::invalid(&ty_path, &node.ty, "must be object at the root"));
+            self.causes.push(FieldCause::invalid(
+                &ty_path,
+                &node.ty,
+                "must be object at the root",
+            ));
         }
         let check_metadata = level == Level::Root || node.embedded;
         let props = child(path, "properties");
@@ -483,7 +559,11 @@ impl Parser {
         if let Some(meta) = node.properties.get("metadata") {
             let at = key(&props, "metadata");
             if check_metadata && meta.ty != "object" {
-                self.causes.push(FieldCause::invalid(&child(&at, "type"), &meta.ty, "must be object"));
+                self.causes.push(FieldCause::invalid(
+                    &child(&at, "type"),
+                    &meta.ty,
+                    "must be object",
+                ));
             }
             if level == Level::Root {
                 let raw = m
@@ -514,7 +594,8 @@ impl Parser {
             if node.ty.is_empty() {
                 self.causes.push(FieldCause::required(&ty_path, msg));
             } else if node.ty != "object" {
-                self.causes.push(FieldCause::invalid(&ty_path, &node.ty, msg));
+                self.causes
+                    .push(FieldCause::invalid(&ty_path, &node.ty, msg));
             }
             if mt != "atomic" && mt != "granular" {
                 self.causes.push(FieldCause::not_supported(
@@ -530,7 +611,8 @@ impl Parser {
             if node.ty.is_empty() {
                 self.causes.push(FieldCause::required(&ty_path, msg));
             } else if node.ty != "array" {
-                self.causes.push(FieldCause::invalid(&ty_path, &node.ty, msg));
+                self.causes
+                    .push(FieldCause::invalid(&ty_path, &node.ty, msg));
             } else if lt == "set" {
                 if let Some(items) = &node.items {
                     if items.list_type.as_deref().is_some_and(|t| t != "atomic") {
@@ -555,7 +637,11 @@ impl Parser {
                 }
             }
             if !["atomic", "set", "map"].contains(&lt.as_str()) {
-                self.causes.push(FieldCause::not_supported(&lt_path, lt, &["atomic", "set", "map"]));
+                self.causes.push(FieldCause::not_supported(
+                    &lt_path,
+                    lt,
+                    &["atomic", "set", "map"],
+                ));
             }
         }
         if !node.list_map_keys.is_empty() {
@@ -570,10 +656,16 @@ impl Parser {
             let keys_path = child(path, "x-kubernetes-list-map-keys");
             let items_path = child(path, "items");
             if node.list_map_keys.is_empty() {
-                self.causes.push(FieldCause::required(&keys_path, "must not be empty if x-kubernetes-list-type is map"));
+                self.causes.push(FieldCause::required(
+                    &keys_path,
+                    "must not be empty if x-kubernetes-list-type is map",
+                ));
             }
             match &node.items {
-                None => self.causes.push(FieldCause::required(&items_path, "must have a schema if x-kubernetes-list-type is map")),
+                None => self.causes.push(FieldCause::required(
+                    &items_path,
+                    "must have a schema if x-kubernetes-list-type is map",
+                )),
                 Some(items) if items.ty != "object" => self.causes.push(FieldCause::invalid(
                     &child(&items_path, "type"),
                     &items.ty,
@@ -591,14 +683,24 @@ impl Parser {
                     let mut seen = std::collections::BTreeSet::new();
                     for k in &node.list_map_keys {
                         if !seen.insert(k) {
-                            self.causes.push(FieldCause::invalid_value(&keys_path, keys_value.clone(), "must not contain duplicate entries"));
+                            self.causes.push(FieldCause::invalid_value(
+                                &keys_path,
+                                keys_value.clone(),
+                                "must not contain duplicate entries",
+                            ));
                         }
                         let Some(p) = items.properties.get(k) else {
-                            self.causes.push(FieldCause::invalid_value(&keys_path, keys_value.clone(), "entries must all be names of item properties"));
+                            self.causes.push(FieldCause::invalid_value(
+                                &keys_path,
+                                keys_value.clone(),
+                                "entries must all be names of item properties",
+                            ));
                             continue;
                         };
                         let prop_path = key(&child(&items_path, "properties"), k);
-                        if !matches!(p.ty.as_str(), "string" | "integer" | "number" | "boolean") && !p.int_or_string {
+                        if !matches!(p.ty.as_str(), "string" | "integer" | "number" | "boolean")
+                            && !p.int_or_string
+                        {
                             self.causes.push(FieldCause::invalid(
                                 &child(&prop_path, "type"),
                                 &p.ty,
@@ -621,10 +723,15 @@ impl Parser {
                 }
             }
         }
-        if matches!(node.list_type.as_deref(), Some("map" | "set")) && node.items.as_ref().is_some_and(|i| i.nullable) {
+        if matches!(node.list_type.as_deref(), Some("map" | "set"))
+            && node.items.as_ref().is_some_and(|i| i.nullable)
+        {
             self.causes.push(FieldCause::forbidden(
                 &child(&child(path, "items"), "nullable"),
-                &format!("cannot be nullable when x-kubernetes-list-type is {}", node.list_type.as_deref().unwrap_or("")),
+                &format!(
+                    "cannot be nullable when x-kubernetes-list-type is {}",
+                    node.list_type.as_deref().unwrap_or("")
+                ),
             ));
         }
     }
@@ -649,21 +756,32 @@ impl Parser {
 
     fn complete(&mut self, v: &Node, s: Option<&Node>, spath: &str, vpath: &str) {
         let Some(s) = s else {
-            self.causes.push(FieldCause::required(spath, &format!("because it is defined in {vpath}")));
+            self.causes.push(FieldCause::required(
+                spath,
+                &format!("because it is defined in {vpath}"),
+            ));
             return;
         };
         for (inner, ipath) in value_validations(v, vpath) {
             self.complete(inner, Some(s), spath, &ipath);
         }
         if let Some(items) = &v.items {
-            self.complete(items, s.items.as_deref(), &child(spath, "items"), &child(vpath, "items"));
+            self.complete(
+                items,
+                s.items.as_deref(),
+                &child(spath, "items"),
+                &child(vpath, "items"),
+            );
         }
         for (k, vp) in &v.properties {
             let sp = key(&child(spath, "properties"), k);
             let vpp = key(&child(vpath, "properties"), k);
             match s.properties.get(k) {
                 Some(sfield) => self.complete(vp, Some(sfield), &sp, &vpp),
-                None => self.causes.push(FieldCause::required(&sp, &format!("because it is defined in {vpp}"))),
+                None => self.causes.push(FieldCause::required(
+                    &sp,
+                    &format!("because it is defined in {vpp}"),
+                )),
             }
         }
     }
@@ -675,13 +793,22 @@ impl Parser {
             let mut copy = d.clone();
             let pruned = prune::prune_node(node, &mut copy, root || node.embedded);
             if !pruned.is_empty() {
-                self.causes.push(FieldCause::invalid_value(&at, BadValue::of_json(d), "must not have unknown fields"));
+                self.causes.push(FieldCause::invalid_value(
+                    &at,
+                    BadValue::of_json(d),
+                    "must not have unknown fields",
+                ));
             } else {
-                self.causes.extend(validate::openapi(node, d, "", Some(&at)));
-                self.causes.extend(validate::embedded_resources(node, d, false).into_iter().map(|mut c| {
-                    c.field = child(&at, &c.field);
-                    c
-                }));
+                self.causes
+                    .extend(validate::openapi(node, d, "", Some(&at)));
+                self.causes.extend(
+                    validate::embedded_resources(node, d, false)
+                        .into_iter()
+                        .map(|mut c| {
+                            c.field = child(&at, &c.field);
+                            c
+                        }),
+                );
             }
         }
         for (k, p) in &node.properties {
@@ -731,9 +858,9 @@ fn is_int_or_string_any_of(m: &Map<String, Value>) -> bool {
 fn metadata_is_implicit(raw: &Map<String, Value>) -> bool {
     raw.iter().all(|(k, v)| match k.as_str() {
         "type" | "default" => true,
-        "properties" => v.as_object().is_some_and(|p| {
-            !p.is_empty() && p.keys().all(|k| k == "name" || k == "generateName")
-        }),
+        "properties" => v
+            .as_object()
+            .is_some_and(|p| !p.is_empty() && p.keys().all(|k| k == "name" || k == "generateName")),
         _ => false,
     })
 }
@@ -752,8 +879,7 @@ fn supported_format(ty: &str, format: &str) -> Option<String> {
 fn last_line(s: &str) -> String {
     s.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .last()
+        .rfind(|l| !l.is_empty())
         .unwrap_or(s)
         .to_string()
 }

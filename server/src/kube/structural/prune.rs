@@ -47,7 +47,13 @@ fn field_schema<'a>(node: &'a Node, k: &str) -> Option<Option<&'a Node>> {
     }
 }
 
-fn walk(node: Option<&Node>, value: &mut Value, path: &str, embedded: bool, removed: &mut Vec<String>) {
+fn walk(
+    node: Option<&Node>,
+    value: &mut Value,
+    path: &str,
+    embedded: bool,
+    removed: &mut Vec<String>,
+) {
     if let Some(n) = node.filter(|n| n.preserve_unknown) {
         return skip(n, value, path, embedded, removed);
     }

@@ -81,7 +81,12 @@ impl Out<'_> {
 /// kube-openapi's validation of `value` against `node`; `name` is the
 /// value's path (`""` for the object itself), `base` where the causes'
 /// fields start (`None` for an object: kube's fields are the paths).
-pub(super) fn openapi(node: &Node, value: &Value, name: &str, base: Option<&str>) -> Vec<FieldCause> {
+pub(super) fn openapi(
+    node: &Node,
+    value: &Value,
+    name: &str,
+    base: Option<&str>,
+) -> Vec<FieldCause> {
     let mut out = Out {
         base,
         causes: Vec::new(),
@@ -122,7 +127,11 @@ fn check(node: &Node, value: &Value, name: &str, out: &mut Out) {
     if value.is_null() {
         if !types.is_empty() && !node.nullable {
             let ty = types.join(",");
-            out.type_invalid(name, BadValue::from("null"), &type_message(name, &ty, "null"));
+            out.type_invalid(
+                name,
+                BadValue::from("null"),
+                &type_message(name, &ty, "null"),
+            );
         }
         enumeration(node, value, name, out);
         return;
@@ -180,7 +189,11 @@ fn type_check(node: &Node, types: &[&str], value: &Value, name: &str, out: &mut 
         }
     }
     if !(types.contains(&got) || float_int || int_float) {
-        out.type_invalid(name, BadValue::from(got), &type_message(name, &types.join(","), got));
+        out.type_invalid(
+            name,
+            BadValue::from(got),
+            &type_message(name, &types.join(","), got),
+        );
     }
 }
 
@@ -201,7 +214,10 @@ fn composites(node: &Node, value: &Value, name: &str, out: &mut Out) {
     if !c.any_of.is_empty() {
         let results: Vec<_> = c.any_of.iter().map(|n| run(n, out)).collect();
         if !results.iter().any(Vec::is_empty) {
-            out.unnamed(&format!("{} must validate at least one schema (anyOf)", go_quote(name)));
+            out.unnamed(&format!(
+                "{} must validate at least one schema (anyOf)",
+                go_quote(name)
+            ));
             out.causes.extend(fewest(results).unwrap_or_default());
         }
     }
@@ -242,7 +258,10 @@ fn composites(node: &Node, value: &Value, name: &str, out: &mut Out) {
     }
     if let Some(not) = &c.not {
         if run(not, out).is_empty() {
-            out.unnamed(&format!("{} must not validate the schema (not)", go_quote(name)));
+            out.unnamed(&format!(
+                "{} must not validate the schema (not)",
+                go_quote(name)
+            ));
         }
     }
 }
@@ -309,9 +328,7 @@ fn number(node: &Node, value: &Value, name: &str, out: &mut Out) {
     let (ty, format) = (node.ty.as_str(), node.format.as_deref());
     // Go formats the value and parses it back: an integral float (`3.0`
     // prints as `3`) fits an integer.
-    let integral = int.or_else(|| {
-        (x.fract() == 0.0 && x.abs() < 9.2e18).then_some(x as i64)
-    });
+    let integral = int.or_else(|| (x.fract() == 0.0 && x.abs() < 9.2e18).then_some(x as i64));
     let fits = match (ty, format) {
         ("integer", Some("int32")) => integral.is_some_and(|i| i32::try_from(i).is_ok()),
         ("integer", _) => integral.is_some(),
@@ -334,22 +351,49 @@ fn number(node: &Node, value: &Value, name: &str, out: &mut Out) {
             out.invalid(
                 name,
                 shown.clone(),
-                &format!("{name} in {IN} should be a multiple of {}", go_float(factor)),
+                &format!(
+                    "{name} in {IN} should be a multiple of {}",
+                    go_float(factor)
+                ),
             );
         }
     }
     if let Some(min) = c.minimum {
-        let bad = if c.exclusive_minimum { x <= min } else { x < min };
+        let bad = if c.exclusive_minimum {
+            x <= min
+        } else {
+            x < min
+        };
         if bad {
-            let how = if c.exclusive_minimum { "greater than" } else { "greater than or equal to" };
-            out.invalid(name, shown.clone(), &format!("{name} in {IN} should be {how} {}", go_float(min)));
+            let how = if c.exclusive_minimum {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            out.invalid(
+                name,
+                shown.clone(),
+                &format!("{name} in {IN} should be {how} {}", go_float(min)),
+            );
         }
     }
     if let Some(max) = c.maximum {
-        let bad = if c.exclusive_maximum { x >= max } else { x > max };
+        let bad = if c.exclusive_maximum {
+            x >= max
+        } else {
+            x > max
+        };
         if bad {
-            let how = if c.exclusive_maximum { "less than" } else { "less than or equal to" };
-            out.invalid(name, shown, &format!("{name} in {IN} should be {how} {}", go_float(max)));
+            let how = if c.exclusive_maximum {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            out.invalid(
+                name,
+                shown,
+                &format!("{name} in {IN} should be {how} {}", go_float(max)),
+            );
         }
     }
 }
@@ -379,7 +423,11 @@ fn list(node: &Node, items: &[Value], name: &str, out: &mut Out) {
             .enumerate()
             .any(|(i, a)| items[..i].iter().any(|b| same(a, b)));
         if dup {
-            out.invalid(name, BadValue::from(""), &format!("{name} in {IN} shouldn't contain duplicates"));
+            out.invalid(
+                name,
+                BadValue::from(""),
+                &format!("{name} in {IN} shouldn't contain duplicates"),
+            );
         }
     }
 }
@@ -418,7 +466,11 @@ fn enumeration(node: &Node, value: &Value, name: &str, out: &mut Out) {
         .collect();
     let refs: Vec<&str> = list.iter().map(String::as_str).collect();
     let f = out.field(name);
-    out.causes.push(FieldCause::not_supported_value(&f, BadValue::of_json(value), &refs));
+    out.causes.push(FieldCause::not_supported_value(
+        &f,
+        BadValue::of_json(value),
+        &refs,
+    ));
 }
 
 /// `objectValidator`: property counts, `additionalProperties`, the
@@ -427,7 +479,11 @@ fn object(node: &Node, map: &Map<String, Value>, name: &str, out: &mut Out) {
     let c = &node.checks;
     let n = map.len();
     if let Some(min) = c.min_properties.filter(|m| (n as i64) < *m) {
-        out.invalid(name, BadValue::Int(n as i64), &format!("{name} in {IN} should have at least {min} properties"));
+        out.invalid(
+            name,
+            BadValue::Int(n as i64),
+            &format!("{name} in {IN} should have at least {min} properties"),
+        );
     }
     if let Some(max) = c.max_properties.filter(|m| n as i64 > *m) {
         out.too_many(name, n, max);
@@ -544,8 +600,14 @@ fn list_map(node: &Node, items: &[Value], path: &str, causes: &mut Vec<FieldCaus
         .collect();
     for (i, k) in keys.iter().enumerate() {
         let v = Value::Object(k.clone());
-        if keys[..i].iter().any(|b| same(&v, &Value::Object(b.clone()))) {
-            causes.push(FieldCause::duplicate(&format!("{path}[{i}]"), BadValue::Go(go_value(&v))));
+        if keys[..i]
+            .iter()
+            .any(|b| same(&v, &Value::Object(b.clone())))
+        {
+            causes.push(FieldCause::duplicate(
+                &format!("{path}[{i}]"),
+                BadValue::Go(go_value(&v)),
+            ));
         }
     }
 }
@@ -596,7 +658,11 @@ fn embedded_resource(map: &Map<String, Value>, path: &str, causes: &mut Vec<Fiel
         let at = child(path, k);
         match k.as_str() {
             "apiVersion" => match v.as_str() {
-                None => causes.push(FieldCause::invalid_value(&at, BadValue::of_json(v), "must be a string")),
+                None => causes.push(FieldCause::invalid_value(
+                    &at,
+                    BadValue::of_json(v),
+                    "must be a string",
+                )),
                 Some("") => causes.push(FieldCause::invalid(&at, "", "must not be empty")),
                 Some(av) if av.matches('/').count() > 1 => causes.push(FieldCause::invalid(
                     &at,
@@ -606,7 +672,11 @@ fn embedded_resource(map: &Map<String, Value>, path: &str, causes: &mut Vec<Fiel
                 Some(_) => {}
             },
             "kind" => match v.as_str() {
-                None => causes.push(FieldCause::invalid_value(&at, BadValue::of_json(v), "must be a string")),
+                None => causes.push(FieldCause::invalid_value(
+                    &at,
+                    BadValue::of_json(v),
+                    "must be a string",
+                )),
                 Some("") => causes.push(FieldCause::invalid(&at, "", "must not be empty")),
                 Some(kind) => {
                     let errs = names::dns1035_label(&kind.to_lowercase());
@@ -614,7 +684,10 @@ fn embedded_resource(map: &Map<String, Value>, path: &str, causes: &mut Vec<Fiel
                         causes.push(FieldCause::invalid(
                             &at,
                             kind,
-                            &format!("may have mixed case, but should otherwise match: {}", errs.join(",")),
+                            &format!(
+                                "may have mixed case, but should otherwise match: {}",
+                                errs.join(",")
+                            ),
                         ));
                     }
                 }
@@ -637,7 +710,11 @@ fn embedded_metadata(meta: &Map<String, Value>, at: &str, causes: &mut Vec<Field
     let generate_name = text("generateName");
     if !generate_name.is_empty() {
         for msg in objectmeta::name_errors(NameRule::PathSegment, generate_name, true) {
-            causes.push(FieldCause::invalid(&child(at, "generateName"), generate_name, &msg));
+            causes.push(FieldCause::invalid(
+                &child(at, "generateName"),
+                generate_name,
+                &msg,
+            ));
         }
     }
     let name = text("name");
@@ -649,14 +726,21 @@ fn embedded_metadata(meta: &Map<String, Value>, at: &str, causes: &mut Vec<Field
     let namespace = text("namespace");
     if !namespace.is_empty() {
         for msg in names::dns1123_label(namespace) {
-            causes.push(FieldCause::invalid(&child(at, "namespace"), namespace, &msg));
+            causes.push(FieldCause::invalid(
+                &child(at, "namespace"),
+                namespace,
+                &msg,
+            ));
         }
     }
     if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
         causes.extend(objectmeta::validate_labels(labels, &child(at, "labels")));
     }
     if let Some(annotations) = meta.get("annotations").and_then(Value::as_object) {
-        causes.extend(objectmeta::validate_annotations(annotations, &child(at, "annotations")));
+        causes.extend(objectmeta::validate_annotations(
+            annotations,
+            &child(at, "annotations"),
+        ));
     }
 }
 
@@ -675,29 +759,41 @@ mod formats {
     }
 
     static HOSTNAME: LazyLock<Regex> = LazyLock::new(|| {
-        re(r"^([a-zA-Z0-9\p{S}\p{L}]((-?[a-zA-Z0-9\p{S}\p{L}]{0,62})?)|([a-zA-Z0-9\p{S}\p{L}](([a-zA-Z0-9-\p{S}\p{L}]{0,61}[a-zA-Z0-9\p{S}\p{L}])?)(\.)){1,}([a-zA-Z\p{L}]){2,63})$")
+        re(
+            r"^([a-zA-Z0-9\p{S}\p{L}]((-?[a-zA-Z0-9\p{S}\p{L}]{0,62})?)|([a-zA-Z0-9\p{S}\p{L}](([a-zA-Z0-9-\p{S}\p{L}]{0,61}[a-zA-Z0-9\p{S}\p{L}])?)(\.)){1,}([a-zA-Z\p{L}]){2,63})$",
+        )
     });
     static EMAIL: LazyLock<Regex> = LazyLock::new(|| re(r"^[^@\s]+@[^@\s]+$"));
-    static UUID: LazyLock<Regex> =
-        LazyLock::new(|| re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$"));
-    static UUID3: LazyLock<Regex> =
-        LazyLock::new(|| re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$"));
-    static UUID4: LazyLock<Regex> =
-        LazyLock::new(|| re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$"));
-    static UUID5: LazyLock<Regex> =
-        LazyLock::new(|| re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$"));
+    static UUID: LazyLock<Regex> = LazyLock::new(|| {
+        re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
+    });
+    static UUID3: LazyLock<Regex> = LazyLock::new(|| {
+        re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?3[0-9a-f]{3}-?[0-9a-f]{4}-?[0-9a-f]{12}$")
+    });
+    static UUID4: LazyLock<Regex> = LazyLock::new(|| {
+        re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?4[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$")
+    });
+    static UUID5: LazyLock<Regex> = LazyLock::new(|| {
+        re(r"(?i)^[0-9a-f]{8}-?[0-9a-f]{4}-?5[0-9a-f]{3}-?[89ab][0-9a-f]{3}-?[0-9a-f]{12}$")
+    });
     static ISBN10: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:[0-9]{9}X|[0-9]{10})$"));
     static ISBN13: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:[0-9]{13})$"));
     static CREDIT: LazyLock<Regex> = LazyLock::new(|| {
-        re(r"^(?:4[0-9]{12}(?:[0-9]{3})?|5[1-5][0-9]{14}|6(?:011|5[0-9][0-9])[0-9]{12}|3[47][0-9]{13}|3(?:0[0-5]|[68][0-9])[0-9]{11}|(?:2131|1800|35\d{3})\d{11})$")
+        re(
+            r"^(?:4[0-9]{12}(?:[0-9]{3})?|5[1-5][0-9]{14}|6(?:011|5[0-9][0-9])[0-9]{12}|3[47][0-9]{13}|3(?:0[0-5]|[68][0-9])[0-9]{11}|(?:2131|1800|35\d{3})\d{11})$",
+        )
     });
     static SSN: LazyLock<Regex> = LazyLock::new(|| re(r"^\d{3}[- ]?\d{2}[- ]?\d{4}$"));
     static HEXCOLOR: LazyLock<Regex> = LazyLock::new(|| re(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$"));
     static RGBCOLOR: LazyLock<Regex> = LazyLock::new(|| {
-        re(r"^rgb\(\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*\)$")
+        re(
+            r"^rgb\(\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*\)$",
+        )
     });
     static DURATION: LazyLock<Regex> = LazyLock::new(|| {
-        re(r"^[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+$|^(\d+)\s*(ns|us|µs|ms|s|m|h|d|w)$|^(\d+)\s*(nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)$")
+        re(
+            r"^[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+$|^(\d+)\s*(ns|us|µs|ms|s|m|h|d|w)$|^(\d+)\s*(nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)$",
+        )
     });
     static BSON: LazyLock<Regex> = LazyLock::new(|| re(r"^[0-9a-fA-F]{24}$"));
     static DATETIME: LazyLock<Regex> = LazyLock::new(|| {
@@ -720,10 +816,15 @@ mod formats {
             "uuid3" => UUID3.is_match(s),
             "uuid4" => UUID4.is_match(s),
             "uuid5" => UUID5.is_match(s),
-            "isbn" => ISBN10.is_match(&s.replace(['-', ' '], "")) || ISBN13.is_match(&s.replace(['-', ' '], "")),
+            "isbn" => {
+                ISBN10.is_match(&s.replace(['-', ' '], ""))
+                    || ISBN13.is_match(&s.replace(['-', ' '], ""))
+            }
             "isbn10" => ISBN10.is_match(&s.replace(['-', ' '], "")),
             "isbn13" => ISBN13.is_match(&s.replace(['-', ' '], "")),
-            "creditcard" => CREDIT.is_match(&s.chars().filter(char::is_ascii_digit).collect::<String>()),
+            "creditcard" => {
+                CREDIT.is_match(&s.chars().filter(char::is_ascii_digit).collect::<String>())
+            }
             "ssn" => SSN.is_match(s),
             "hexcolor" => HEXCOLOR.is_match(s),
             "rgbcolor" => RGBCOLOR.is_match(s),
@@ -738,7 +839,10 @@ mod formats {
     /// strfmt's `ParseDateTime`: RFC 3339 with or without fractional
     /// seconds, `T`, `t` or a space between date and time.
     fn datetime(s: &str) -> bool {
-        let normal = s.replacen(' ', "T", 1).replacen('t', "T", 1).replacen('z', "Z", 1);
+        let normal = s
+            .replacen(' ', "T", 1)
+            .replacen('t', "T", 1)
+            .replacen('z', "Z", 1);
         chrono::DateTime::parse_from_rfc3339(&normal).is_ok()
             || chrono::NaiveDateTime::parse_from_str(&normal, "%Y-%m-%dT%H:%M:%S%.f").is_ok()
             || chrono::NaiveDateTime::parse_from_str(&normal, "%Y-%m-%dT%H:%M").is_ok()
