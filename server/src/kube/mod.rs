@@ -14,7 +14,8 @@
 //! [`objectmeta`] (every object's metadata rules), [`builtin`] (the
 //! built-in types' defaults and validation), [`names`] (kube's name,
 //! label and key formats),
-//! [`strategic`] (strategic merge patch), [`apply`] (server-side apply
+//! [`strategic`] (strategic merge patch), [`structural`] (CRD schemas:
+//! pruning, defaulting, validation), [`apply`] (server-side apply
 //! and managed fields), [`fieldvalidation`] (unknown and duplicate
 //! fields), [`options`] (`dryRun`, `DeleteOptions`), [`deletion`] (what a
 //! delete does: finalizers, propagation, a namespace's termination),
