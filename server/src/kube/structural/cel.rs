@@ -233,21 +233,46 @@ fn walk(node: &Node, value: &Value, old: Option<&Value>, path: &str, causes: &mu
             let Some(schema) = node.items.as_deref() else {
                 return;
             };
-            let old_items = old.and_then(Value::as_array);
             for (i, item) in items.iter().enumerate() {
-                // Only a list-type map's items correlate with the old
-                // list's (by their keys); others have no old value.
-                let old_item = match (node.list_type.as_deref(), old_items) {
-                    (Some("map"), Some(olds)) => olds
-                        .iter()
-                        .find(|o| node.list_map_keys.iter().all(|k| o.get(k) == item.get(k))),
-                    _ => None,
-                };
+                // A list-type map's items correlate with the old list's by
+                // their keys, a set's by equality; an atomic list's not.
+                let old_item = super::validate::correlated_item(node, item, old);
                 walk(schema, item, old_item, &format!("{path}[{i}]"), causes);
             }
         }
         _ => {}
     }
+}
+
+/// A JSON value as kube hands it to CEL: a JSON integer is an `int`
+/// (serde would make a positive one a `uint`, which CEL does not mix
+/// with `int` literals), other numbers `double`.
+fn to_cel(v: &Value) -> ::cel::Value {
+    match v {
+        Value::Null => ::cel::Value::Null,
+        Value::Bool(b) => ::cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => ::cel::Value::Int(i),
+            (None, Some(u)) => ::cel::Value::UInt(u),
+            _ => ::cel::Value::Float(n.as_f64().unwrap_or_default()),
+        },
+        Value::String(s) => ::cel::Value::String(s.clone().into()),
+        Value::Array(items) => {
+            ::cel::Value::List(items.iter().map(to_cel).collect::<Vec<_>>().into())
+        }
+        Value::Object(m) => ::cel::Value::Map(
+            m.iter()
+                .map(|(k, v)| (k.clone(), to_cel(v)))
+                .collect::<std::collections::HashMap<String, ::cel::Value>>()
+                .into(),
+        ),
+    }
+}
+
+fn bind(ctx: &mut ::cel::Context, name: &str, v: &Value) -> Result<(), ::cel::ExecutionError> {
+    let val: Box<dyn ::cel::common::value::Val> = to_cel(v).try_into()?;
+    ctx.add_variable_as_val(name, val);
+    Ok(())
 }
 
 fn run(
@@ -260,13 +285,18 @@ fn run(
 ) {
     let base = if path.is_empty() { "<nil>" } else { path };
     let ty = BadValue::Str(node.ty.clone());
+    // Ratcheting: a value unchanged since the stored object is not held
+    // to the rules that do not compare it with that object.
+    let unchanged = old.is_some_and(|o| super::validate::same(o, value));
     for rule in rules {
-        if rule.uses_old_self && old.is_none() {
+        if rule.uses_old_self && old.is_none() || !rule.uses_old_self && unchanged {
             continue;
         }
         let mut ctx = ::cel::Context::default();
-        let bound = ctx.add_variable("self", value).and_then(|()| match old {
-            Some(o) => ctx.add_variable("oldSelf", o),
+        // Bound as values, converted here so a value CEL cannot hold is
+        // an error of the rule, never a panic (JSON makes none).
+        let bound = bind(&mut ctx, "self", value).and_then(|()| match old {
+            Some(o) => bind(&mut ctx, "oldSelf", o),
             None => Ok(()),
         });
         let shown = if rule.message.trim().is_empty() {

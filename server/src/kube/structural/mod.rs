@@ -75,11 +75,13 @@ impl StructuralSchema {
     /// maps, embedded resources' `apiVersion`, `kind` and metadata, and
     /// the CEL rules (transition rules, those using `oldSelf`, only where
     /// `old` has the value too). `old` is the stored object on an update,
-    /// `None` on a create. One cause per problem, worded as kube words
+    /// `None` on a create; as kube 1.33 ratchets, a value equal to its old
+    /// counterpart is not held to the OpenAPI checks or the rules that do
+    /// not use `oldSelf`. One cause per problem, worded as kube words
     /// them, in kube's order (the OpenAPI causes, then the list, metadata
     /// and CEL ones).
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldCause> {
-        let mut causes = validate::openapi(&self.root, obj, "", None);
+        let mut causes = validate::openapi(&self.root, obj, old, "", None);
         causes.extend(validate::list_sets_and_maps(&self.root, obj));
         causes.extend(validate::embedded_resources(&self.root, obj, false));
         causes.extend(cel::validate(&self.root, obj, old));

@@ -800,7 +800,7 @@ impl Parser {
                 ));
             } else {
                 self.causes
-                    .extend(validate::openapi(node, d, "", Some(&at)));
+                    .extend(validate::openapi(node, d, None, "", Some(&at)));
                 self.causes.extend(
                     validate::embedded_resources(node, d, false)
                         .into_iter()

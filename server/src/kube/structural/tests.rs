@@ -634,7 +634,7 @@ fn unique_items_is_checked_though_crds_refuse_it() {
         ..Default::default()
     };
     node.checks.unique_items = true;
-    let got = super::validate::openapi(&node, &json!([1, 2, 1]), "spec.l", None);
+    let got = super::validate::openapi(&node, &json!([1, 2, 1]), None, "spec.l", None);
     assert_eq!(
         triples(&got),
         expect(&[(
@@ -643,7 +643,7 @@ fn unique_items_is_checked_though_crds_refuse_it() {
             r#"Invalid value: "": spec.l in body shouldn't contain duplicates"#
         )])
     );
-    assert!(super::validate::openapi(&node, &json!([1, 2]), "spec.l", None).is_empty());
+    assert!(super::validate::openapi(&node, &json!([1, 2]), None, "spec.l", None).is_empty());
 }
 
 #[test]
@@ -1176,4 +1176,35 @@ fn the_type_schema_carries_list_types_map_keys_and_object_meta() {
     assert!(crate::kube::types::Schema::builtin()
         .for_kind("example.com", "v1", "Widget")
         .is_none());
+}
+
+#[test]
+fn an_update_ratchets_what_it_does_not_change() {
+    let schema = parse(
+        &json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "size": {"type": "string", "enum": ["s", "m"]},
+            "count": {"type": "integer", "maximum": 10, "x-kubernetes-validations": [{"rule": "self % 2 == 0", "message": "even"}]},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string"}, "port": {"type": "integer", "minimum": 1}}}},
+        }}}}),
+    );
+    // Stored before the schema tightened: every field is invalid now.
+    let old = json!({"spec": {"size": "xl", "count": 11, "ports": [{"name": "a", "port": 0}, {"name": "b", "port": 0}]}});
+    assert_eq!(schema.validate(&old, None).len(), 5, "invalid on create");
+    assert!(
+        schema.validate(&old, Some(&old)).is_empty(),
+        "an unchanged object passes"
+    );
+
+    // Port `b` moved to another index and kept its value; port `a` changed.
+    let new = json!({"spec": {"size": "xl", "count": 13, "ports": [{"name": "b", "port": 0}, {"name": "a", "port": -1}]}});
+    assert_eq!(
+        triples(&schema.validate(&new, Some(&old))),
+        expect(&[
+            ("spec.count", INVALID, "Invalid value: 13: spec.count in body should be less than or equal to 10"),
+            ("spec.ports[1].port", INVALID, "Invalid value: -1: spec.ports[1].port in body should be greater than or equal to 1"),
+            ("spec.count", INVALID, r#"Invalid value: "integer": even"#),
+        ])
+    );
 }

@@ -81,9 +81,16 @@ impl Out<'_> {
 /// kube-openapi's validation of `value` against `node`; `name` is the
 /// value's path (`""` for the object itself), `base` where the causes'
 /// fields start (`None` for an object: kube's fields are the paths).
+///
+/// `old` is the stored value on an update: kube's validation ratcheting
+/// (GA in 1.33) leaves a value that equals its old counterpart
+/// unchecked, so an object that became invalid under a newer schema can
+/// still be updated elsewhere. Old values correlate through properties,
+/// map keys, `list-type: map` keys and equal `set` items.
 pub(super) fn openapi(
     node: &Node,
     value: &Value,
+    old: Option<&Value>,
     name: &str,
     base: Option<&str>,
 ) -> Vec<FieldCause> {
@@ -91,8 +98,31 @@ pub(super) fn openapi(
         base,
         causes: Vec::new(),
     };
-    check(node, value, name, &mut out);
+    check(node, value, old, name, &mut out);
     out.causes
+}
+
+/// The item of an old list that a new item correlates with: by the keys
+/// of a `list-type: map`, by equality in a `set`; none in an atomic list.
+pub(super) fn correlated_item<'a>(
+    node: &Node,
+    item: &Value,
+    old: Option<&'a Value>,
+) -> Option<&'a Value> {
+    let olds = old?.as_array()?;
+    match node.list_type.as_deref() {
+        Some("map") => olds.iter().find(|o| {
+            node.list_map_keys
+                .iter()
+                .all(|k| match (o.get(k), item.get(k)) {
+                    (Some(a), Some(b)) => same(a, b),
+                    (None, None) => true,
+                    _ => false,
+                })
+        }),
+        Some("set") => olds.iter().find(|o| same(o, item)),
+        _ => None,
+    }
 }
 
 /// The JSON type kube-openapi infers for a value.
@@ -122,7 +152,10 @@ fn type_message(name: &str, ty: &str, got: &str) -> String {
     format!("{name} in {IN} must be of type {ty}: {}", go_quote(got))
 }
 
-fn check(node: &Node, value: &Value, name: &str, out: &mut Out) {
+fn check(node: &Node, value: &Value, old: Option<&Value>, name: &str, out: &mut Out) {
+    if old.is_some_and(|o| same(o, value)) {
+        return;
+    }
     let types = types_of(node);
     if value.is_null() {
         if !types.is_empty() && !node.nullable {
@@ -144,12 +177,12 @@ fn check(node: &Node, value: &Value, name: &str, out: &mut Out) {
             format(node, s, name, out);
         }
         Value::Number(_) => number(node, value, name, out),
-        Value::Array(items) => list(node, items, name, out),
+        Value::Array(items) => list(node, items, old, name, out),
         _ => {}
     }
     enumeration(node, value, name, out);
     if let Value::Object(map) = value {
-        object(node, map, name, out);
+        object(node, map, old.and_then(Value::as_object), name, out);
     }
 }
 
@@ -207,7 +240,7 @@ fn composites(node: &Node, value: &Value, name: &str, out: &mut Out) {
             base: out.base,
             causes: Vec::new(),
         };
-        check(n, value, name, &mut inner);
+        check(n, value, None, name, &mut inner);
         inner.causes
     };
     let fewest = |results: Vec<Vec<FieldCause>>| results.into_iter().min_by_key(Vec::len);
@@ -400,10 +433,11 @@ fn number(node: &Node, value: &Value, name: &str, out: &mut Out) {
 
 /// `schemaSliceValidator`: every item, then `minItems`, `maxItems`,
 /// `uniqueItems`.
-fn list(node: &Node, items: &[Value], name: &str, out: &mut Out) {
+fn list(node: &Node, items: &[Value], old: Option<&Value>, name: &str, out: &mut Out) {
     if let Some(schema) = &node.items {
         for (i, item) in items.iter().enumerate() {
-            check(schema, item, &format!("{name}[{i}]"), out);
+            let old_item = correlated_item(node, item, old);
+            check(schema, item, old_item, &format!("{name}[{i}]"), out);
         }
     }
     let c = &node.checks;
@@ -434,7 +468,7 @@ fn list(node: &Node, items: &[Value], name: &str, out: &mut Out) {
 
 /// JSON equality with numbers compared by value (Go converts an integer
 /// to an enum's float before comparing).
-fn same(a: &Value, b: &Value) -> bool {
+pub(super) fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
             (Some(i), Some(j)) => i == j,
@@ -475,7 +509,14 @@ fn enumeration(node: &Node, value: &Value, name: &str, out: &mut Out) {
 
 /// `objectValidator`: property counts, `additionalProperties`, the
 /// properties, then `required`.
-fn object(node: &Node, map: &Map<String, Value>, name: &str, out: &mut Out) {
+fn object(
+    node: &Node,
+    map: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+    name: &str,
+    out: &mut Out,
+) {
+    let old_of = |k: &str| old.and_then(|m| m.get(k));
     let c = &node.checks;
     let n = map.len();
     if let Some(min) = c.min_properties.filter(|m| (n as i64) < *m) {
@@ -491,13 +532,13 @@ fn object(node: &Node, map: &Map<String, Value>, name: &str, out: &mut Out) {
     if let Some(Additional::Schema(schema)) = &node.additional {
         for (k, v) in map {
             if !node.properties.contains_key(k) {
-                check(schema, v, &format!("{name}.{k}"), out);
+                check(schema, v, old_of(k), &format!("{name}.{k}"), out);
             }
         }
     }
     for (k, schema) in &node.properties {
         if let Some(v) = map.get(k) {
-            check(schema, v, &child(name, k), out);
+            check(schema, v, old_of(k), &child(name, k), out);
         }
     }
     for k in &c.required {
