@@ -78,10 +78,13 @@ fn go_rule(m: &Map<String, Value>) -> BadValue {
     ))
 }
 
-/// The rules of a schema node, or the causes that refuse them.
+/// The rules of a schema node, or the causes that refuse them;
+/// `uncorrelatable` is the list above the node whose items have no old
+/// value, where a transition rule cannot run.
 pub(super) fn parse_rules(
     m: &Map<String, Value>,
     path: &str,
+    uncorrelatable: Option<&str>,
     causes: &mut Vec<FieldCause>,
 ) -> Vec<Rule> {
     let at = child(path, "x-kubernetes-validations");
@@ -190,6 +193,14 @@ pub(super) fn parse_rules(
             }
         };
         let uses_old_self = program.references().has_variable("oldSelf");
+        if let Some(list) = uncorrelatable.filter(|_| uses_old_self) {
+            causes.push(FieldCause::invalid(
+                &child(&here, "rule"),
+                &rule,
+                &format!("oldSelf cannot be used on the uncorrelatable portion of the schema within {list}"),
+            ));
+            continue;
+        }
         rules.push(Rule {
             rule,
             message,

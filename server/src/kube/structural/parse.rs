@@ -70,7 +70,10 @@ fn key(path: &str, k: &str) -> String {
 /// The parsed root, or every cause that refuses the schema, sorted by
 /// their text as kube sorts them.
 pub(super) fn parse_root(schema: &Value, base: &str) -> Result<Node, Vec<FieldCause>> {
-    let mut p = Parser { causes: Vec::new() };
+    let mut p = Parser {
+        causes: Vec::new(),
+        uncorrelatable: None,
+    };
     let root = p.structural(schema, base, Level::Root);
     if p.causes.is_empty() {
         p.completeness(&root, base);
@@ -89,6 +92,10 @@ pub(super) fn parse_root(schema: &Value, base: &str) -> Result<Node, Vec<FieldCa
 
 struct Parser {
     causes: Vec<FieldCause>,
+    /// The path of the outermost list above the node being parsed whose
+    /// items have no old counterpart (any list but a `list-type: map`):
+    /// `oldSelf` cannot be used below it.
+    uncorrelatable: Option<String>,
 }
 
 impl Parser {
@@ -328,11 +335,17 @@ impl Parser {
                 "items must be a schema object and not an array",
             )),
             Some(iv) => {
+                let outer = self.uncorrelatable.clone();
+                let list_type = m.get("x-kubernetes-list-type").and_then(Value::as_str);
+                if outer.is_none() && list_type != Some("map") {
+                    self.uncorrelatable = Some(path.to_string());
+                }
                 node.items = Some(Box::new(self.structural(
                     iv,
                     &child(path, "items"),
                     Level::Item,
-                )))
+                )));
+                self.uncorrelatable = outer;
             }
         }
         match m.get("additionalProperties") {
@@ -356,7 +369,7 @@ impl Parser {
                 ));
             }
         }
-        node.rules = cel::parse_rules(m, path, &mut self.causes);
+        node.rules = cel::parse_rules(m, path, self.uncorrelatable.as_deref(), &mut self.causes);
 
         self.invariants(&node, m, path, level);
         self.extensions(&node, path);
@@ -479,7 +492,8 @@ impl Parser {
             )));
         }
         if allow_rules {
-            node.rules = cel::parse_rules(m, path, &mut self.causes);
+            node.rules =
+                cel::parse_rules(m, path, self.uncorrelatable.as_deref(), &mut self.causes);
         }
         node
     }

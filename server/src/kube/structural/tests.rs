@@ -885,6 +885,16 @@ fn schemas_that_are_not_structural_or_valid_are_refused_with_kube_causes() {
             vec![(p("properties[spec].properties[o].default"), INVALID, r#"Invalid value: {"a":"x","b":"y"}: must not have unknown fields"#)],
         ),
         (
+            "a transition rule where nothing correlates",
+            with_spec(json!({"l": {"type": "array", "items": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}})),
+            vec![(
+                p("properties[spec].properties[l].items.x-kubernetes-validations[0].rule"),
+                INVALID,
+                r#"Invalid value: "self == oldSelf": oldSelf cannot be used on the uncorrelatable portion of the schema within spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[l]"#,
+            )],
+        ),
+        (
             "an empty rule",
             with_spec(json!({"x": {"type": "string", "x-kubernetes-validations": [{"rule": " "}]}})),
             vec![(p("properties[spec].properties[x].x-kubernetes-validations[0].rule"), REQUIRED, "Required value: rule is not specified")],
