@@ -1218,3 +1218,11 @@ fn an_update_ratchets_what_it_does_not_change() {
         ])
     );
 }
+
+#[test]
+fn a_schema_can_be_shared_across_tasks() {
+    // The CRD registry keeps parsed schemas behind an `Arc` that every
+    // request handler reads.
+    fn shared<T: Send + Sync + 'static>() {}
+    shared::<StructuralSchema>();
+}
