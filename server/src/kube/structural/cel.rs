@@ -19,11 +19,16 @@
 //! `format`, list and regex extensions) are not there. No cost budget.
 
 use std::fmt;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{Map, Value};
 
 use super::{Additional, Node};
 use crate::kube::error::{go_quote, BadValue, FieldCause};
+
+/// CEL's standard functions and macros, built once: a context per rule
+/// and value shares them (`Context::default` would build them anew).
+static STDLIB: LazyLock<Arc<::cel::Env>> = LazyLock::new(|| Arc::new(::cel::Env::stdlib()));
 
 /// The reasons a rule may give its errors, sorted as kube lists them.
 const REASONS: [&str; 4] = [
@@ -303,7 +308,7 @@ fn run(
         if rule.uses_old_self && old.is_none() || !rule.uses_old_self && unchanged {
             continue;
         }
-        let mut ctx = ::cel::Context::default();
+        let mut ctx = ::cel::Context::with_env(Arc::clone(&STDLIB));
         // Bound as values, converted here so a value CEL cannot hold is
         // an error of the rule, never a panic (JSON makes none).
         let bound = bind(&mut ctx, "self", value).and_then(|()| match old {
