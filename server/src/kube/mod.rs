@@ -14,7 +14,8 @@
 //! [`objectmeta`] (every object's metadata rules), [`builtin`] (the
 //! built-in types' defaults and validation), [`names`] (kube's name,
 //! label and key formats),
-//! [`strategic`] (strategic merge patch), [`apply`] (server-side apply
+//! [`strategic`] (strategic merge patch), [`structural`] (CRD schemas:
+//! pruning, defaulting, validation), [`apply`] (server-side apply
 //! and managed fields), [`fieldvalidation`] (unknown and duplicate
 //! fields), [`options`] (`dryRun`, `DeleteOptions`), [`deletion`] (what a
 //! delete does: finalizers, propagation, a namespace's termination),
@@ -44,4 +45,5 @@ pub mod scale;
 pub mod selectors;
 pub mod store;
 pub mod strategic;
+pub mod structural;
 pub mod types;

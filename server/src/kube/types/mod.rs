@@ -82,6 +82,52 @@ impl Schema {
         self.types.get(name)
     }
 
+    /// The table of one custom kind (a CRD version's structural schema,
+    /// built by `kube::structural`): `root` is its root type's name in
+    /// `types`. A type `types` refers to but does not define is taken
+    /// from the built-in table with every type it reaches (`metadata`
+    /// is the built-in `ObjectMeta`), so apply and field validation read
+    /// a custom kind as they read a built-in one. No resources: what a
+    /// CRD serves is the CRD registry's to say.
+    pub fn for_custom_kind(
+        group: &str,
+        version: &str,
+        kind: &str,
+        root: &str,
+        mut types: BTreeMap<String, TypeDef>,
+    ) -> Schema {
+        let builtin = Schema::builtin();
+        let mut wanted: Vec<String> = types
+            .values()
+            .flat_map(|t| t.fields.values().filter_map(|f| f.shape.object_name()))
+            .map(String::from)
+            .collect();
+        while let Some(name) = wanted.pop() {
+            if types.contains_key(&name) {
+                continue;
+            }
+            if let Some(def) = builtin.type_def(&name) {
+                wanted.extend(
+                    def.fields
+                        .values()
+                        .filter_map(|f| f.shape.object_name())
+                        .map(String::from),
+                );
+                types.insert(name, def.clone());
+            }
+        }
+        let key = if group.is_empty() {
+            format!("{version}/{kind}")
+        } else {
+            format!("{group}/{version}/{kind}")
+        };
+        Schema {
+            kinds: BTreeMap::from([(key, root.to_string())]),
+            resources: BTreeMap::new(),
+            types,
+        }
+    }
+
     /// The type an object shape names; `None` for any other shape.
     pub fn object(&self, shape: &Shape) -> Option<&TypeDef> {
         match shape {
@@ -120,7 +166,7 @@ pub struct SubresourceDef {
 }
 
 /// One object type (an OpenAPI definition with properties).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TypeDef {
     fields: BTreeMap<String, FieldDef>,
@@ -133,6 +179,20 @@ pub struct TypeDef {
 }
 
 impl TypeDef {
+    /// A type made from its parts (a custom kind's, see
+    /// [`Schema::for_custom_kind`]).
+    pub fn new(
+        fields: BTreeMap<String, FieldDef>,
+        required: Vec<String>,
+        map_type: Option<MapType>,
+    ) -> Self {
+        TypeDef {
+            fields,
+            required,
+            map_type,
+        }
+    }
+
     /// A field by its JSON name.
     pub fn field(&self, name: &str) -> Option<&FieldDef> {
         self.fields.get(name)
@@ -154,7 +214,7 @@ impl TypeDef {
 }
 
 /// One field of a type: its shape and how it merges.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FieldDef {
     pub shape: Shape,
@@ -208,6 +268,17 @@ pub enum Shape {
     Map(Box<Shape>),
     /// Any JSON (`RawExtension`, `FieldsV1`, apiextensions' `JSON`).
     Untyped,
+}
+
+impl Shape {
+    /// The type an object shape names, through lists and maps.
+    pub fn object_name(&self) -> Option<&str> {
+        match self {
+            Shape::Object(name) => Some(name),
+            Shape::List(s) | Shape::Map(s) => s.object_name(),
+            Shape::Scalar(_) | Shape::Untyped => None,
+        }
+    }
 }
 
 /// A scalar's type, with the string formats that matter to clients.
