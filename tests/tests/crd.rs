@@ -310,3 +310,112 @@ async fn a_definition_made_on_one_node_is_served_written_and_watched_on_the_othe
     }
     c.shutdown().await;
 }
+
+/// A custom resource is pruned, defaulted and validated by its version's
+/// schema, as kube's custom resource strategy does it; a definition whose
+/// schema is not structural is refused with kube's causes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_follow_their_schema() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let (n1, n2) = (c.kube(1), c.kube(2));
+    let mut def = widget_definition();
+    def["spec"]["versions"] = json!([{
+        "name": "v1", "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "required": ["color"], "properties": {
+                "color": {"type": "string", "enum": ["red", "blue"]},
+                "size": {"type": "integer", "minimum": 0, "maximum": 10, "default": 1},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}}},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}
+    }]);
+    let created = n1.post(CRDS, &def).await.expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+
+    // Unknown fields are dropped with a warning (fieldValidation=Warn, the
+    // default), and the defaults filled in.
+    let mut body = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w"}, "spec": {"color": "red", "extra": 1, "labels": {"a": "b"}}});
+    let warned = n2.post(WIDGETS, &body).await.expect("create");
+    assert_eq!(warned.status, StatusCode::CREATED, "{}", warned.text);
+    assert_eq!(
+        warned.headers.get("warning").and_then(|w| w.to_str().ok()),
+        Some("299 - \"unknown field \\\"spec.extra\\\"\"")
+    );
+    assert_eq!(
+        warned.body["spec"],
+        json!({"color": "red", "size": 1, "labels": {"a": "b"}})
+    );
+    // ... and refused under Strict, as kube words it.
+    body["metadata"]["name"] = json!("strict");
+    let strict = n2
+        .post(&format!("{WIDGETS}?fieldValidation=Strict"), &body)
+        .await
+        .expect("create");
+    assert_eq!(strict.status, StatusCode::BAD_REQUEST, "{}", strict.text);
+    assert_eq!(
+        strict.body["message"],
+        "Widget in version \"v1\" cannot be handled as a Widget: strict decoding error: unknown field \"spec.extra\""
+    );
+    // Values the schema refuses: one cause per field.
+    let bad = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "bad"}, "spec": {"color": "green", "size": 11}});
+    let refused = n1.post(WIDGETS, &bad).await.expect("create");
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.body["reason"], "Invalid");
+    let causes: Vec<(String, String)> = refused.body["details"]["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .map(|c| {
+            (
+                c["field"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        causes.contains(&("spec.color".into(), "FieldValueNotSupported".into())),
+        "{causes:?}"
+    );
+    assert!(
+        causes.contains(&("spec.size".into(), "FieldValueInvalid".into())),
+        "{causes:?}"
+    );
+    // An update is held to the schema too.
+    let mut update = warned.body.clone();
+    update["spec"]["size"] = json!(-1);
+    let refused = n1.put(&format!("{WIDGETS}/w"), &update).await.expect("put");
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+
+    // A schema that is not structural is refused with the definition.
+    let mut gadgets = widget_definition();
+    gadgets["metadata"]["name"] = json!("gadgets.example.com");
+    gadgets["spec"]["names"] = json!({"plural": "gadgets", "kind": "Gadget"});
+    gadgets["spec"]["versions"] = json!([{"name": "v1", "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"properties": {"a": {"type": "string"}}}}}}}]);
+    let refused = n2.post(CRDS, &gadgets).await.expect("create");
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+    assert!(
+        refused
+            .text
+            .contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].type"),
+        "{}",
+        refused.text
+    );
+    c.shutdown().await;
+}

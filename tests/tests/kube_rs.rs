@@ -537,7 +537,10 @@ async fn kube_rs_discovers_and_watches_a_custom_resource_defined_at_run_time() {
         .run_aggregated()
         .await
         .expect("aggregated discovery");
-    assert!(aggregated.resolve_gvk(&gvk).is_some(), "aggregated discovery finds it");
+    assert!(
+        aggregated.resolve_gvk(&gvk).is_some(),
+        "aggregated discovery finds it"
+    );
 
     let watched: Api<DynamicObject> = Api::namespaced_with(client_for(&u3), "default", &resource);
     let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());

@@ -162,8 +162,10 @@ pub fn admit_create_named(
     if definitions {
         crd::admission::prepare_create(&mut obj);
     }
+    let custom = crd::admit_object(rt, &mut obj, None);
     let mut causes = objectmeta::validate_create(rt, &obj, &name, namespace.as_deref());
     causes.extend(builtin::validate_create(rt, &obj));
+    causes.extend(custom);
     if definitions {
         causes.extend(crd::admission::validate(&obj, &name));
     }
@@ -259,10 +261,19 @@ pub fn admit_update(
     if is_definitions(rt) {
         crd::admission::prepare_update(&old, new);
     }
+    // A custom resource's schema covers its status too (kube validates
+    // a status update against it).
+    let custom = crd::admit_object(rt, new, Some(&old));
     if scope == UpdateScope::Status {
-        return Ok(());
+        return if custom.is_empty() {
+            Ok(())
+        } else {
+            let name = object::meta_str(new, "name").unwrap_or("").to_string();
+            Err(KubeError::invalid(rt, &name, custom))
+        };
     }
     let mut causes = update_causes(rt, &old, new);
+    causes.extend(custom);
     if !causes.is_empty() {
         // Problems the stored object has itself (written before these
         // rules, or through the etcd API) are not this update's: it may

@@ -13,9 +13,10 @@
 //! ...`), a `422` for a patch (`patch: Invalid value: "<patched object>":
 //! strict decoding error: ...`), as kube-apiserver answers.
 //!
-//! Paths are kube's: fields joined by `.`, list items by `[i]`. A type
-//! without a schema (a custom resource, once served) is not checked for
-//! unknown fields; `RawExtension` and other untyped content never is.
+//! Paths are kube's: fields joined by `.`, list items by `[i]`. A custom
+//! resource's unknown fields are what its structural schema prunes
+//! (`kube::structural`); a custom type without a schema is not checked,
+//! and `RawExtension` and other untyped content never is.
 
 use std::fmt;
 
@@ -249,6 +250,18 @@ impl<'de> Visitor<'de> for Seed<'_> {
 /// declare, by path; with `prune`, they are taken out. A type without a
 /// schema has none.
 pub fn unknown_fields(rt: &ResourceType, obj: &mut Map<String, Value>, prune: bool) -> Vec<String> {
+    if let Some(custom) = rt.custom {
+        // A custom resource: what its structural schema prunes.
+        let Some(schema) = custom.structural.as_ref() else {
+            return Vec::new();
+        };
+        let mut value = Value::Object(obj.clone());
+        let found = schema.prune(&mut value);
+        if let (true, Value::Object(pruned)) = (prune, value) {
+            *obj = pruned;
+        }
+        return found;
+    }
     let schema = Schema::builtin();
     let mut found = Vec::new();
     if let Some(root) = schema.for_kind(rt.group, rt.version, rt.kind) {

@@ -238,6 +238,18 @@ impl Target<'static> {
     /// The built-in schema of `rt`, or none (a granular map) for a type
     /// without one.
     pub fn of(rt: &ResourceType) -> Self {
+        let custom: Option<&'static crate::kube::crd::CustomType> = rt.custom;
+        if let Some(schema) = custom.and_then(|c| c.type_schema.as_ref()) {
+            // A custom type: its schema's list types and map keys.
+            let ty = schema
+                .for_kind(rt.group, rt.version, rt.kind)
+                .map_or(Ty::Untyped, Ty::root);
+            return Target {
+                schema,
+                ty,
+                status_subresource: rt.has_status_subresource(),
+            };
+        }
         let schema = Schema::builtin();
         let ty = schema
             .for_kind(rt.group, rt.version, rt.kind)

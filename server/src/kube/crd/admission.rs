@@ -23,6 +23,7 @@ use crate::kube::error::{BadValue, FieldCause};
 use crate::kube::names;
 use crate::kube::object;
 use crate::kube::resources::TypeSet;
+use crate::kube::structural::StructuralSchema;
 
 /// A new definition: defaults, the cleanup finalizer, its stored version.
 pub fn prepare_create(obj: &mut Map<String, Value>) {
@@ -259,6 +260,18 @@ fn validate_versions(spec: &Value, at: &Path, causes: &mut Vec<FieldCause>) {
     }
     let mut seen: Vec<&str> = Vec::new();
     for (i, v) in versions.iter().enumerate() {
+        let schema_at = vp.index(i).at(&["schema", "openAPIV3Schema"]);
+        match v.pointer("/schema/openAPIV3Schema") {
+            None | Some(Value::Null) => causes.push(FieldCause::required(
+                schema_at.as_str(),
+                "schemas are required",
+            )),
+            Some(schema) => {
+                if let Err(found) = StructuralSchema::new(schema, schema_at.as_str()) {
+                    causes.extend(found);
+                }
+            }
+        }
         let name = v["name"].as_str().unwrap_or("");
         let p = vp.index(i).child("name");
         if name.is_empty() {

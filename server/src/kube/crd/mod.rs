@@ -28,10 +28,13 @@ pub mod admission;
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
+
+use crate::kube::error::FieldCause;
 
 use crate::kube::resources::{NameRule, ResourceType, TypeSet};
-use crate::kube::types::{ResourceDef, SubresourceDef};
+use crate::kube::structural::StructuralSchema;
+use crate::kube::types::{ResourceDef, Schema, SubresourceDef};
 
 /// The finalizer kube puts on every definition: its objects are deleted
 /// before it goes.
@@ -51,7 +54,7 @@ const VERBS: [&str; 8] = [
 
 /// What a definition says of one served version beyond what every type
 /// has.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct CustomType {
     /// The definition's name (`<plural>.<group>`).
     pub definition: String,
@@ -59,6 +62,14 @@ pub struct CustomType {
     pub storage: bool,
     /// `schema.openAPIV3Schema`, when the version has one.
     pub schema: Option<Value>,
+    /// The schema parsed: what prunes, defaults and validates the type's
+    /// objects (`None`: no schema, or one the definition's validation
+    /// would refuse, written before it or through the etcd API: objects
+    /// are then kept as written).
+    pub structural: Option<StructuralSchema>,
+    /// The schema as the typed-schema table server-side apply and field
+    /// validation read (`None` without a structural schema).
+    pub type_schema: Option<Schema>,
     /// `additionalPrinterColumns`.
     pub printer_columns: Vec<PrinterColumn>,
     /// `selectableFields[].jsonPath`, without the leading dot
@@ -72,6 +83,22 @@ pub struct CustomType {
     /// written again from the one before.
     pub uid: String,
 }
+
+impl PartialEq for CustomType {
+    /// Equal definitions: the parsed schemas follow from `schema`.
+    fn eq(&self, other: &Self) -> bool {
+        self.definition == other.definition
+            && self.uid == other.uid
+            && self.storage == other.storage
+            && self.schema == other.schema
+            && self.printer_columns == other.printer_columns
+            && self.selectable_fields == other.selectable_fields
+            && self.scale == other.scale
+            && self.deprecation_warning == other.deprecation_warning
+    }
+}
+
+impl Eq for CustomType {}
 
 /// One `additionalPrinterColumns` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +122,34 @@ pub struct ScalePaths {
     pub status_replicas: String,
     /// `.status.selector`, when set.
     pub label_selector: Option<String>,
+}
+
+/// A custom resource about to be written (`old`: the stored one on an
+/// update), as kube's custom resource strategy handles it: fields its
+/// schema does not know pruned, its defaults applied, then the schema's
+/// validations and rules; the causes of a `422`. A type without a
+/// structural schema keeps objects as written.
+pub fn admit_object(
+    rt: &ResourceType,
+    obj: &mut Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+) -> Vec<FieldCause> {
+    let Some(schema) = rt.custom.and_then(|c| c.structural.as_ref()) else {
+        return Vec::new();
+    };
+    let mut value = Value::Object(std::mem::take(obj));
+    schema.prune(&mut value);
+    schema.apply_defaults(&mut value);
+    let old = old.map(|o| {
+        let mut o = Value::Object(o.clone());
+        schema.apply_defaults(&mut o);
+        o
+    });
+    let causes = schema.validate(&value, old.as_ref());
+    if let Value::Object(m) = value {
+        *obj = m;
+    }
+    causes
 }
 
 /// The types `definitions` make a node serve, with the built-ins. A
@@ -321,10 +376,28 @@ fn build(def: Definition) -> ResourceType {
             .map(str::to_string)
             .unwrap_or_else(|| format!("{group}/{version} {kind} is deprecated"))
     });
+    let schema = v.pointer("/schema/openAPIV3Schema").cloned();
+    let structural = schema.as_ref().and_then(|s| {
+        StructuralSchema::new(s, "")
+            .map_err(|causes| {
+                tracing::warn!(
+                    definition = def.name,
+                    version,
+                    ?causes,
+                    "a stored definition's schema is not structural; its objects are not validated"
+                );
+            })
+            .ok()
+    });
+    let type_schema = structural
+        .as_ref()
+        .map(|s| s.to_type_schema(group, version, kind));
     let custom: &'static CustomType = Box::leak(Box::new(CustomType {
         definition: def.name.clone(),
         storage: v["storage"].as_bool().unwrap_or(false),
-        schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+        schema,
+        structural,
+        type_schema,
         printer_columns,
         selectable_fields,
         scale,
