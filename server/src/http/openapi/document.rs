@@ -535,6 +535,16 @@ fn v3_schema(v: &Value) -> Value {
                         let name = r.strip_prefix(V2_REF).unwrap_or(r);
                         reference = Some(json!({ "$ref": format!("{V3_REF}{name}") }));
                     }
+                    // Property names are names, whatever they look like
+                    // (JSONSchemaProps has one called
+                    // `x-kubernetes-validations`): each value is a schema.
+                    ("properties", Value::Object(props)) => {
+                        let props: Map<String, Value> = props
+                            .iter()
+                            .map(|(name, p)| (name.clone(), v3_schema(p)))
+                            .collect();
+                        out.insert(k.clone(), Value::Object(props));
+                    }
                     // Extensions are values, not schemas.
                     (k, x) if k.starts_with("x-") => {
                         out.insert(k.to_string(), x.clone());

@@ -19,8 +19,10 @@ fn widgets() -> Value {
                  "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.size"}},
                  "additionalPrinterColumns": [{"name": "Size", "type": "integer", "jsonPath": ".spec.size"}],
                  "selectableFields": [{"jsonPath": ".spec.color"}]},
-                {"name": "v1beta1", "served": true, "storage": false, "deprecated": true},
-                {"name": "v1alpha1", "served": false, "storage": false}
+                {"name": "v1beta1", "served": true, "storage": false, "deprecated": true,
+                 "schema": {"openAPIV3Schema": {"type": "object"}}},
+                {"name": "v1alpha1", "served": false, "storage": false,
+                 "schema": {"openAPIV3Schema": {"type": "object"}}}
             ]
         }
     })
