@@ -10,6 +10,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use crate::http::authorization;
 use crate::http::status::ApiError;
 use crate::kube::resources::{self, ResourceType, Subresource};
 
@@ -45,8 +46,21 @@ fn group_entry(group: &str, version: &str) -> Value {
     json!({ "name": group, "versions": [gv.clone()], "preferredVersion": gv })
 }
 
+/// Every served group version: the stored types' and the non-stored
+/// `authorization.k8s.io/v1` (see [`authorization`]).
+fn served_groups() -> Vec<(&'static str, &'static str)> {
+    let mut groups = resources::groups();
+    groups.push((authorization::GROUP, authorization::VERSION));
+    groups
+}
+
+/// Whether `group`/`version` is the non-stored authorization group.
+fn is_authorization(group: &str, version: &str) -> bool {
+    group == authorization::GROUP && version == authorization::VERSION
+}
+
 pub fn group_list() -> Response {
-    let groups: Vec<Value> = resources::groups()
+    let groups: Vec<Value> = served_groups()
         .into_iter()
         .map(|(g, v)| group_entry(g, v))
         .collect();
@@ -54,7 +68,7 @@ pub fn group_list() -> Response {
 }
 
 pub fn group(group: &str) -> Result<Response, ApiError> {
-    let (g, v) = resources::groups()
+    let (g, v) = served_groups()
         .into_iter()
         .find(|(g, _)| *g == group)
         .ok_or(ApiError::NoSuchResource)?;
@@ -105,9 +119,13 @@ fn api_subresources(rt: &ResourceType) -> impl Iterator<Item = Value> + '_ {
 /// The `APIResourceList` of a group version; `None` when it serves
 /// nothing.
 fn resource_list_body(group: &str, version: &str) -> Option<Value> {
-    let list: Vec<Value> = resources::in_group_version(group, version)
-        .flat_map(|rt| std::iter::once(api_resource(rt)).chain(api_subresources(rt)))
-        .collect();
+    let list: Vec<Value> = if is_authorization(group, version) {
+        authorization::api_resources()
+    } else {
+        resources::in_group_version(group, version)
+            .flat_map(|rt| std::iter::once(api_resource(rt)).chain(api_subresources(rt)))
+            .collect()
+    };
     if list.is_empty() {
         return None;
     }
@@ -191,9 +209,13 @@ fn resource_discovery(rt: &ResourceType) -> Value {
 /// One group of aggregated discovery (`APIGroupDiscovery`) with its one
 /// served version.
 fn group_discovery(group: &str, version: &str) -> Value {
-    let resources: Vec<Value> = resources::in_group_version(group, version)
-        .map(resource_discovery)
-        .collect();
+    let resources: Vec<Value> = if is_authorization(group, version) {
+        authorization::resource_discovery()
+    } else {
+        resources::in_group_version(group, version)
+            .map(resource_discovery)
+            .collect()
+    };
     let metadata = if group.is_empty() {
         json!({})
     } else {
@@ -211,7 +233,7 @@ pub fn aggregated(core: bool, version: &'static str) -> Response {
     let items: Vec<Value> = if core {
         vec![group_discovery("", "v1")]
     } else {
-        resources::groups()
+        served_groups()
             .into_iter()
             .map(|(g, v)| group_discovery(g, v))
             .collect()
@@ -456,6 +478,13 @@ mod tests {
         );
         assert_eq!(entry(&core, "limitranges")["shortNames"], json!(["limits"]));
         assert!(resource_list_body("autoscaling", "v2").is_some());
+        assert_eq!(
+            entry(
+                &resource_list_body("authorization.k8s.io", "v1").expect("authorization"),
+                "selfsubjectaccessreviews"
+            )["verbs"],
+            json!(["create"])
+        );
         assert!(
             resource_list_body("autoscaling", "v1").is_none(),
             "v2 alone is served"
