@@ -200,11 +200,6 @@ impl Day {
                 && out.contains("deployment.apps/web created"),
             "{out}"
         );
-        let out = self.ok(
-            NODES[0],
-            &["create", "deployment", "api", "--image=registry.example/api:1", "--replicas=0"],
-        );
-        assert_eq!(out.trim(), "deployment.apps/api created");
         let again = failed(
             &self.run(NODES[1], &["create", "configmap", "cfg"]),
             "create of an existing name",
@@ -216,17 +211,17 @@ impl Day {
 
         // The default table, and `-o wide`.
         let table = self.ok(NODES[0], &["get", "configmaps"]);
-        let rows = rows(&table);
-        assert_eq!(rows[0], ["NAME", "DATA", "AGE"], "{table}");
-        assert!(rows.iter().any(|r| r[..2] == ["cfg", "1"]), "{table}");
+        let cms = rows(&table);
+        assert_eq!(cms[0], ["NAME", "DATA", "AGE"], "{table}");
+        assert!(cms.iter().any(|r| r[..2] == ["cfg", "1"]), "{table}");
         let wide = self.ok(NODES[1], &["get", "deployments", "-o", "wide"]);
-        let rows = rows(&wide);
+        let deployments = rows(&wide);
         assert_eq!(
-            rows[0],
+            deployments[0],
             ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"],
             "{wide}"
         );
-        let web = rows
+        let web = deployments
             .iter()
             .find(|r| r[0] == "web")
             .unwrap_or_else(|| panic!("{wide}"));
@@ -275,10 +270,11 @@ impl Day {
             &self.k.run(NODES[1], &["get", "configmaps", "-A", "-l", "app=web"]),
             "get -A",
         );
-        let rows = rows(&all);
-        assert_eq!(rows[0][..2], ["NAMESPACE", "NAME"], "{all}");
+        let everywhere = rows(&all);
+        assert_eq!(everywhere[0][..2], ["NAMESPACE", "NAME"], "{all}");
         assert!(
-            rows.iter().any(|r| r[..2] == [self.ns.as_str(), "web-settings"]),
+            everywhere
+                .iter().any(|r| r[..2] == [self.ns.as_str(), "web-settings"]),
             "{all}"
         );
         let picked = self.ok(
@@ -317,16 +313,9 @@ impl Day {
             &["-n", &self.ns, "get", "configmaps", "-w", "-o", "name"],
         );
         let mut lines = BufReader::new(watching.stdout.take().expect("stdout")).lines();
-        let mut next = || async {
-            tokio::time::timeout(CLIENT_DEADLINE, lines.next_line())
-                .await
-                .expect("kubectl get -w printed nothing in time")
-                .expect("read kubectl's output")
-                .expect("kubectl get -w ended")
-        };
         let mut initial = Vec::new();
         while initial.len() < 2 {
-            let line = next().await;
+            let line = next_line(&mut lines).await;
             if line == "configmap/cfg" || line == "configmap/web-settings" {
                 initial.push(line);
             }
@@ -334,7 +323,7 @@ impl Day {
         // kubectl watches from the revision of the list it printed, so a
         // change made now is its next event.
         self.ok(NODES[0], &["create", "configmap", "watched"]);
-        while next().await != "configmap/watched" {}
+        while next_line(&mut lines).await != "configmap/watched" {}
         watching.kill().await.expect("stop kubectl get -w");
     }
 
@@ -738,6 +727,15 @@ impl Day {
         );
         assert!(gone.contains("NotFound"), "{gone}");
     }
+}
+
+/// The next line a long-running client prints, within the deadline.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Lines<R>) -> String {
+    tokio::time::timeout(CLIENT_DEADLINE, lines.next_line())
+        .await
+        .expect("the client printed nothing in time")
+        .expect("read the client's output")
+        .expect("the client ended")
 }
 
 /// The whitespace-separated columns of each line of a table.

@@ -220,7 +220,12 @@ fn from_protobuf(body: &[u8]) -> Result<Value, ApiError> {
         Value::Object(
             pairs
                 .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| ((*k).to_string(), json!(v))))
+                // Go's strings have no unset: an empty one is absent.
+                .filter_map(|(k, v)| {
+                    v.as_ref()
+                        .filter(|v| !v.is_empty())
+                        .map(|v| ((*k).to_string(), json!(v)))
+                })
                 .collect(),
         )
     };
@@ -327,6 +332,26 @@ mod tests {
             .encode_to_vec(),
         );
         let got = from_protobuf(&body).expect("decodes");
+        // What client-go sends: every string of the metadata, empty.
+        let empty = Review {
+            metadata: Some(Meta {
+                name: Some(String::new()),
+                generate_name: Some(String::new()),
+                namespace: Some(String::new()),
+            }),
+            spec: msg.spec.clone(),
+        };
+        let mut empty_body = b"k8s\0".to_vec();
+        empty_body.extend(
+            Envelope {
+                raw: Some(empty.encode_to_vec()),
+            }
+            .encode_to_vec(),
+        );
+        let Value::Object(empty) = from_protobuf(&empty_body).expect("decodes") else {
+            panic!("an object")
+        };
+        assert_eq!(allowed(empty).expect("allowed")["status"]["allowed"], true);
         assert_eq!(
             got["spec"],
             json!({"resourceAttributes": {"namespace": "team", "verb": "create", "group": "apps", "resource": "deployments"}})
