@@ -172,7 +172,9 @@ impl Helm {
     /// `$HELM`; a panic saying how to install it if unset.
     pub fn from_env(kubeconfig: &Path) -> Self {
         let path = std::env::var("HELM").unwrap_or_else(|_| {
-            panic!("$HELM is not set: run scripts/test.sh (or source scripts/common.sh; ensure_helm)")
+            panic!(
+                "$HELM is not set: run scripts/test.sh (or source scripts/common.sh; ensure_helm)"
+            )
         });
         Self {
             path: path.into(),

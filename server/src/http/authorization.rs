@@ -96,7 +96,10 @@ fn allowed(mut review: Map<String, Value>) -> Result<Value, ApiError> {
     let spec = review.get("spec").cloned().unwrap_or(Value::Null);
     let present = |k: &str| spec.get(k).is_some_and(|v| !v.is_null());
     let mut causes = Vec::new();
-    match (present("resourceAttributes"), present("nonResourceAttributes")) {
+    match (
+        present("resourceAttributes"),
+        present("nonResourceAttributes"),
+    ) {
         (true, true) => causes.push(FieldCause::invalid_value(
             "spec.nonResourceAttributes",
             BadValue::of_json(&spec["nonResourceAttributes"]),
@@ -283,8 +286,9 @@ mod tests {
         assert_eq!(got["status"], json!({"allowed": true}));
         assert_eq!(got["spec"]["resourceAttributes"]["resource"], "deployments");
         assert_eq!(got["metadata"], json!({}));
-        let non_resource = review(json!({"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}}))
-            .expect("allowed");
+        let non_resource =
+            review(json!({"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}}))
+                .expect("allowed");
         assert_eq!(non_resource["kind"], KIND);
         assert_eq!(non_resource["apiVersion"], "authorization.k8s.io/v1");
     }
@@ -299,7 +303,9 @@ mod tests {
             none["message"],
             "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified"
         );
-        let both = status(json!({"spec": {"resourceAttributes": {"verb": "get"}, "nonResourceAttributes": {"path": "/"}}}));
+        let both = status(
+            json!({"spec": {"resourceAttributes": {"verb": "get"}, "nonResourceAttributes": {"path": "/"}}}),
+        );
         assert_eq!(
             both["details"]["causes"][0]["field"],
             "spec.nonResourceAttributes"

@@ -535,9 +535,8 @@ impl KubeStore {
                                 // Nothing to store: no write, no new
                                 // revision, no event; the managers' times
                                 // stay as they were.
-                                if let Some(m) = stored
-                                    .get("metadata")
-                                    .and_then(|m| m.get("managedFields"))
+                                if let Some(m) =
+                                    stored.get("metadata").and_then(|m| m.get("managedFields"))
                                 {
                                     object::metadata_mut(&mut new)
                                         .insert("managedFields".into(), m.clone());
