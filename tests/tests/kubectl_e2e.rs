@@ -3,7 +3,6 @@
 //! `scripts/test.sh`) through different nodes, then a follower killed with
 //! -9 and restarted from the command line recorded in cluster.json.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
