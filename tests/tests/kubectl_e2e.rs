@@ -3,127 +3,14 @@
 //! `scripts/test.sh`) through different nodes, then a follower killed with
 //! -9 and restarted from the command line recorded in cluster.json.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use kubestore_tests::{kubestore_binary, KubeClient};
+use kubestore_tests::clients::{kubectl, kubectl_path, ok, start_cluster, stop_cluster};
+use kubestore_tests::KubeClient;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-fn kubectl_path() -> String {
-    std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into())
-}
-
-fn kubectl(kubeconfig: &Path, context: &str, args: &[&str]) -> Output {
-    let out = Command::new(kubectl_path())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--context", context])
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run kubectl ({}): {e}; run scripts/test.sh, which installs it",
-                kubectl_path()
-            )
-        });
-    out
-}
-
-fn ok(out: &Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// A base port with `n` free consecutive ports after it.
-fn free_port_range(n: u16) -> u16 {
-    for _ in 0..200 {
-        let base = 20_000 + (rand_u16() % 40_000);
-        let held: Vec<_> = (0..n)
-            .filter_map(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if held.len() == n as usize {
-            return base;
-        }
-    }
-    panic!("no free port range");
-}
-
-fn rand_u16() -> u16 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    (nanos ^ std::process::id()) as u16
-}
-
-/// `kubestore cluster --nodes 3` with its data (and `cluster.json`,
-/// `kubeconfig`) in `dir`, once the launcher reports the cluster up: the
-/// launcher process and cluster.json's nodes.
-async fn start_cluster(dir: &Path) -> (tokio::process::Child, Vec<Value>) {
-    let rest_port = free_port_range(3);
-    let grpc_port = free_port_range(3);
-    let peer_port = free_port_range(3);
-    let mut launcher = tokio::process::Command::new(kubestore_binary().expect("binary"))
-        .args(["cluster", "--nodes", "3"])
-        .arg("--data-dir")
-        .arg(dir)
-        .args([
-            "--rest-port",
-            &rest_port.to_string(),
-            "--grpc-port",
-            &grpc_port.to_string(),
-            "--peer-port",
-            &peer_port.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("launcher");
-    let mut lines = BufReader::new(launcher.stdout.take().expect("stdout")).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(90), async {
-        while let Some(line) = lines.next_line().await.expect("line") {
-            if line.starts_with("Press Ctrl-C") {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .expect("launcher reported nothing within 90 s");
-    assert!(ready, "launcher exited before the cluster was up");
-    // Keep reading what the launcher prints: a closed pipe would fail its
-    // last words at shutdown.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-
-    let cluster: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).expect("cluster.json"))
-            .expect("json");
-    let nodes = cluster["nodes"].as_array().expect("nodes").clone();
-    assert_eq!(nodes.len(), 3);
-    (launcher, nodes)
-}
-
-/// SIGTERM stops the launcher and its children.
-async fn stop_cluster(mut launcher: tokio::process::Child) {
-    let launcher_pid = launcher.id().expect("launcher pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(launcher_pid),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("term");
-    let exit = tokio::time::timeout(Duration::from_secs(30), launcher.wait())
-        .await
-        .expect("launcher stops")
-        .expect("wait");
-    assert!(exit.success(), "launcher exit: {exit:?}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_against_a_three_node_cluster_from_the_launcher() {
@@ -2192,7 +2079,10 @@ spec:
                 default: 1
 "#,
     );
-    ok(&kubectl(&kc, "node-1", &["apply", "-f", &crd]), "apply the definition");
+    ok(
+        &kubectl(&kc, "node-1", &["apply", "-f", &crd]),
+        "apply the definition",
+    );
     ok(
         &kubectl(
             &kc,
@@ -2207,10 +2097,17 @@ spec:
         "wait for the definition",
     );
     let resources = ok(
-        &kubectl(&kc, "node-3", &["api-resources", "--api-group=stable.example.com"]),
+        &kubectl(
+            &kc,
+            "node-3",
+            &["api-resources", "--api-group=stable.example.com"],
+        ),
         "api-resources",
     );
-    assert!(resources.contains("crontabs") && resources.contains("ct"), "{resources}");
+    assert!(
+        resources.contains("crontabs") && resources.contains("ct"),
+        "{resources}"
+    );
     let explained = ok(
         &kubectl(&kc, "node-3", &["explain", "crontab.spec.cronSpec"]),
         "explain",
@@ -2223,9 +2120,18 @@ spec:
         )
     };
     let every5 = write("every5.yaml", &tab("every5", "*/5 * * * *", ""));
-    ok(&kubectl(&kc, "node-2", &["apply", "-f", &every5]), "apply a cron tab");
-    let every5 = write("every5.yaml", &tab("every5", "*/5 * * * *", "  replicas: 3\n"));
-    ok(&kubectl(&kc, "node-3", &["apply", "-f", &every5]), "apply it changed");
+    ok(
+        &kubectl(&kc, "node-2", &["apply", "-f", &every5]),
+        "apply a cron tab",
+    );
+    let every5 = write(
+        "every5.yaml",
+        &tab("every5", "*/5 * * * *", "  replicas: 3\n"),
+    );
+    ok(
+        &kubectl(&kc, "node-3", &["apply", "-f", &every5]),
+        "apply it changed",
+    );
     let hourly = write("hourly.yaml", &tab("hourly", "0 * * * *", ""));
     ok(
         &kubectl(&kc, "node-1", &["apply", "--server-side", "-f", &hourly]),
@@ -2233,7 +2139,10 @@ spec:
     );
     let typo = write("typo.yaml", &tab("typo", "0 0 * * *", "  bogusField: 1\n"));
     let refused = kubectl(&kc, "node-1", &["apply", "-f", &typo]);
-    assert!(!refused.status.success(), "strict validation let an unknown field through");
+    assert!(
+        !refused.status.success(),
+        "strict validation let an unknown field through"
+    );
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("bogusField"),
         "{}",
@@ -2246,23 +2155,43 @@ spec:
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(lines[0], ["NAME", "SPEC", "REPLICAS"], "{listed}");
-    assert!(lines.contains(&vec!["every5", "*/5", "*", "*", "*", "*", "3"]), "{listed}");
-    assert!(lines.contains(&vec!["hourly", "0", "*", "*", "*", "*", "1"]), "{listed}");
+    assert!(
+        lines.contains(&vec!["every5", "*/5", "*", "*", "*", "*", "3"]),
+        "{listed}"
+    );
+    assert!(
+        lines.contains(&vec!["hourly", "0", "*", "*", "*", "*", "1"]),
+        "{listed}"
+    );
     let selected = ok(
         &kubectl(
             &kc,
             "node-3",
-            &["get", "crontabs", "--field-selector", "spec.cronSpec=0 * * * *", "-o", "name"],
+            &[
+                "get",
+                "crontabs",
+                "--field-selector",
+                "spec.cronSpec=0 * * * *",
+                "-o",
+                "name",
+            ],
         ),
         "select by a selectable field",
     );
     assert_eq!(selected.trim(), "crontab.stable.example.com/hourly");
 
     ok(
-        &kubectl(&kc, "node-1", &["delete", "-f", &crd, "--wait=true", "--timeout=60s"]),
+        &kubectl(
+            &kc,
+            "node-1",
+            &["delete", "-f", &crd, "--wait=true", "--timeout=60s"],
+        ),
         "delete the definition",
     );
     let gone = kubectl(&kc, "node-2", &["get", "crontabs"]);
-    assert!(!gone.status.success(), "the type is still served after its definition went");
+    assert!(
+        !gone.status.success(),
+        "the type is still served after its definition went"
+    );
     stop_cluster(launcher).await;
 }

@@ -9,6 +9,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use crate::http::authorization;
 use crate::http::status::ApiError;
 use crate::kube::resources::{ResourceType, Subresource, TypeSet};
 
@@ -49,9 +50,22 @@ fn group_entry(group: &str, versions: &[&str]) -> Value {
     json!({ "name": group, "versions": gvs, "preferredVersion": preferred })
 }
 
+/// Every served group with its versions, the preferred first: the
+/// stored types' (`types`, built-ins then custom) and the non-stored
+/// `authorization.k8s.io/v1` (see [`authorization`]).
+fn served_groups(types: &TypeSet) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut groups = types.groups();
+    groups.push((authorization::GROUP, vec![authorization::VERSION]));
+    groups
+}
+
+/// Whether `group`/`version` is the non-stored authorization group.
+fn is_authorization(group: &str, version: &str) -> bool {
+    group == authorization::GROUP && version == authorization::VERSION
+}
+
 pub fn group_list(types: &TypeSet) -> Response {
-    let groups: Vec<Value> = types
-        .groups()
+    let groups: Vec<Value> = served_groups(types)
         .into_iter()
         .map(|(g, vs)| group_entry(g, &vs))
         .collect();
@@ -59,8 +73,7 @@ pub fn group_list(types: &TypeSet) -> Response {
 }
 
 pub fn group(types: &TypeSet, group: &str) -> Result<Response, ApiError> {
-    let (g, vs) = types
-        .groups()
+    let (g, vs) = served_groups(types)
         .into_iter()
         .find(|(g, _)| *g == group)
         .ok_or(ApiError::NoSuchResource)?;
@@ -111,10 +124,14 @@ fn api_subresources(rt: &ResourceType) -> impl Iterator<Item = Value> + '_ {
 /// The `APIResourceList` of a group version; `None` when it serves
 /// nothing.
 fn resource_list_body(types: &TypeSet, group: &str, version: &str) -> Option<Value> {
-    let list: Vec<Value> = types
-        .in_group_version(group, version)
-        .flat_map(|rt| std::iter::once(api_resource(rt)).chain(api_subresources(rt)))
-        .collect();
+    let list: Vec<Value> = if is_authorization(group, version) {
+        authorization::api_resources()
+    } else {
+        types
+            .in_group_version(group, version)
+            .flat_map(|rt| std::iter::once(api_resource(rt)).chain(api_subresources(rt)))
+            .collect()
+    };
     if list.is_empty() {
         return None;
     }
@@ -201,10 +218,14 @@ fn group_discovery(types: &TypeSet, group: &str, versions: &[&str]) -> Value {
     let versions: Vec<Value> = versions
         .iter()
         .map(|version| {
-            let resources: Vec<Value> = types
-                .in_group_version(group, version)
-                .map(resource_discovery)
-                .collect();
+            let resources: Vec<Value> = if is_authorization(group, version) {
+                authorization::resource_discovery()
+            } else {
+                types
+                    .in_group_version(group, version)
+                    .map(resource_discovery)
+                    .collect()
+            };
             json!({ "version": version, "resources": resources, "freshness": "Current" })
         })
         .collect();
@@ -222,8 +243,7 @@ pub fn aggregated(types: &TypeSet, core: bool, version: &'static str) -> Respons
     let items: Vec<Value> = if core {
         vec![group_discovery(types, "", &["v1"])]
     } else {
-        types
-            .groups()
+        served_groups(types)
             .into_iter()
             .map(|(g, vs)| group_discovery(types, g, &vs))
             .collect()
@@ -372,6 +392,14 @@ mod tests {
         );
         assert_eq!(entry(&core, "limitranges")["shortNames"], json!(["limits"]));
         assert!(resource_list_body(&TypeSet::builtin(), "autoscaling", "v2").is_some());
+        assert_eq!(
+            entry(
+                &resource_list_body(&TypeSet::builtin(), "authorization.k8s.io", "v1")
+                    .expect("authorization"),
+                "selfsubjectaccessreviews"
+            )["verbs"],
+            json!(["create"])
+        );
         assert!(
             resource_list_body(&TypeSet::builtin(), "autoscaling", "v1").is_none(),
             "v2 alone is served"

@@ -10,6 +10,7 @@
 //! `status` use nothing else of `http`; `compression` (when a response is
 //! gzipped) wraps the router. Nothing in `kube` imports `http`.
 
+pub mod authorization;
 pub mod body;
 pub mod compression;
 pub mod discovery;
@@ -59,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi/v3", get(openapi::index))
         .route("/openapi/v3/api/{version}", get(openapi::core))
         .route("/openapi/v3/apis/{group}/{version}", get(openapi::group))
+        .route(authorization::PATH, any(authorization::serve))
         .route("/api", any(handlers::api))
         .route("/api/{*rest}", any(handlers::api))
         .route("/apis", any(handlers::api))

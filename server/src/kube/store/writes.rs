@@ -111,6 +111,31 @@ impl Current<'_> {
     }
 }
 
+/// Whether an update stores nothing new: `new` equals `stored` but for
+/// what is not stored or not compared (`kind`, `apiVersion`,
+/// `metadata.resourceVersion`) and the `time` of managed-fields entries.
+/// kube writes nothing then: its field manager keeps a manager's time when
+/// the manager's update changed no field, and its storage skips a write of
+/// the bytes already stored (so a no-op patch keeps the resourceVersion
+/// and kubectl says "patched (no change)").
+fn unchanged(stored: &Map<String, Value>, new: &Map<String, Value>) -> bool {
+    fn comparable(o: &Map<String, Value>) -> Map<String, Value> {
+        let mut o = o.clone();
+        o.remove("kind");
+        o.remove("apiVersion");
+        if let Some(Value::Object(meta)) = o.get_mut("metadata") {
+            meta.remove("resourceVersion");
+            if let Some(Value::Array(entries)) = meta.get_mut("managedFields") {
+                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
+                    e.remove("time");
+                }
+            }
+        }
+        o
+    }
+    comparable(stored) == comparable(new)
+}
+
 /// What a DELETE did: the object (its last state, or as it is kept while
 /// finalizers hold it) and whether it is gone.
 #[derive(Debug, Clone)]
@@ -540,13 +565,25 @@ impl KubeStore {
                         )
                         .map_err(|e| E::from(KubeError::from(e)))?;
                     }
-                    let op =
+                    let ops =
                         match deletion::check_update(rt, name, &stored, &new).map_err(E::from)? {
-                            UpdateEffect::Write => put(&key, &new),
-                            UpdateEffect::Delete => delete_key(&key),
+                            UpdateEffect::Write if unchanged(&stored, &new) => {
+                                // Nothing to store: no write, no new
+                                // revision, no event; the managers' times
+                                // stay as they were.
+                                if let Some(m) =
+                                    stored.get("metadata").and_then(|m| m.get("managedFields"))
+                                {
+                                    object::metadata_mut(&mut new)
+                                        .insert("managedFields".into(), m.clone());
+                                }
+                                vec![]
+                            }
+                            UpdateEffect::Write => vec![put(&key, &new)],
+                            UpdateEffect::Delete => vec![delete_key(&key)],
                         };
                     Ok(Change {
-                        ops: vec![op],
+                        ops,
                         precondition,
                         answer: new,
                     })
@@ -784,5 +821,36 @@ impl KubeStore {
         })
         .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod unchanged_tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn an_update_that_changes_nothing_but_times_stores_nothing() {
+        let stored = obj(json!({"kind": "ConfigMap", "apiVersion": "v1",
+            "metadata": {"name": "a", "managedFields": [{"manager": "kubectl", "operation": "Update", "time": "2026-01-01T00:00:00Z"}]},
+            "data": {"k": "v"}}));
+        let same = obj(json!({
+            "metadata": {"name": "a", "resourceVersion": "7", "managedFields": [{"manager": "kubectl", "operation": "Update", "time": "2026-02-02T00:00:00Z"}]},
+            "data": {"k": "v"}}));
+        assert!(unchanged(&stored, &same));
+        let mut changed = same.clone();
+        changed.insert("data".into(), json!({"k": "w"}));
+        assert!(!unchanged(&stored, &changed));
+        // Another manager taking ownership is a change of its own.
+        let taken = obj(json!({
+            "metadata": {"name": "a", "managedFields": [{"manager": "other", "operation": "Apply", "time": "2026-02-02T00:00:00Z"}]},
+            "data": {"k": "v"}}));
+        assert!(!unchanged(&stored, &taken));
     }
 }

@@ -1,0 +1,367 @@
+//! `authorization.k8s.io/v1` `selfsubjectaccessreviews`: the review a
+//! client creates to ask "may I?" (`kubectl auth can-i`), answered without
+//! storing anything. kubestore has no authorization yet, so every review
+//! is allowed, as kube's `AlwaysAllow` authorizer answers; the review is
+//! still validated as kube validates it. Also the group's entries in
+//! discovery (legacy and aggregated), since the type is not one of the
+//! stored types of `kube::resources`.
+//!
+//! Hand-written rather than from `k8s-openapi`/`k8s-pb`: the object is
+//! echoed back with one status field set, and its protobuf form (which
+//! client-go's typed clients send) needs three messages of it, modelled
+//! here with prost as `protobuf.rs` models the others.
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prost::Message;
+use serde_json::{json, Map, Value};
+
+use crate::http::body::{media_type, read_body};
+use crate::http::protobuf;
+use crate::http::query::{dry_run, query_map};
+use crate::http::render::json_response;
+use crate::http::state::AppState;
+use crate::http::status::ApiError;
+use crate::kube::error::{BadValue, FieldCause, KubeError};
+use crate::kube::options::OptionsKind;
+
+pub const GROUP: &str = "authorization.k8s.io";
+pub const VERSION: &str = "v1";
+/// The one path the group serves.
+pub const PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+const PLURAL: &str = "selfsubjectaccessreviews";
+const KIND: &str = "SelfSubjectAccessReview";
+
+/// The group's `APIResource` in legacy discovery (`/apis/<g>/<v>`).
+pub fn api_resources() -> Vec<Value> {
+    vec![json!({
+        "name": PLURAL,
+        "singularName": "selfsubjectaccessreview",
+        "namespaced": false,
+        "kind": KIND,
+        "verbs": ["create"],
+    })]
+}
+
+/// The group's `APIResourceDiscovery` in aggregated discovery.
+pub fn resource_discovery() -> Vec<Value> {
+    vec![json!({
+        "resource": PLURAL,
+        "responseKind": { "group": GROUP, "version": VERSION, "kind": KIND },
+        "scope": "Cluster",
+        "singularResource": "selfsubjectaccessreview",
+        "verbs": ["create"],
+    })]
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: the
+/// review back with `status.allowed: true` (`201`); any other method is
+/// kube's `405`.
+pub async fn serve(State(state): State<AppState>, req: Request) -> Response {
+    let span = tracing::info_span!("kube_request", node = state.node.id(), method = %req.method(), path = PATH);
+    tracing::Instrument::instrument(review(state, req), span)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn review(state: AppState, req: Request) -> Result<Response, ApiError> {
+    if req.method() != Method::POST {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "{} is not supported on resources of kind \"{PLURAL}.{GROUP}\"",
+            req.method().as_str()
+        )));
+    }
+    // A dry run changes nothing here either; its value is still checked.
+    dry_run(&query_map(&req), OptionsKind::Create)?;
+    let media = media_type(req.headers());
+    let body = read_body(&state, req).await?;
+    let review = match media.as_str() {
+        "" | "application/json" => serde_json::from_slice::<Value>(&body).map_err(undecodable)?,
+        protobuf::MEDIA_TYPE => from_protobuf(&body)?,
+        _ => return Err(ApiError::UnsupportedMediaType),
+    };
+    let Value::Object(review) = review else {
+        return Err(ApiError::BadRequest(format!(
+            "couldn't decode {KIND}: the body is not a JSON object"
+        )));
+    };
+    Ok(json_response(StatusCode::CREATED, &allowed(review)?))
+}
+
+/// Validates a review as kube does (`ValidateSelfSubjectAccessReview`:
+/// exactly one of resource and non-resource attributes, empty metadata)
+/// and answers it allowed.
+fn allowed(mut review: Map<String, Value>) -> Result<Value, ApiError> {
+    let spec = review.get("spec").cloned().unwrap_or(Value::Null);
+    let present = |k: &str| spec.get(k).is_some_and(|v| !v.is_null());
+    let mut causes = Vec::new();
+    match (
+        present("resourceAttributes"),
+        present("nonResourceAttributes"),
+    ) {
+        (true, true) => causes.push(FieldCause::invalid_value(
+            "spec.nonResourceAttributes",
+            BadValue::of_json(&spec["nonResourceAttributes"]),
+            "cannot be specified in combination with resourceAttributes",
+        )),
+        (false, false) => causes.push(FieldCause::invalid_value(
+            "spec.resourceAttributes",
+            BadValue::of_json(&Value::Null),
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )),
+        _ => {}
+    }
+    // Clients send `creationTimestamp: null` in an otherwise empty
+    // metadata; anything else set is refused.
+    let metadata = review.get("metadata").cloned().unwrap_or(Value::Null);
+    if metadata
+        .as_object()
+        .is_some_and(|m| m.values().any(|v| !v.is_null()))
+    {
+        causes.push(FieldCause::invalid_value(
+            "metadata",
+            BadValue::of_json(&metadata),
+            "must be empty",
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(KubeError::Invalid {
+            kind: format!("{KIND}.{GROUP}"),
+            group: GROUP.into(),
+            name: String::new(),
+            causes,
+        }
+        .into());
+    }
+    review.insert("kind".into(), json!(KIND));
+    review.insert("apiVersion".into(), json!(format!("{GROUP}/{VERSION}")));
+    review.insert("metadata".into(), json!({}));
+    review.insert("status".into(), json!({ "allowed": true }));
+    Ok(Value::Object(review))
+}
+
+/// `authorization.k8s.io/v1` `SelfSubjectAccessReview` (field numbers of
+/// `k8s.io/api/authorization/v1/generated.proto`; its status is not
+/// read: the answer replaces it).
+#[derive(Clone, PartialEq, Message)]
+struct Review {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<Meta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<Spec>,
+}
+
+/// The part of `ObjectMeta` that must be empty and is checked.
+#[derive(Clone, PartialEq, Message)]
+struct Meta {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    generate_name: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    namespace: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Spec {
+    #[prost(message, optional, tag = "1")]
+    resource_attributes: Option<ResourceAttributes>,
+    #[prost(message, optional, tag = "2")]
+    non_resource_attributes: Option<NonResourceAttributes>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ResourceAttributes {
+    #[prost(string, optional, tag = "1")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    verb: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    group: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    version: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    resource: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    subresource: Option<String>,
+    #[prost(string, optional, tag = "7")]
+    name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct NonResourceAttributes {
+    #[prost(string, optional, tag = "1")]
+    path: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    verb: Option<String>,
+}
+
+/// `runtime.Unknown`, the `k8s\0` envelope around the review (its own
+/// copy of `protobuf.rs`'s, whose messages are private to it).
+#[derive(Clone, PartialEq, Message)]
+struct Envelope {
+    #[prost(bytes = "vec", optional, tag = "2")]
+    raw: Option<Vec<u8>>,
+}
+
+fn undecodable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::BadRequest(format!("couldn't decode {KIND}: {e}"))
+}
+
+/// A protobuf review (`k8s\0` envelope) as the JSON kube would read.
+fn from_protobuf(body: &[u8]) -> Result<Value, ApiError> {
+    let inner = body
+        .strip_prefix(b"k8s\x00".as_slice())
+        .ok_or_else(|| undecodable("the body does not start with the protobuf magic"))?;
+    let raw = Envelope::decode(inner)
+        .map_err(undecodable)?
+        .raw
+        .unwrap_or_default();
+    let review = Review::decode(raw.as_slice()).map_err(undecodable)?;
+    let strings = |pairs: &[(&str, &Option<String>)]| -> Value {
+        Value::Object(
+            pairs
+                .iter()
+                // Go's strings have no unset: an empty one is absent.
+                .filter_map(|(k, v)| {
+                    v.as_ref()
+                        .filter(|v| !v.is_empty())
+                        .map(|v| ((*k).to_string(), json!(v)))
+                })
+                .collect(),
+        )
+    };
+    let mut spec = Map::new();
+    let s = review.spec.unwrap_or_default();
+    if let Some(r) = &s.resource_attributes {
+        spec.insert(
+            "resourceAttributes".into(),
+            strings(&[
+                ("namespace", &r.namespace),
+                ("verb", &r.verb),
+                ("group", &r.group),
+                ("version", &r.version),
+                ("resource", &r.resource),
+                ("subresource", &r.subresource),
+                ("name", &r.name),
+            ]),
+        );
+    }
+    if let Some(n) = &s.non_resource_attributes {
+        spec.insert(
+            "nonResourceAttributes".into(),
+            strings(&[("path", &n.path), ("verb", &n.verb)]),
+        );
+    }
+    let m = review.metadata.unwrap_or_default();
+    let metadata = strings(&[
+        ("name", &m.name),
+        ("generateName", &m.generate_name),
+        ("namespace", &m.namespace),
+    ]);
+    Ok(json!({ "metadata": metadata, "spec": spec }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(body: Value) -> Result<Value, ApiError> {
+        let Value::Object(m) = body else {
+            panic!("an object")
+        };
+        allowed(m)
+    }
+
+    #[test]
+    fn a_review_is_allowed_and_echoed() {
+        let got = review(json!({
+            "kind": KIND, "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": {"resourceAttributes": {"namespace": "default", "verb": "create", "group": "apps", "resource": "deployments"}},
+            "status": {"allowed": false},
+        }))
+        .expect("allowed");
+        assert_eq!(got["status"], json!({"allowed": true}));
+        assert_eq!(got["spec"]["resourceAttributes"]["resource"], "deployments");
+        assert_eq!(got["metadata"], json!({}));
+        let non_resource =
+            review(json!({"spec": {"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}}))
+                .expect("allowed");
+        assert_eq!(non_resource["kind"], KIND);
+        assert_eq!(non_resource["apiVersion"], "authorization.k8s.io/v1");
+    }
+
+    #[test]
+    fn a_review_is_validated_as_kube_validates_it() {
+        let status = |body: Value| review(body).expect_err("invalid").to_status();
+        let none = status(json!({"spec": {}}));
+        assert_eq!(none["code"], 422);
+        assert_eq!(none["reason"], "Invalid");
+        assert_eq!(
+            none["message"],
+            "SelfSubjectAccessReview.authorization.k8s.io \"\" is invalid: spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified"
+        );
+        let both = status(
+            json!({"spec": {"resourceAttributes": {"verb": "get"}, "nonResourceAttributes": {"path": "/"}}}),
+        );
+        assert_eq!(
+            both["details"]["causes"][0]["field"],
+            "spec.nonResourceAttributes"
+        );
+        let named = status(json!({"metadata": {"name": "x"}, "spec": {"resourceAttributes": {}}}));
+        assert_eq!(named["details"]["causes"][0]["field"], "metadata");
+        assert_eq!(named["details"]["causes"][0]["reason"], "FieldValueInvalid");
+    }
+
+    #[test]
+    fn a_protobuf_review_reads_as_its_json() {
+        let msg = Review {
+            metadata: None,
+            spec: Some(Spec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some("team".into()),
+                    verb: Some("create".into()),
+                    group: Some("apps".into()),
+                    resource: Some("deployments".into()),
+                    ..Default::default()
+                }),
+                non_resource_attributes: None,
+            }),
+        };
+        let mut body = b"k8s\0".to_vec();
+        body.extend(
+            Envelope {
+                raw: Some(msg.encode_to_vec()),
+            }
+            .encode_to_vec(),
+        );
+        let got = from_protobuf(&body).expect("decodes");
+        // What client-go sends: every string of the metadata, empty.
+        let empty = Review {
+            metadata: Some(Meta {
+                name: Some(String::new()),
+                generate_name: Some(String::new()),
+                namespace: Some(String::new()),
+            }),
+            spec: msg.spec.clone(),
+        };
+        let mut empty_body = b"k8s\0".to_vec();
+        empty_body.extend(
+            Envelope {
+                raw: Some(empty.encode_to_vec()),
+            }
+            .encode_to_vec(),
+        );
+        let Value::Object(empty) = from_protobuf(&empty_body).expect("decodes") else {
+            panic!("an object")
+        };
+        assert_eq!(allowed(empty).expect("allowed")["status"]["allowed"], true);
+        assert_eq!(
+            got["spec"],
+            json!({"resourceAttributes": {"namespace": "team", "verb": "create", "group": "apps", "resource": "deployments"}})
+        );
+        assert!(from_protobuf(b"k8s\0\xff\xff").is_err());
+    }
+}
