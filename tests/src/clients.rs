@@ -24,7 +24,7 @@ use crate::kubestore_binary;
 /// command with, each named by the environment variable that holds its
 /// path (set by `scripts/test.sh`). Extend the list here (for example
 /// with `KUBECTL_OLDEST`, 1.27, once `/openapi/v2` is served).
-pub const KUBECTL_VERSIONS: &[&str] = &["KUBECTL", "KUBECTL_NEWEST"];
+pub const KUBECTL_VERSIONS: &[&str] = &["KUBECTL_OLDEST", "KUBECTL", "KUBECTL_NEWEST"];
 
 /// The path of kubectl 1.33, the one most tests use (`$KUBECTL`, else
 /// `kubectl` on the `PATH`).
