@@ -943,9 +943,8 @@ struct Chart {
 impl Chart {
     /// A chart of config maps and a ClusterIP service only: what helm 4's
     /// `--wait` (kstatus) sees as ready without any controller running.
-    /// The port names its protocol: kubestore's server-side apply does not
-    /// yet default a missing list-map key (`protocol`, keyed with `port`),
-    /// so a re-apply without it would add a second port.
+    /// Its port names no protocol: a re-apply keys it by the default
+    /// (`TCP`) the stored port has, as kube does.
     fn ready_without_pods() -> Self {
         Chart {
             name: "settings",
@@ -961,7 +960,30 @@ impl Chart {
                 ),
                 (
                     "templates/service.yaml",
-                    "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Release.Name }}-svc\nspec:\n  selector:\n    app: settings\n  ports:\n  - port: 80\n    protocol: TCP\n".into(),
+                    "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Release.Name }}-svc\nspec:\n  selector:\n    app: settings\n  ports:\n  - port: 80\n".into(),
+                ),
+            ],
+        }
+    }
+
+    /// A chart that ships a CustomResourceDefinition (`crds/`, which helm
+    /// installs first and waits to be established) and one object of it.
+    fn with_crd() -> Self {
+        Chart {
+            name: "gizmo",
+            files: vec![
+                (
+                    "Chart.yaml",
+                    "apiVersion: v2\nname: gizmo\nversion: 0.1.0\nappVersion: \"1\"\n".into(),
+                ),
+                ("values.yaml", "size: 1\n".into()),
+                (
+                    "crds/gizmos.yaml",
+                    "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gizmos.charts.example.com\nspec:\n  group: charts.example.com\n  scope: Namespaced\n  names:\n    plural: gizmos\n    kind: Gizmo\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            properties:\n              size:\n                type: integer\n".into(),
+                ),
+                (
+                    "templates/gizmo.yaml",
+                    "apiVersion: charts.example.com/v1\nkind: Gizmo\nmetadata:\n  name: {{ .Release.Name }}-gizmo\nspec:\n  size: {{ .Values.size }}\n".into(),
                 ),
             ],
         }
@@ -1251,6 +1273,48 @@ async fn helm_chart_lifecycle_through_different_nodes() {
         .kubectl
         .run(NODES[2], &["-n", wait_ns, "get", "service", "cfg-svc"]);
     assert!(failed(&none, "get after uninstall").contains("NotFound"));
+
+    // Phase 7: a chart that ships a CRD: the definition installed first,
+    // then its object; upgraded, rolled back and uninstalled (helm keeps
+    // the definitions of `crds/`).
+    let gizmo = Chart::with_crd().write(&charts);
+    let gizmo = gizmo.to_str().expect("utf-8 path");
+    let crd_ns = "helm-crd";
+    let installed = h.ok(
+        NODES[0],
+        &[
+            "install",
+            "gz",
+            gizmo,
+            "-n",
+            crd_ns,
+            "--create-namespace",
+            "--wait",
+            "--timeout=60s",
+        ],
+    );
+    assert!(installed.contains("STATUS: deployed"), "{installed}");
+    let size = |ctx: &str| h.jsonpath(ctx, crd_ns, &["gizmos", "gz-gizmo"], "{.spec.size}");
+    assert_eq!(size(NODES[1]), "1");
+    let upgraded = h.ok(
+        NODES[2],
+        &["upgrade", "gz", gizmo, "-n", crd_ns, "--set", "size=5"],
+    );
+    assert!(upgraded.contains("REVISION: 2"), "{upgraded}");
+    assert_eq!(size(NODES[0]), "5");
+    let rolled = h.ok(NODES[1], &["rollback", "gz", "1", "-n", crd_ns]);
+    assert!(rolled.contains("Rollback was a success"), "{rolled}");
+    assert_eq!(size(NODES[2]), "1");
+    h.ok(
+        NODES[0],
+        &["uninstall", "gz", "-n", crd_ns, "--wait", "--timeout=60s"],
+    );
+    let none = h
+        .kubectl
+        .run(NODES[1], &["-n", crd_ns, "get", "gizmos", "gz-gizmo"]);
+    assert!(failed(&none, "get after uninstall").contains("NotFound"));
+    h.kubectl
+        .ok(NODES[2], &["get", "crd", "gizmos.charts.example.com"]);
 
     stop_cluster(launcher).await;
 }

@@ -712,6 +712,7 @@ async fn discovery_version_health_openapi_and_debug() {
             "rbac.authorization.k8s.io",
             "storage.k8s.io",
             "coordination.k8s.io",
+            "apiextensions.k8s.io",
             "authorization.k8s.io"
         ]
     );

@@ -545,9 +545,9 @@ async fn kube_rs_discovers_and_watches_a_custom_resource_defined_at_run_time() {
     let watched: Api<DynamicObject> = Api::namespaced_with(client_for(&u3), "default", &resource);
     let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
     let reader = writer.as_reader();
-    let mut events = reflector(writer, watcher(watched, watcher::Config::default()))
-        .applied_objects()
-        .boxed();
+    // Every watcher event (the initial list's end too, which is when the
+    // store swaps in what the list found).
+    let mut events = reflector(writer, watcher(watched, watcher::Config::default())).boxed();
     let written: Api<DynamicObject> = Api::namespaced_with(client_for(&u2), "default", &resource);
     for i in 0..3 {
         let mut gizmo = DynamicObject::new(&format!("g{i}"), &resource);

@@ -5,8 +5,8 @@
 //!
 //! Uses the `json-patch` crate for the first two; strategic merge patch is
 //! `kube::strategic`, driven by the built-in types' schemas
-//! (`kube::types`): a type without one (a custom resource, once served)
-//! gets `415` as in kube. Server-side apply
+//! (`kube::types`): a type without one (a custom resource) gets `415` as
+//! in kube. Server-side apply
 //! (`application/apply-patch+yaml`, a YAML or JSON body, read with
 //! `serde_norway`, the maintained fork of `serde_yaml`) is `kube::apply`:
 //! an absent object is created (`201`), conflicts are `409`, and every
@@ -515,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_strategic_patch_of_a_type_without_a_schema_is_unsupported_as_in_kube() {
-        // A custom resource's type, once served: no built-in schema.
+        // A custom resource's type: no built-in schema.
         let widget = ResourceType {
             group: "example.com",
             kind: "Widget",

@@ -33,6 +33,16 @@ const PATCH_TYPES: [&str; 4] = [
     "application/apply-patch+yaml",
 ];
 
+/// The patch media types an operation takes: all four, or, for a custom
+/// type, all but strategic merge patch (kube's `415` for it), which is
+/// how kubectl knows to send a merge patch instead.
+fn patch_types(strategic: bool) -> Vec<&'static str> {
+    PATCH_TYPES
+        .into_iter()
+        .filter(|t| strategic || *t != "application/strategic-merge-patch+json")
+        .collect()
+}
+
 /// An encoded document and its content hash (uppercase hex SHA-512, as
 /// kube's).
 #[derive(Debug, Clone)]
@@ -168,8 +178,9 @@ enum Body {
     Object(String),
     /// `DeleteOptions`.
     Delete,
-    /// A patch, in any of [`PATCH_TYPES`].
-    Patch,
+    /// A patch, in any of [`PATCH_TYPES`] (without strategic merge
+    /// patch for a custom type: kubectl then sends a merge patch).
+    Patch { strategic: bool },
 }
 
 /// One operation, in a form both document versions render.
@@ -338,7 +349,9 @@ fn paths_of(api: &ServedApi) -> Vec<PathItem> {
             "patch",
             format!("patch{gv_camel}{ns}{kind}"),
             format!("partially update the specified {kind}"),
-            Some(Body::Patch),
+            Some(Body::Patch {
+                strategic: api.strategic,
+            }),
             written(&api.root),
         ));
     }
@@ -405,7 +418,9 @@ fn paths_of(api: &ServedApi) -> Vec<PathItem> {
                 "patch",
                 "patch",
                 format!("partially update {} of the specified {kind}", sub.name),
-                Some(Body::Patch),
+                Some(Body::Patch {
+                    strategic: api.strategic,
+                }),
                 written(&sub.schema),
             ));
         }
@@ -609,9 +624,9 @@ fn v3_op(op: &Op) -> Value {
         Some(Body::Delete) => {
             o["requestBody"] = json!({ "content": { "*/*": reference(data::DELETE_OPTIONS) } })
         }
-        Some(Body::Patch) => {
-            let content: Map<String, Value> = PATCH_TYPES
-                .iter()
+        Some(Body::Patch { strategic }) => {
+            let content: Map<String, Value> = patch_types(*strategic)
+                .into_iter()
                 .map(|t| (t.to_string(), reference(data::PATCH)))
                 .collect();
             o["requestBody"] = json!({ "content": content, "required": true });
@@ -657,8 +672,8 @@ fn v2_op(op: &Op) -> Value {
         Some(Body::Delete) => params.push(
             json!({ "in": "body", "name": "body", "schema": reference(data::DELETE_OPTIONS) }),
         ),
-        Some(Body::Patch) => {
-            o["consumes"] = json!(PATCH_TYPES);
+        Some(Body::Patch { strategic }) => {
+            o["consumes"] = json!(patch_types(*strategic));
             params.push(
                 json!({ "in": "body", "name": "body", "required": true, "schema": reference(data::PATCH) }),
             );

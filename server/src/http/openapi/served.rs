@@ -58,6 +58,8 @@ pub struct ServedApi {
     /// (a custom resource's root and list, referencing `ObjectMeta`).
     /// Empty for a built-in type.
     pub schemas: Arc<BTreeMap<String, Value>>,
+    /// A strategic merge patch is served (built-ins; not custom types).
+    pub strategic: bool,
     /// Changes whenever `schemas` do (a CRD's `resourceVersion`); part of
     /// the cache key, so the documents need not be hashed to notice.
     pub revision: String,
@@ -98,6 +100,7 @@ impl ServedApi {
             root: root.to_string(),
             list: list.to_string(),
             schemas: Arc::default(),
+            strategic: true,
             revision: String::new(),
         })
     }
@@ -177,6 +180,7 @@ impl ServedApi {
             root,
             list,
             schemas: Arc::new(schemas),
+            strategic: false,
             // Custom types are interned per distinct definition
             // (`kube::crd`): another address is another definition.
             revision: format!("{:p}", rt),
@@ -236,6 +240,7 @@ pub fn fingerprint(apis: &[ServedApi]) -> u64 {
             &api.subresources,
             &api.root,
             &api.list,
+            api.strategic,
             &api.revision,
         )
             .hash(&mut h);

@@ -401,6 +401,41 @@ fn keyed_list_items_are_owned_one_by_one_and_atomic_lists_whole() {
 }
 
 #[test]
+fn a_list_map_key_left_out_takes_its_default_as_kube_keys_it() {
+    // helm's chart ports name no protocol; the stored object has kube's
+    // default (`TCP`), and a re-apply of the same chart is the same port.
+    let t = target("deployments");
+    let helm = mgr("helm", "apps/v1");
+    let config = || {
+        obj(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "app:1", "ports": [{"containerPort": 80}]}]}}}}),
+        )
+    };
+    let mut v1 = apply(&t, &helm, None, config(), false, T0).expect("first apply");
+    // What admission's defaults store.
+    v1["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"] = json!("TCP");
+    let v2 = apply(&t, &helm, Some(&v1), config(), false, T1).expect("second apply");
+    assert_eq!(
+        v2["spec"]["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 80, "protocol": "TCP"}])
+    );
+    // Another manager's port 80/UDP stays its own item.
+    let other = mgr("other", "apps/v1");
+    let mut udp = config();
+    udp["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"containerPort": 80, "protocol": "UDP"}]);
+    let v3 = apply(&t, &other, Some(&v2), udp, false, T1).expect("udp");
+    assert_eq!(
+        v3["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+}
+
+#[test]
 fn updates_take_what_they_change_and_keep_the_managers_sorted() {
     let t = target("configmaps");
     let cm = |data: Value| {

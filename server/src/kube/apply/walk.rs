@@ -124,6 +124,15 @@ pub struct MissingKey {
 }
 
 /// The path element of a list item of a list walked as `ty`.
+/// The defaults of list-map key fields, which a key takes when an item
+/// leaves the field out: structured-merge-diff reads them from kube's
+/// OpenAPI v3 schemas, which the v2 specification `kube::types` is
+/// generated from lacks. Only ports' `protocol` (`TCP`: container,
+/// service and endpoint ports, keyed by port and protocol) has one, so
+/// an applied `{port: 80}` is the stored, defaulted `{port: 80, protocol:
+/// TCP}`, not a second port.
+const KEY_DEFAULTS: &[(&str, &str)] = &[("protocol", "TCP")];
+
 fn item_pe(ty: Ty<'_>, item: &Value, at: &[Pe]) -> Result<Pe, MissingKey> {
     match ty {
         Ty::ListMap(keys, _) => {
@@ -132,6 +141,17 @@ fn item_pe(ty: Ty<'_>, item: &Value, at: &[Pe]) -> Result<Pe, MissingKey> {
                 for k in keys {
                     if let Some(v) = o.get(k) {
                         found.insert(k.clone(), v.clone());
+                    }
+                }
+                // Defaults only complete a key the item has a part of.
+                if !found.is_empty() {
+                    for k in keys {
+                        if let Some((_, d)) = KEY_DEFAULTS
+                            .iter()
+                            .find(|(f, _)| f == k && !found.contains_key(*f))
+                        {
+                            found.insert(k.clone(), Value::String((*d).to_string()));
+                        }
                     }
                 }
             }

@@ -323,6 +323,7 @@ fn crontab(revision: &str) -> ServedApi {
         root: "com.example.stable.v1.CronTab".into(),
         list: "com.example.stable.v1.CronTabList".into(),
         schemas: Arc::new(schemas),
+        strategic: false,
         revision: revision.into(),
     }
 }
@@ -348,6 +349,26 @@ fn a_changed_served_set_changes_the_documents_and_their_hashes() {
     assert!(crd["components"]["schemas"]
         .get("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
         .is_some());
+    // A custom type takes no strategic merge patch (kubectl then sends a
+    // merge patch); a built-in does.
+    let patch_types = |doc: &Value, path: &str| -> Vec<String> {
+        doc["paths"][path]["patch"]["requestBody"]["content"]
+            .as_object()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let custom = patch_types(
+        &crd,
+        "/apis/stable.example.com/v1/namespaces/{namespace}/crontabs/{name}",
+    );
+    assert_eq!(custom.len(), 3, "{custom:?}");
+    assert!(!custom.iter().any(|t| t.contains("strategic")));
+    let apps = v3(&docs, "apis/apps/v1");
+    let builtin_types = patch_types(
+        &apps,
+        "/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+    );
+    assert!(builtin_types.iter().any(|t| t.contains("strategic")));
     // The built-in group versions' documents are unchanged.
     assert_eq!(
         docs.groups["apis/apps/v1"].hash,
