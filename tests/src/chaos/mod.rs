@@ -57,7 +57,7 @@ use crate::{ClusterOptions, TestCluster};
 use history::{History, Violation};
 use nemesis::{FaultKind, Nemesis};
 use report::ChaosReport;
-use workload::{Endpoint, Recorder, WatchProgress};
+use workload::{Endpoint, Recorder, RestKind, WatchProgress};
 
 /// What a run does.
 #[derive(Debug, Clone)]
@@ -162,13 +162,19 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> ChaosReport 
         })
         .collect();
 
+    // The custom registers' type, defined before any client starts.
+    if let Err(e) = define_registers(&endpoints).await {
+        failures.push(format!("the registers' CustomResourceDefinition: {e:#}"));
+    }
     let watch_progress = [
+        Arc::new(WatchProgress::default()),
         Arc::new(WatchProgress::default()),
         Arc::new(WatchProgress::default()),
     ];
     let watchers = [
         tokio::spawn(workload::rest_watcher(
             0,
+            RestKind::ConfigMap,
             config.seed,
             recorder.clone(),
             endpoints.clone(),
@@ -181,6 +187,15 @@ async fn run_on(cluster: &mut TestCluster, config: &ChaosConfig) -> ChaosReport 
             recorder.clone(),
             endpoints.clone(),
             watch_progress[1].clone(),
+            watchers_stop.clone(),
+        )),
+        tokio::spawn(workload::rest_watcher(
+            2,
+            RestKind::Register,
+            config.seed,
+            recorder.clone(),
+            endpoints.clone(),
+            watch_progress[2].clone(),
             watchers_stop.clone(),
         )),
     ];
@@ -356,6 +371,40 @@ async fn final_states(
     Ok((first, revision, violations))
 }
 
+/// Creates the custom registers' CustomResourceDefinition through the
+/// first node that takes it (the cluster is whole: no fault yet), within
+/// 30 s; an existing one from an earlier run on the same cluster is
+/// fine.
+async fn define_registers(endpoints: &[Endpoint]) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        for e in endpoints {
+            let url = format!(
+                "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                e.rest_url
+            );
+            match http
+                .post(url)
+                .json(&workload::register_definition())
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() || r.status() == reqwest::StatusCode::CONFLICT => {
+                    return Ok(());
+                }
+                Ok(r) => last = format!("node {} answered {}", e.id, r.status()),
+                Err(err) => last = format!("node {}: {err}", e.id),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("not created within 30 s: {last}")
+}
+
 /// Every register of both APIs as one node answers a linearizable read.
 async fn read_all(e: &Endpoint, keys: usize) -> anyhow::Result<(FinalState, u64)> {
     let http = reqwest::Client::builder()
@@ -366,11 +415,7 @@ async fn read_all(e: &Endpoint, keys: usize) -> anyhow::Result<(FinalState, u64)
     let mut revision = 0u64;
     for i in 0..keys {
         let (key, name) = workload::rest_key(i);
-        let url = format!(
-            "{}/api/v1/namespaces/{}/configmaps/{name}",
-            e.rest_url,
-            workload::NAMESPACE
-        );
+        let url = RestKind::of(i).object(e, &name);
         let resp = http.get(url).send().await?;
         let value = match resp.status() {
             reqwest::StatusCode::NOT_FOUND => None,

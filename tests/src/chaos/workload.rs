@@ -7,6 +7,13 @@
 //! back in the [`Recorder`]. Every value a client writes is unique in the
 //! run (`c<client>-<n>`), so a value read names the write that produced it.
 //!
+//! Half the REST registers are config maps, the other half custom
+//! resources (`Register`, of the checker's own CustomResourceDefinition,
+//! [`REGISTER_DEFINITION`]), so the custom-type write path (the node's
+//! served types, the schema's pruning and validation) runs under the same
+//! faults; a custom register's strategic merge patch is a merge patch
+//! (kube's `415` for a custom type), with the same precondition.
+//!
 //! REST clients also send `dryRun=All` creates, updates and deletes (5%
 //! of their operations). A dry run is no operation of the register model
 //! and is not recorded; it is checked by what it must not do: its value is
@@ -44,8 +51,89 @@ use super::history::{Api, Op, OpKind, OpResult, Outcome, WatchEvent, WatchLog};
 
 /// The namespace the REST clients write in.
 pub const NAMESPACE: &str = "default";
-/// History keys of the REST registers (`rest/<configmap name>`).
+/// History keys of the REST registers stored as config maps
+/// (`rest/<name>`).
 pub const REST_PREFIX: &str = "rest/";
+/// History keys of the REST registers stored as custom resources
+/// (`custom/<name>`).
+pub const CUSTOM_PREFIX: &str = "custom/";
+
+/// The CustomResourceDefinition of the custom registers: namespaced
+/// `registers.chaos.kubestore.io`, whose schema keeps `data` (a map of
+/// strings) and prunes anything else.
+pub fn register_definition() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "registers.chaos.kubestore.io"},
+        "spec": {
+            "group": "chaos.kubestore.io",
+            "scope": "Namespaced",
+            "names": {"plural": "registers", "kind": "Register"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "data": {"type": "object", "additionalProperties": {"type": "string"}}}}}}]
+        }
+    })
+}
+
+/// What a REST register is stored as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestKind {
+    ConfigMap,
+    /// A custom resource of [`register_definition`].
+    Register,
+}
+
+impl RestKind {
+    /// Both kinds.
+    pub const ALL: [RestKind; 2] = [RestKind::ConfigMap, RestKind::Register];
+
+    /// The kind of REST register `i`: even ones are config maps, odd ones
+    /// custom resources.
+    pub fn of(i: usize) -> Self {
+        if i % 2 == 0 {
+            RestKind::ConfigMap
+        } else {
+            RestKind::Register
+        }
+    }
+
+    /// The prefix of its history keys.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            RestKind::ConfigMap => REST_PREFIX,
+            RestKind::Register => CUSTOM_PREFIX,
+        }
+    }
+
+    /// Its collection URL in the namespace, on `node`.
+    pub fn collection(self, node: &Endpoint) -> String {
+        match self {
+            RestKind::ConfigMap => {
+                format!("{}/api/v1/namespaces/{NAMESPACE}/configmaps", node.rest_url)
+            }
+            RestKind::Register => format!(
+                "{}/apis/chaos.kubestore.io/v1/namespaces/{NAMESPACE}/registers",
+                node.rest_url
+            ),
+        }
+    }
+
+    /// The URL of the object `name`, on `node`.
+    pub fn object(self, node: &Endpoint, name: &str) -> String {
+        format!("{}/{name}", self.collection(node))
+    }
+
+    /// An object of this kind with `metadata` and `data.v = value`.
+    fn body(self, metadata: Value, value: &str) -> Value {
+        let (api_version, kind) = match self {
+            RestKind::ConfigMap => ("v1", "ConfigMap"),
+            RestKind::Register => ("chaos.kubestore.io/v1", "Register"),
+        };
+        json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "data": {"v": value}})
+    }
+}
 /// The etcd keys of the etcd registers.
 pub const ETCD_PREFIX: &str = "/chaos/";
 
@@ -90,10 +178,11 @@ impl Recorder {
     }
 }
 
-/// The configmap name of REST register `i`, and its history key.
+/// The history key of REST register `i` and its object's name (its kind
+/// is [`RestKind::of`]).
 pub fn rest_key(i: usize) -> (String, String) {
     let name = format!("chaos-{i}");
-    (format!("{REST_PREFIX}{name}"), name)
+    (format!("{}{name}", RestKind::of(i).prefix()), name)
 }
 
 /// The etcd key of etcd register `i` (also its history key).
@@ -217,11 +306,12 @@ pub async fn rest_client(
         let node = c.pick_node();
         let i = c.rng.random_range(0..c.keys);
         let (key, name) = rest_key(i);
+        let rk = RestKind::of(i);
         let roll = c.rng.random_range(0..100);
         let invoked = c.recorder.now();
         let (kind, done) = match roll {
-            0..=24 => rest_get(&http, &node, &name).await,
-            25..=44 => rest_list(&http, &node, &name).await,
+            0..=24 => rest_get(&http, &node, rk, &name).await,
+            25..=44 => rest_list(&http, &node, rk, &name).await,
             45..=49 => {
                 // A dry-run write: no operation of the model, so it is not
                 // recorded. Its value is unique like any other: had it been
@@ -232,7 +322,7 @@ pub async fn rest_client(
                 let known = c.known.get(&key).cloned().flatten();
                 let value = c.next_value();
                 let delete = c.rng.random_range(0..2) == 0;
-                if !rest_dry_run(&http, &node, &name, known, &value, delete).await {
+                if !rest_dry_run(&http, &node, rk, &name, known, &value, delete).await {
                     back_off().await;
                 }
                 continue;
@@ -241,21 +331,21 @@ pub async fn rest_client(
                 let known = c.known.get(&key).cloned().flatten();
                 let value = c.next_value();
                 match known {
-                    None if roll >= 85 => rest_apply(&http, &node, &name, None, &value).await,
-                    None => rest_create(&http, &node, &name, &value).await,
+                    None if roll >= 85 => rest_apply(&http, &node, rk, &name, None, &value).await,
+                    None => rest_create(&http, &node, rk, &name, &value).await,
                     Some((old, rv)) if roll < 62 => {
-                        rest_update(&http, &node, &name, &old, rv, &value).await
+                        rest_update(&http, &node, rk, &name, &old, rv, &value).await
                     }
                     Some((old, _)) if roll < 70 => {
-                        rest_json_patch(&http, &node, &name, &old, &value).await
+                        rest_json_patch(&http, &node, rk, &name, &old, &value).await
                     }
                     Some((old, rv)) if roll < 76 => {
-                        rest_strategic_patch(&http, &node, &name, &old, rv, &value).await
+                        rest_merge_patch(&http, &node, rk, &name, &old, rv, &value).await
                     }
                     Some((old, rv)) if roll < 90 => {
-                        rest_apply(&http, &node, &name, Some((&old, rv)), &value).await
+                        rest_apply(&http, &node, rk, &name, Some((&old, rv)), &value).await
                     }
-                    Some((old, rv)) => rest_delete(&http, &node, &name, &old, rv).await,
+                    Some((old, rv)) => rest_delete(&http, &node, rk, &name, &old, rv).await,
                 }
             }
         };
@@ -321,15 +411,8 @@ fn learn(known: &mut Known, key: &str, kind: &OpKind, done: &Done) {
     }
 }
 
-fn configmap_url(node: &Endpoint, name: &str) -> String {
-    format!(
-        "{}/api/v1/namespaces/{NAMESPACE}/configmaps/{name}",
-        node.rest_url
-    )
-}
-
-/// `metadata.resourceVersion` and `data.v` of a configmap.
-fn configmap_state(obj: &Value) -> (Option<String>, Option<u64>) {
+/// `data.v` and `metadata.resourceVersion` of a register's object.
+fn register_state(obj: &Value) -> (Option<String>, Option<u64>) {
     let value = obj
         .pointer("/data/v")
         .and_then(Value::as_str)
@@ -394,11 +477,16 @@ fn status_error(status: StatusCode, body: &Value) -> String {
     format!("{status}: {message}")
 }
 
-async fn rest_get(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKind, Done) {
+async fn rest_get(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    rk: RestKind,
+    name: &str,
+) -> (OpKind, Done) {
     let kind = OpKind::Read { linearizable: true };
-    let done = match send(http.get(configmap_url(node, name))).await {
+    let done = match send(http.get(rk.object(node, name))).await {
         Ok((StatusCode::OK, body)) => {
-            let (value, mod_revision) = configmap_state(&body);
+            let (value, mod_revision) = register_state(&body);
             Done::ok(OpResult {
                 value,
                 mod_revision,
@@ -412,11 +500,16 @@ async fn rest_get(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKin
     (kind, done)
 }
 
-async fn rest_list(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKind, Done) {
+async fn rest_list(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    rk: RestKind,
+    name: &str,
+) -> (OpKind, Done) {
     let kind = OpKind::Read { linearizable: true };
     let url = format!(
-        "{}/api/v1/namespaces/{NAMESPACE}/configmaps?fieldSelector=metadata.name%3D{name}",
-        node.rest_url
+        "{}?fieldSelector=metadata.name%3D{name}",
+        rk.collection(node)
     );
     let done = match send(http.get(url)).await {
         Ok((StatusCode::OK, body)) => {
@@ -426,7 +519,7 @@ async fn rest_list(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKi
                 .and_then(|s| s.parse().ok());
             let (value, mod_revision) = body
                 .pointer("/items/0")
-                .map(configmap_state)
+                .map(register_state)
                 .unwrap_or((None, None));
             Done::ok(OpResult {
                 value,
@@ -445,7 +538,7 @@ async fn rest_list(http: &reqwest::Client, node: &Endpoint, name: &str) -> (OpKi
 fn rest_write_done(answer: Result<(StatusCode, Value), SendError>) -> Done {
     match answer {
         Ok((status, body)) if status.is_success() => {
-            let (_, revision) = configmap_state(&body);
+            let (_, revision) = register_state(&body);
             Done::ok(OpResult {
                 succeeded: true,
                 revision,
@@ -461,6 +554,7 @@ fn rest_write_done(answer: Result<(StatusCode, Value), SendError>) -> Done {
 async fn rest_create(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     value: &str,
 ) -> (OpKind, Done) {
@@ -468,8 +562,8 @@ async fn rest_create(
         expect: None,
         value: Some(value.to_string()),
     };
-    let url = format!("{}/api/v1/namespaces/{NAMESPACE}/configmaps", node.rest_url);
-    let body = json!({"metadata": {"name": name}, "data": {"v": value}});
+    let url = rk.collection(node);
+    let body = rk.body(json!({"name": name}), value);
     (
         kind,
         rest_write_done(send(http.post(url).json(&body)).await),
@@ -479,6 +573,7 @@ async fn rest_create(
 async fn rest_update(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     old: &str,
     rv: u64,
@@ -488,13 +583,13 @@ async fn rest_update(
         expect: Some(old.to_string()),
         value: Some(value.to_string()),
     };
-    let body = json!({
-        "metadata": {"name": name, "resourceVersion": rv.to_string()},
-        "data": {"v": value},
-    });
+    let body = rk.body(
+        json!({"name": name, "resourceVersion": rv.to_string()}),
+        value,
+    );
     (
         kind,
-        rest_write_done(send(http.put(configmap_url(node, name)).json(&body)).await),
+        rest_write_done(send(http.put(rk.object(node, name)).json(&body)).await),
     )
 }
 
@@ -506,6 +601,7 @@ async fn rest_update(
 async fn rest_json_patch(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     old: &str,
     value: &str,
@@ -519,7 +615,7 @@ async fn rest_json_patch(
         {"op": "replace", "path": "/data/v", "value": value},
     ]);
     let req = http
-        .patch(configmap_url(node, name))
+        .patch(rk.object(node, name))
         .header("content-type", "application/json-patch+json")
         .body(ops.to_string());
     let done = match send(req).await {
@@ -529,12 +625,14 @@ async fn rest_json_patch(
     (kind, done)
 }
 
-/// A strategic merge patch of `data.v` carrying the revision the client
-/// last saw as `metadata.resourceVersion`: a precondition, so a
+/// A strategic merge patch (a JSON merge patch for a custom register,
+/// which takes no strategic one) of `data.v` carrying the revision the
+/// client last saw as `metadata.resourceVersion`: a precondition, so a
 /// compare-and-set like an update (`409` on another revision).
-async fn rest_strategic_patch(
+async fn rest_merge_patch(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     old: &str,
     rv: u64,
@@ -545,9 +643,13 @@ async fn rest_strategic_patch(
         value: Some(value.to_string()),
     };
     let body = json!({"metadata": {"resourceVersion": rv.to_string()}, "data": {"v": value}});
+    let media = match rk {
+        RestKind::ConfigMap => "application/strategic-merge-patch+json",
+        RestKind::Register => "application/merge-patch+json",
+    };
     let req = http
-        .patch(configmap_url(node, name))
-        .header("content-type", "application/strategic-merge-patch+json")
+        .patch(rk.object(node, name))
+        .header("content-type", media)
         .body(body.to_string());
     (kind, rest_write_done(send(req).await))
 }
@@ -561,6 +663,7 @@ async fn rest_strategic_patch(
 async fn rest_apply(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     expect: Option<(&str, u64)>,
     value: &str,
@@ -578,12 +681,11 @@ async fn rest_apply(
             value: value.to_string(),
         },
     };
-    let body =
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"v": value}});
+    let body = rk.body(meta, value);
     let req = http
         .patch(format!(
             "{}?fieldManager=chaos&force=true",
-            configmap_url(node, name)
+            rk.object(node, name)
         ))
         .header("content-type", "application/apply-patch+yaml")
         .body(body.to_string());
@@ -600,6 +702,7 @@ async fn rest_apply(
 async fn rest_delete(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     old: &str,
     rv: u64,
@@ -609,18 +712,19 @@ async fn rest_delete(
         value: None,
     };
     let body = json!({"preconditions": {"resourceVersion": rv.to_string()}});
-    let mut done = rest_write_done(send(http.delete(configmap_url(node, name)).json(&body)).await);
+    let mut done = rest_write_done(send(http.delete(rk.object(node, name)).json(&body)).await);
     // A delete answers the object as it was: its revision is not the deletion's.
     done.result.revision = None;
     (kind, done)
 }
 
-/// One `dryRun=All` write of the configmap `name` (a create when the
+/// One `dryRun=All` write of the register `name` (a create when the
 /// client knows it absent, else an update or a delete guarded by what it
 /// knows); whether the server answered it (any status).
 async fn rest_dry_run(
     http: &reqwest::Client,
     node: &Endpoint,
+    rk: RestKind,
     name: &str,
     known: Option<(String, u64)>,
     value: &str,
@@ -629,17 +733,14 @@ async fn rest_dry_run(
     let dry = |url: String| format!("{url}?dryRun=All");
     let req = match known {
         None => http
-            .post(dry(format!(
-                "{}/api/v1/namespaces/{NAMESPACE}/configmaps",
-                node.rest_url
-            )))
-            .json(&json!({"metadata": {"name": name}, "data": {"v": value}})),
-        Some((_, rv)) if !delete => http.put(dry(configmap_url(node, name))).json(&json!({
-            "metadata": {"name": name, "resourceVersion": rv.to_string()},
-            "data": {"v": value},
-        })),
+            .post(dry(rk.collection(node)))
+            .json(&rk.body(json!({"name": name}), value)),
+        Some((_, rv)) if !delete => http.put(dry(rk.object(node, name))).json(&rk.body(
+            json!({"name": name, "resourceVersion": rv.to_string()}),
+            value,
+        )),
         Some((_, rv)) => http
-            .delete(dry(configmap_url(node, name)))
+            .delete(dry(rk.object(node, name)))
             .json(&json!({"preconditions": {"resourceVersion": rv.to_string()}})),
     };
     send(req).await.is_ok()
@@ -942,11 +1043,12 @@ impl Follow {
     }
 }
 
-/// Follows every REST register with `watch=1` across nodes until `stop`:
-/// each reconnect resumes after the last revision received, on a node
-/// picked at random. A `410` starts a new log from a fresh list.
+/// Follows every REST register of kind `rk` with `watch=1` across nodes
+/// until `stop`: each reconnect resumes after the last revision received,
+/// on a node picked at random. A `410` starts a new log from a fresh list.
 pub async fn rest_watcher(
     watcher: u32,
+    rk: RestKind,
     seed: u64,
     recorder: Arc<Recorder>,
     endpoints: Vec<Endpoint>,
@@ -957,28 +1059,28 @@ pub async fn rest_watcher(
         .connect_timeout(Duration::from_secs(1))
         .build()
         .unwrap_or_default();
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5741_5443);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5741_5443 ^ u64::from(watcher));
     let mut follow: Option<Follow> = None;
     while !*stop.borrow_and_update() {
         let node = endpoints[rng.random_range(0..endpoints.len())].clone();
         let Some(f) = follow.as_mut() else {
             // Start (again): the list's revision is where the log begins.
-            let url = format!("{}/api/v1/namespaces/{NAMESPACE}/configmaps", node.rest_url);
+            let url = rk.collection(&node);
             if let Ok((StatusCode::OK, body)) = send(http.get(url).timeout(WATCH_SILENCE)).await {
                 if let Some(rv) = body
                     .pointer("/metadata/resourceVersion")
                     .and_then(Value::as_str)
                     .and_then(|s| s.parse().ok())
                 {
-                    follow = Some(new_follow(watcher, REST_PREFIX, rv));
+                    follow = Some(new_follow(watcher, rk.prefix(), rv));
                     progress.set_covered(rv);
                 }
             }
             continue;
         };
         let url = format!(
-            "{}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds=60",
-            node.rest_url,
+            "{}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds=60",
+            rk.collection(&node),
             f.resume_from()
         );
         let Ok(resp) = http.get(url).send().await else {
@@ -1006,7 +1108,7 @@ pub async fn rest_watcher(
                 let Ok(event) = serde_json::from_slice::<Value>(&line) else {
                     continue;
                 };
-                gone |= rest_watch_event(f, node.id, &event, recorder.now());
+                gone |= rest_watch_event(f, rk, node.id, &event, recorder.now());
             }
             progress.set_covered(f.log.covered_until);
             if gone {
@@ -1047,13 +1149,19 @@ fn new_follow(watcher: u32, prefix: &str, start: u64) -> Follow {
 }
 
 /// Takes one watch event line; `true` when the watch expired (`410`).
-fn rest_watch_event(f: &mut Follow, node: u64, event: &Value, received: Duration) -> bool {
+fn rest_watch_event(
+    f: &mut Follow,
+    rk: RestKind,
+    node: u64,
+    event: &Value,
+    received: Duration,
+) -> bool {
     let kind = event
         .get("type")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let obj = event.get("object").cloned().unwrap_or(Value::Null);
-    let (value, rv) = configmap_state(&obj);
+    let (value, rv) = register_state(&obj);
     match kind {
         "ADDED" | "MODIFIED" | "DELETED" => {
             let name = obj
@@ -1062,7 +1170,7 @@ fn rest_watch_event(f: &mut Follow, node: u64, event: &Value, received: Duration
                 .unwrap_or_default();
             if let Some(rv) = rv {
                 let value = if kind == "DELETED" { None } else { value };
-                f.event(node, format!("{REST_PREFIX}{name}"), rv, value, received);
+                f.event(node, format!("{}{name}", rk.prefix()), rv, value, received);
             }
             false
         }
