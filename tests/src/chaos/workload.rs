@@ -92,7 +92,7 @@ impl RestKind {
     /// The kind of REST register `i`: even ones are config maps, odd ones
     /// custom resources.
     pub fn of(i: usize) -> Self {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             RestKind::ConfigMap
         } else {
             RestKind::Register
