@@ -243,8 +243,6 @@ impl Day {
         let cms = rows(&table);
         assert_eq!(cms[0], ["NAME", "DATA", "AGE"], "{table}");
         assert!(cms.iter().any(|r| r[..2] == ["cfg", "1"]), "{table}");
-        // Deployments' wide columns (containers, images, selector) are not
-        // served yet: only the default columns are asserted for them.
         let listed = self.ok(NODES[1], &["get", "deployments"]);
         let deployments = rows(&listed);
         assert_eq!(
@@ -257,6 +255,29 @@ impl Day {
             .find(|r| r[0] == "web")
             .unwrap_or_else(|| panic!("{listed}"));
         assert_eq!(web[1..4], ["0/0", "0", "0"], "{listed}");
+        // `-o wide` adds the template's containers and images and the
+        // selector, after AGE.
+        let wide = self.ok(NODES[2], &["get", "deployments", "-o", "wide"]);
+        let wide_rows = rows(&wide);
+        assert_eq!(
+            wide_rows[0],
+            [
+                "NAME",
+                "READY",
+                "UP-TO-DATE",
+                "AVAILABLE",
+                "AGE",
+                "CONTAINERS",
+                "IMAGES",
+                "SELECTOR"
+            ],
+            "{wide}"
+        );
+        let web = wide_rows
+            .iter()
+            .find(|r| r[0] == "web")
+            .unwrap_or_else(|| panic!("{wide}"));
+        assert_eq!(web.len(), 8, "{wide}");
         // A config map has no wide columns in kube either.
         let wide = self.ok(NODES[2], &["get", "configmaps", "-o", "wide"]);
         assert_eq!(rows(&wide)[0], ["NAME", "DATA", "AGE"], "{wide}");

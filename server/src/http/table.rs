@@ -405,6 +405,124 @@ fn extra_columns(rt: &ResourceType) -> Vec<Column> {
     }
 }
 
+/// The names (or images) of a pod template's containers, joined by commas
+/// as kube's printers join them.
+fn containers_of(obj: &Value, pointer: &str, field: &str) -> Value {
+    let list: Vec<&str> = obj
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().filter_map(|c| c[field].as_str()).collect())
+        .unwrap_or_default();
+    json!(list.join(","))
+}
+
+/// A workload's label selector as kube prints it (`app=web,tier in (a,b)`),
+/// `<none>` for none.
+fn selector_of(obj: &Value) -> Value {
+    match crate::kube::scale::selector_string(obj.pointer("/spec/selector")) {
+        Ok(s) if !s.is_empty() => json!(s),
+        _ => json!("<none>"),
+    }
+}
+
+/// A string field, or kube's `<none>` when it is absent or empty.
+fn str_or_placeholder(obj: &Value, pointer: &str) -> Value {
+    match obj.pointer(pointer).and_then(Value::as_str) {
+        Some(s) if !s.is_empty() => json!(s),
+        _ => json!("<none>"),
+    }
+}
+
+/// A pod's readiness gates as kube prints them: `<none>`, or how many of
+/// them its conditions say are true out of how many there are.
+fn readiness_gates(obj: &Value) -> Value {
+    let gates: Vec<&str> = obj
+        .pointer("/spec/readinessGates")
+        .and_then(Value::as_array)
+        .map(|gs| {
+            gs.iter()
+                .filter_map(|g| g["conditionType"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    if gates.is_empty() {
+        return json!("<none>");
+    }
+    let conditions = obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let ready = gates
+        .iter()
+        .filter(|g| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == **g && c["status"] == "True")
+        })
+        .count();
+    json!(format!("{ready}/{}", gates.len()))
+}
+
+/// The columns kube's printers add for `-o wide` (priority 1), after
+/// `Age`, where they come from the object alone.
+fn wide_columns(rt: &ResourceType) -> Vec<Column> {
+    const TEMPLATE: &str = "/spec/template/spec/containers";
+    const JOB_TEMPLATE: &str = "/spec/jobTemplate/spec/template/spec/containers";
+    match (rt.group, rt.plural) {
+        ("", "pods") => vec![
+            ("IP", "string", |o| str_or_placeholder(o, "/status/podIP")),
+            ("Node", "string", |o| {
+                str_or_placeholder(o, "/spec/nodeName")
+            }),
+            ("Nominated Node", "string", |o| {
+                str_or_placeholder(o, "/status/nominatedNodeName")
+            }),
+            ("Readiness Gates", "string", readiness_gates),
+        ],
+        ("", "services") => vec![("Selector", "string", |o| pairs(o, "/spec/selector"))],
+        ("", "replicationcontrollers") => vec![
+            ("Containers", "string", |o| {
+                containers_of(o, TEMPLATE, "name")
+            }),
+            ("Images", "string", |o| containers_of(o, TEMPLATE, "image")),
+            ("Selector", "string", |o| pairs(o, "/spec/selector")),
+        ],
+        ("apps", "deployments" | "replicasets" | "daemonsets") | ("batch", "jobs") => vec![
+            ("Containers", "string", |o| {
+                containers_of(o, TEMPLATE, "name")
+            }),
+            ("Images", "string", |o| containers_of(o, TEMPLATE, "image")),
+            ("Selector", "string", selector_of),
+        ],
+        ("apps", "statefulsets") => vec![
+            ("Containers", "string", |o| {
+                containers_of(o, TEMPLATE, "name")
+            }),
+            ("Images", "string", |o| containers_of(o, TEMPLATE, "image")),
+        ],
+        ("batch", "cronjobs") => vec![
+            ("Containers", "string", |o| {
+                containers_of(o, JOB_TEMPLATE, "name")
+            }),
+            ("Images", "string", |o| {
+                containers_of(o, JOB_TEMPLATE, "image")
+            }),
+            (
+                "Selector",
+                "string",
+                |o| match crate::kube::scale::selector_string(
+                    o.pointer("/spec/jobTemplate/spec/selector"),
+                ) {
+                    Ok(s) if !s.is_empty() => json!(s),
+                    _ => json!("<none>"),
+                },
+            ),
+        ],
+        _ => Vec::new(),
+    }
+}
+
 /// Renders objects as a Table; `includeObject` picks what each row carries.
 pub fn render(
     rt: &ResourceType,
@@ -439,10 +557,17 @@ pub fn render(
         );
     }
     columns.push(json!({"name": "Age", "type": "string", "format": "", "description": "Time since the object was created.", "priority": 0}));
+    let wide = wide_columns(rt);
+    for (name, kind, _) in &wide {
+        columns.push(
+            json!({"name": name, "type": kind, "format": "", "description": "", "priority": 1}),
+        );
+    }
     let cells = |obj: &Value| {
         let mut cells = vec![json!(str_at(obj, "/metadata/name"))];
         cells.extend(extra.iter().map(|(_, _, cell)| cell(obj)));
         cells.push(json!(age(obj)));
+        cells.extend(wide.iter().map(|(_, _, cell)| cell(obj)));
         cells
     };
     Ok(table(
@@ -603,7 +728,19 @@ mod tests {
             json!({"metadata": {"name": "rs"}, "spec": {"replicas": 3},
                    "status": {"replicas": 2, "readyReplicas": 1}}),
         );
-        assert_eq!(cols, ["Name", "Desired", "Current", "Ready", "Age"]);
+        assert_eq!(
+            cols,
+            [
+                "Name",
+                "Desired",
+                "Current",
+                "Ready",
+                "Age",
+                "Containers",
+                "Images",
+                "Selector"
+            ]
+        );
         assert_eq!(&cells[..4], &[json!("rs"), json!(3), json!(2), json!(1)]);
         let (cols, cells) = row(
             "apps",
@@ -611,8 +748,58 @@ mod tests {
             json!({"metadata": {"name": "web"}, "spec": {"replicas": 3},
                    "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}),
         );
-        assert_eq!(cols, ["Name", "Ready", "Up-to-date", "Available", "Age"]);
+        assert_eq!(
+            cols,
+            [
+                "Name",
+                "Ready",
+                "Up-to-date",
+                "Available",
+                "Age",
+                "Containers",
+                "Images",
+                "Selector"
+            ]
+        );
         assert_eq!(&cells[1..4], &[json!("2/3"), json!(3), json!(2)]);
+        // `-o wide`: the template's containers and images, the selector.
+        let (_, cells) = row(
+            "apps",
+            "deployments",
+            json!({"metadata": {"name": "web"}, "spec": {"replicas": 1,
+                   "selector": {"matchLabels": {"app": "web"},
+                                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]}]},
+                   "template": {"spec": {"containers": [
+                       {"name": "app", "image": "nginx:1.27"}, {"name": "proxy", "image": "envoy"}]}}}}),
+        );
+        assert_eq!(
+            &cells[5..],
+            &[
+                json!("app,proxy"),
+                json!("nginx:1.27,envoy"),
+                json!("app=web,tier in (be,fe)")
+            ]
+        );
+        let (cols, cells) = row(
+            "",
+            "pods",
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1",
+                   "readinessGates": [{"conditionType": "a"}, {"conditionType": "b"}]},
+                   "status": {"podIP": "10.0.0.7", "conditions": [{"type": "a", "status": "True"}]}}),
+        );
+        assert_eq!(
+            &cols[3..],
+            ["IP", "Node", "Nominated Node", "Readiness Gates"]
+        );
+        assert_eq!(
+            &cells[3..],
+            &[
+                json!("10.0.0.7"),
+                json!("n1"),
+                json!("<none>"),
+                json!("1/2")
+            ]
+        );
         let (_, cells) = row(
             "apps",
             "statefulsets",
@@ -639,7 +826,14 @@ mod tests {
             .expect("a table");
             let cols = t["columnDefinitions"].as_array().expect("columns");
             assert_eq!(cols[0]["name"], "Name", "{}", rt.plural);
-            assert_eq!(cols[cols.len() - 1]["name"], "Age", "{}", rt.plural);
+            // Age ends the default columns; `-o wide`'s (priority 1) follow.
+            let default: Vec<&Value> = cols.iter().filter(|c| c["priority"] == 0).collect();
+            assert_eq!(default[default.len() - 1]["name"], "Age", "{}", rt.plural);
+            assert!(
+                cols[default.len()..].iter().all(|c| c["priority"] == 1),
+                "{}",
+                rt.plural
+            );
             let cells = t["rows"][0]["cells"].as_array().expect("cells");
             assert_eq!(cells.len(), cols.len(), "{}", rt.plural);
             assert_eq!(cells[0], "x");

@@ -148,7 +148,7 @@ pub fn scale_of(rt: &ResourceType, parent: &Value) -> Result<Value, KubeError> {
 /// `k notin (a,b)`, `k`, `!k` for `matchExpressions` (values sorted), joined
 /// by commas; a replication controller's map selector as `k=v` pairs; an
 /// absent or empty selector as nothing.
-fn selector_string(selector: Option<&Value>) -> Result<String, KubeError> {
+pub fn selector_string(selector: Option<&Value>) -> Result<String, KubeError> {
     let Some(Value::Object(sel)) = selector else {
         return Ok(String::new());
     };
