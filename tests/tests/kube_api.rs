@@ -1606,3 +1606,111 @@ async fn large_lists_are_gzipped_and_watches_never_are() {
     );
     c.shutdown().await;
 }
+
+/// A server-side apply of a deployment's `Scale`, as kube's scale handler
+/// answers it: the parent's manager of its replicas conflicts (`409`,
+/// naming it), `force` takes them, and the parent's managed fields say who
+/// owns `spec.replicas` afterwards (the scale's applier, with subresource
+/// `scale`); the other manager keeps the rest of its fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_is_applied_through_its_parents_managed_fields() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let (n1, n2) = (c.kube(1), c.kube(2));
+    let dep = "/apis/apps/v1/namespaces/default/deployments/web";
+    let apply = |fields: &str| format!("?fieldManager={fields}");
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
+    let created = n1
+        .request(
+            Method::PATCH,
+            &format!("{dep}{}", apply("deployer")),
+            Some((
+                deployment.to_string().into_bytes(),
+                "application/apply-patch+yaml",
+            )),
+        )
+        .await
+        .expect("apply");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+
+    let scale = |replicas: i64| {
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+               "metadata": {"name": "web", "namespace": "default"},
+               "spec": {"replicas": replicas}})
+        .to_string()
+        .into_bytes()
+    };
+    let conflict = n2
+        .request(
+            Method::PATCH,
+            &format!("{dep}/scale{}", apply("autoscaler")),
+            Some((scale(3), "application/apply-patch+yaml")),
+        )
+        .await
+        .expect("apply scale");
+    assert_eq!(conflict.status, StatusCode::CONFLICT, "{}", conflict.text);
+    assert!(
+        conflict.text.contains(".spec.replicas") && conflict.text.contains("deployer"),
+        "{}",
+        conflict.text
+    );
+    let forced = n2
+        .request(
+            Method::PATCH,
+            &format!("{dep}/scale{}&force=true", apply("autoscaler")),
+            Some((scale(3), "application/apply-patch+yaml")),
+        )
+        .await
+        .expect("apply scale");
+    assert_eq!(forced.status, StatusCode::OK, "{}", forced.text);
+    assert_eq!(forced.body["kind"], "Scale");
+    assert_eq!(forced.body["spec"]["replicas"], 3);
+
+    let read = n1.get(dep).await.expect("get");
+    assert_eq!(read.body["spec"]["replicas"], 3);
+    let managed = read.body["metadata"]["managedFields"]
+        .as_array()
+        .expect("managed fields")
+        .clone();
+    let entry = |name: &str| {
+        managed
+            .iter()
+            .find(|e| e["manager"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {managed:?}"))
+    };
+    let autoscaler = entry("autoscaler");
+    assert_eq!(autoscaler["operation"], "Apply");
+    assert_eq!(autoscaler["subresource"], "scale");
+    assert_eq!(autoscaler["apiVersion"], "apps/v1");
+    assert_eq!(
+        autoscaler["fieldsV1"],
+        json!({"f:spec": {"f:replicas": {}}})
+    );
+    let deployer = entry("deployer");
+    assert!(
+        deployer["fieldsV1"]["f:spec"].get("f:replicas").is_none(),
+        "{deployer}"
+    );
+    assert!(
+        deployer["fieldsV1"]["f:spec"].get("f:template").is_some(),
+        "{deployer}"
+    );
+    // The deployer applying its manifest again now conflicts on replicas.
+    let again = n1
+        .request(
+            Method::PATCH,
+            &format!("{dep}{}", apply("deployer")),
+            Some((
+                deployment.to_string().into_bytes(),
+                "application/apply-patch+yaml",
+            )),
+        )
+        .await
+        .expect("apply");
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text);
+    c.shutdown().await;
+}

@@ -328,6 +328,102 @@ async fn status_subresource(
     }
 }
 
+/// A server-side apply of a `Scale` (kube's scale handler): the applied
+/// configuration merged into the parent's `Scale`, whose managed fields
+/// are the parent's managers of its replicas, so it conflicts with them
+/// (`409`, or taken with `force`); the result written to the parent (its
+/// replicas, the `Scale`'s `resourceVersion` as the precondition) with
+/// the managed fields mapped back. The parent must exist (`404`).
+async fn apply_scale(
+    state: AppState,
+    target: Target,
+    view: &ResourceType,
+    rendering: Rendering,
+    q: HashMap<String, String>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let rt = target.rt;
+    let ns = target.namespace.as_deref();
+    let name = target.name.as_deref().ok_or_else(no_resource)?;
+    let dry = dry_run(&q, OptionsKind::Patch)?;
+    let opts = WriteOptions::parse(&q, req.headers(), WriteVerb::Patch, true)?;
+    let manager = Manager {
+        name: opts.manager.clone(),
+        subresource: Some(Subresource::Scale.name().to_string()),
+        api_version: view.api_version(),
+    };
+    let body = read_body(&state, req).await?;
+    let config = match patch::parse_apply_body(&body)?.0 {
+        serde_json::Value::Object(config) => config,
+        _ => {
+            return Err(ApiError::BadRequest(
+                "error decoding YAML: the applied configuration is not an object".into(),
+            ))
+        }
+    };
+    patch::check_apply_type(view, &config)?;
+    let scale_target = apply::Target::of(view);
+    let written = state
+        .kube
+        .update_managed(
+            rt,
+            ns,
+            name,
+            UpdateScope::Object,
+            SUBRESOURCE_ATTEMPTS,
+            dry,
+            None,
+            |current| -> Result<_, ApiError> {
+                let parent = current
+                    .object()
+                    .and_then(|p| p.as_object().cloned())
+                    .ok_or_else(|| KubeError::not_found(rt, name))?;
+                let serde_json::Value::Object(mut live) =
+                    scale::scale_of(rt, &serde_json::Value::Object(parent.clone()))?
+                else {
+                    return Err(KubeError::Internal("a Scale that is not an object".into()).into());
+                };
+                let meta = object::metadata_mut(&mut live);
+                meta.remove("resourceVersion");
+                meta.insert(
+                    "managedFields".into(),
+                    scale::managed_fields_to_scale(rt, &parent),
+                );
+                let applied = apply::apply(
+                    &scale_target,
+                    &manager,
+                    Some(&live),
+                    config.clone(),
+                    opts.force,
+                    &object::now_rfc3339(),
+                )
+                .map_err(KubeError::from)?;
+                let write = scale::decode(rt, ns, name, &applied)?;
+                let mut parent_written = scale::write_to_parent(rt, name, parent.clone(), &write)?;
+                let managed = scale::managed_fields_to_parent(
+                    rt,
+                    &parent,
+                    applied.get("metadata").and_then(|m| m.get("managedFields")),
+                );
+                object::metadata_mut(&mut parent_written).insert("managedFields".into(), managed);
+                Ok(parent_written)
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            ApiError::Kube(e) => ApiError::Kube(scale::not_found_as_scale(rt, name, e)),
+            other => other,
+        })?;
+    let resp = render_object(
+        view,
+        scale::scale_of(rt, &written)?,
+        StatusCode::OK,
+        rendering,
+        &q,
+    );
+    Ok(resp)
+}
+
 /// What a write of a `Scale` brings: the whole object (PUT), or a patch
 /// of the current one.
 enum ScaleInput {
@@ -365,9 +461,7 @@ async fn scale_subresource(
         Method::PATCH => {
             let kind = patch_kind(req.headers())?;
             if kind == patch::PatchKind::Apply {
-                // kube applies to a Scale through its parent's managed
-                // fields; kubestore does not (yet).
-                return Err(ApiError::UnsupportedPatchType(patch::VIEW_PATCH_TYPES));
+                return apply_scale(state, target, &view, rendering, q, req).await;
             }
             (
                 dry_run(&q, OptionsKind::Patch)?,

@@ -174,7 +174,8 @@ pub async fn apply(
 /// `kube::scale::scale_type`), named `name` in `ns`, and returns the
 /// patched object. Its `metadata.resourceVersion` is set only when the
 /// patch set one. A server-side apply is not a patch of a view: `415`,
-/// naming the patch types that are.
+/// naming the patch types that are (a `Scale`'s apply is the scale
+/// handler's own, `handlers::apply_scale`).
 pub fn patch_view(
     rt: &ResourceType,
     ns: Option<&str>,
@@ -202,7 +203,7 @@ pub const VIEW_PATCH_TYPES: &[&str] = &[
 
 /// An apply body: JSON (what kubectl and client-go send; its repeated
 /// keys are noted), else YAML.
-fn parse_apply_body(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
+pub fn parse_apply_body(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     if let Ok(parsed) = parse_json(body) {
         return Ok(parsed);
     }
@@ -289,7 +290,7 @@ impl Context<'_> {
 }
 
 /// An applied configuration must name the URL's type: kube's `400`s.
-fn check_apply_type(rt: &ResourceType, config: &Map<String, Value>) -> Result<(), ApiError> {
+pub fn check_apply_type(rt: &ResourceType, config: &Map<String, Value>) -> Result<(), ApiError> {
     let api_version = config
         .get("apiVersion")
         .and_then(Value::as_str)

@@ -18,10 +18,17 @@
 //!   its `metadata.resourceVersion` is the parent write's precondition
 //!   (`409` on a mismatch) and its `metadata.uid` one too (kube's
 //!   "Precondition failed: UID in precondition" conflict), and replicas
-//!   below zero are kube's `422` on `Scale.autoscaling`.
+//!   below zero are kube's `422` on `Scale.autoscaling`;
+//! - a server-side apply of a `Scale` is applied to the `Scale` with the
+//!   managed fields kube's scale handler gives it (the parent's managers
+//!   of its replicas, [`managed_fields_to_scale`]), so it conflicts with
+//!   them as kube's does, and the result is mapped back onto the parent's
+//!   managed fields ([`managed_fields_to_parent`]).
 
 use serde_json::{json, Map, Value};
 
+use crate::kube::apply::fieldpath::{FieldSet, Pe};
+use crate::kube::apply::Entry;
 use crate::kube::error::{FieldCause, KubeError};
 use crate::kube::object;
 use crate::kube::resources::ResourceType;
@@ -343,6 +350,106 @@ pub fn write_to_parent(
         None => meta.remove("resourceVersion"),
     };
     Ok(current)
+}
+
+/// The path of the parent's replicas as managed fields name it
+/// (`spec.replicas`, or a custom type's `specReplicasPath`).
+fn replicas_path(rt: &ResourceType) -> Vec<Pe> {
+    let path = rt
+        .custom
+        .and_then(|c| c.scale.as_ref())
+        .map_or(".spec.replicas", |p| p.spec_replicas.as_str());
+    path.trim_start_matches('.')
+        .split('.')
+        .map(Pe::field)
+        .collect()
+}
+
+/// `spec.replicas` of a `Scale`.
+fn scale_replicas() -> Vec<Pe> {
+    vec![Pe::field("spec"), Pe::field("replicas")]
+}
+
+fn entries(managed: Option<&Value>) -> Vec<Entry> {
+    managed
+        .and_then(Value::as_array)
+        .map(|es| es.iter().filter_map(Entry::from_json).collect())
+        .unwrap_or_default()
+}
+
+/// Whether two entries are the same manager's (name, operation and
+/// subresource: the `Scale` view changes the apiVersion).
+fn same_manager(a: &Entry, b: &Entry) -> bool {
+    a.manager == b.manager && a.operation == b.operation && a.subresource == b.subresource
+}
+
+/// The managed fields of `rt`'s `Scale` of `parent`, as kube's scale
+/// handler makes them for a server-side apply of the scale: every entry
+/// of the parent that owns its replicas, as an `autoscaling/v1` entry
+/// owning `spec.replicas`.
+pub fn managed_fields_to_scale(rt: &ResourceType, parent: &Map<String, Value>) -> Value {
+    let path = replicas_path(rt);
+    let managed = parent.get("metadata").and_then(|m| m.get("managedFields"));
+    let out: Vec<Value> = entries(managed)
+        .into_iter()
+        .filter(|e| e.fields.has(&path))
+        .map(|mut e| {
+            let mut fields = FieldSet::new();
+            fields.insert(&scale_replicas());
+            e.fields = fields;
+            e.api_version = format!("{GROUP}/{VERSION}");
+            e.to_json()
+        })
+        .collect();
+    Value::Array(out)
+}
+
+/// The parent's managed fields after a server-side apply of its `Scale`
+/// left the scale's as `scale_managed` (kube's scale handler): a manager
+/// of the parent's replicas that no longer owns the scale's loses them
+/// (its entry goes if nothing is left), one that still does keeps its
+/// entry as it was, and a manager that came to own the scale's replicas
+/// gets an entry of the parent's apiVersion owning them.
+pub fn managed_fields_to_parent(
+    rt: &ResourceType,
+    parent: &Map<String, Value>,
+    scale_managed: Option<&Value>,
+) -> Value {
+    let path = replicas_path(rt);
+    let mut scale: Vec<Entry> = entries(scale_managed)
+        .into_iter()
+        .filter(|e| e.fields.has(&scale_replicas()))
+        .collect();
+    let managed = parent.get("metadata").and_then(|m| m.get("managedFields"));
+    let mut out: Vec<Value> = Vec::new();
+    for mut e in entries(managed) {
+        if !e.fields.has(&path) {
+            out.push(e.to_json());
+            continue;
+        }
+        match scale.iter().position(|s| same_manager(s, &e)) {
+            Some(i) => {
+                scale.remove(i);
+                out.push(e.to_json());
+            }
+            None => {
+                let mut gone = FieldSet::new();
+                gone.insert(&path);
+                e.fields = e.fields.difference(&gone);
+                if !e.fields.is_empty() {
+                    out.push(e.to_json());
+                }
+            }
+        }
+    }
+    for mut e in scale {
+        let mut fields = FieldSet::new();
+        fields.insert(&path);
+        e.fields = fields;
+        e.api_version = rt.api_version();
+        out.push(e.to_json());
+    }
+    Value::Array(out)
 }
 
 /// The JSON pointer of a simple JSON path (`.spec.replicas` → `/spec/replicas`).

@@ -121,7 +121,7 @@ impl Entry {
         s
     }
 
-    fn to_json(&self) -> Value {
+    pub fn to_json(&self) -> Value {
         let mut e = json!({
             "manager": self.manager,
             "operation": self.operation.as_str(),
@@ -138,7 +138,7 @@ impl Entry {
         e
     }
 
-    fn from_json(v: &Value) -> Option<Entry> {
+    pub fn from_json(v: &Value) -> Option<Entry> {
         let operation = match v.get("operation")?.as_str()? {
             "Apply" => Operation::Apply,
             "Update" => Operation::Update,
