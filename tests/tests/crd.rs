@@ -419,3 +419,56 @@ async fn custom_resources_follow_their_schema() {
     );
     c.shutdown().await;
 }
+
+/// Deleting a namespace deletes its custom resources too (the namespace
+/// controller empties every served namespaced type, custom ones included)
+/// before the namespace goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_is_emptied_of_its_custom_resources() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let (n1, n2, n3) = (c.kube(1), c.kube(2), c.kube(3));
+    let created = n1.post(CRDS, &widget_definition()).await.expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let ns = n2
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "doomed"}}),
+        )
+        .await
+        .expect("namespace");
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.text);
+    let in_ns = "/apis/example.com/v1/namespaces/doomed/widgets";
+    for name in ["a", "b"] {
+        let w = n3
+            .post(in_ns, &widget(name, "red", 1))
+            .await
+            .expect("create");
+        assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
+    }
+    let rv = n1.get("/api/v1/namespaces").await.expect("list").rv();
+    let mut namespaces = n1
+        .watch(&format!(
+            "/api/v1/namespaces?watch=1&resourceVersion={rv}&fieldSelector=metadata.name%3Ddoomed"
+        ))
+        .await
+        .expect("watch");
+    let deleted = n2
+        .delete("/api/v1/namespaces/doomed")
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    loop {
+        let event = namespaces
+            .next_event(Duration::from_secs(30))
+            .await
+            .expect("the namespace's events")
+            .expect("open");
+        if event["type"] == "DELETED" {
+            break;
+        }
+    }
+    let left = n3.get(in_ns).await.expect("list");
+    assert_eq!(left.status, StatusCode::OK, "{}", left.text);
+    assert!(left.names().is_empty(), "{}", left.text);
+    c.shutdown().await;
+}
