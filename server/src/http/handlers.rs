@@ -31,7 +31,7 @@ use crate::kube::fieldvalidation::WriteVerb;
 use crate::kube::finalize;
 use crate::kube::object;
 use crate::kube::options::OptionsKind;
-use crate::kube::resources::{ResourceType, Subresource};
+use crate::kube::resources::{ResourceType, Subresource, TypeSet};
 use crate::kube::scale;
 
 /// How many times a write of a subresource (a scale, a namespace's
@@ -50,17 +50,11 @@ pub async fn api(State(state): State<AppState>, req: Request) -> Response {
 
 async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
     let path = req.uri().path().to_string();
-    let mut types = state.kube.cache().types();
-    let route = match resolve(&path, &types) {
-        Err(ApiError::NoSuchResource) => {
-            // This node may not have applied a CustomResourceDefinition
-            // another node has: decide on the most recent state.
-            state.kube.quorum_revision().await?;
-            types = state.kube.cache().types();
-            resolve(&path, &types)?
-        }
-        other => other?,
-    };
+    // A path this node does not serve is resolved again after a read
+    // barrier: another node may have applied its CustomResourceDefinition.
+    let route =
+        or_after_barrier(&state, &state.kube.cache().types(), |t| resolve(&path, t)).await?;
+    let types = state.kube.cache().types();
     if let Route::ApiVersions | Route::GroupList = route {
         if let Some(version) = discovery::aggregated_version(req.headers()) {
             let core = matches!(route, Route::ApiVersions);
@@ -71,23 +65,33 @@ async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
     match route {
         Route::ApiVersions => discovery::api_versions(&req),
         Route::GroupList => Ok(discovery::group_list(&types)),
-        Route::Group(group) => match discovery::group(&types, group) {
-            Err(ApiError::NoSuchResource) => {
-                state.kube.quorum_revision().await?;
-                discovery::group(&state.kube.cache().types(), group)
-            }
-            found => found,
-        },
+        Route::Group(group) => {
+            or_after_barrier(&state, &types, |t| discovery::group(t, group)).await
+        }
         Route::ResourceList(group, version) => {
-            match discovery::resource_list(&types, group, version) {
-                Err(ApiError::NoSuchResource) => {
-                    state.kube.quorum_revision().await?;
-                    discovery::resource_list(&state.kube.cache().types(), group, version)
-                }
-                found => found,
-            }
+            or_after_barrier(&state, &types, |t| {
+                discovery::resource_list(t, group, version)
+            })
+            .await
         }
         Route::Resource(target) => verb(state, target, rendering, req).await,
+    }
+}
+
+/// `answer` on the node's served `types`; a `404` (a group or version
+/// this node does not serve) is answered again after a read barrier, on
+/// the types the node serves then: another node may have defined it.
+async fn or_after_barrier<T>(
+    state: &AppState,
+    types: &TypeSet,
+    answer: impl Fn(&TypeSet) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    match answer(types) {
+        Err(ApiError::NoSuchResource) => {
+            state.kube.quorum_revision().await?;
+            answer(&state.kube.cache().types())
+        }
+        found => found,
     }
 }
 

@@ -416,10 +416,10 @@ fn containers_of(obj: &Value, pointer: &str, field: &str) -> Value {
     json!(list.join(","))
 }
 
-/// A workload's label selector as kube prints it (`app=web,tier in (a,b)`),
-/// `<none>` for none.
-fn selector_of(obj: &Value) -> Value {
-    match crate::kube::scale::selector_string(obj.pointer("/spec/selector")) {
+/// The label selector at `pointer` as kube prints it (`app=web,tier in
+/// (a,b)`), `<none>` for none.
+fn selector_at(obj: &Value, pointer: &str) -> Value {
+    match crate::kube::scale::selector_string(obj.pointer(pointer)) {
         Ok(s) if !s.is_empty() => json!(s),
         _ => json!("<none>"),
     }
@@ -493,7 +493,7 @@ fn wide_columns(rt: &ResourceType) -> Vec<Column> {
                 containers_of(o, TEMPLATE, "name")
             }),
             ("Images", "string", |o| containers_of(o, TEMPLATE, "image")),
-            ("Selector", "string", selector_of),
+            ("Selector", "string", |o| selector_at(o, "/spec/selector")),
         ],
         ("apps", "statefulsets") => vec![
             ("Containers", "string", |o| {
@@ -508,16 +508,9 @@ fn wide_columns(rt: &ResourceType) -> Vec<Column> {
             ("Images", "string", |o| {
                 containers_of(o, JOB_TEMPLATE, "image")
             }),
-            (
-                "Selector",
-                "string",
-                |o| match crate::kube::scale::selector_string(
-                    o.pointer("/spec/jobTemplate/spec/selector"),
-                ) {
-                    Ok(s) if !s.is_empty() => json!(s),
-                    _ => json!("<none>"),
-                },
-            ),
+            ("Selector", "string", |o| {
+                selector_at(o, "/spec/jobTemplate/spec/selector")
+            }),
         ],
         _ => Vec::new(),
     }
