@@ -19,6 +19,12 @@
 //!   (`proto/gnostic/openapiv2.proto`) the server encodes `/openapi/v2`
 //!   into; names and field numbers match gnostic's, which client-go
 //!   decodes with.
+//! - [`KUBE_DESCRIPTORS`]: Kubernetes' own messages (`proto/kube/`, every
+//!   built-in kind and the meta types), as an encoded descriptor set: the
+//!   server transcodes `application/vnd.kubernetes.protobuf` bodies
+//!   through it. Field numbers and types must match kube's
+//!   `generated.proto` files, which `scripts/gen-protobuf.py` derives them
+//!   from.
 
 pub mod codec;
 
@@ -51,3 +57,7 @@ pub mod openapi_v2 {
     #![allow(clippy::all, missing_docs)] // generated code
     tonic::include_proto!("openapi.v2");
 }
+
+/// Kubernetes' messages (`proto/kube/*.proto`): an encoded
+/// `FileDescriptorSet`, read at run time (no Rust types are generated).
+pub const KUBE_DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube.fds"));

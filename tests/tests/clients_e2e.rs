@@ -215,6 +215,51 @@ impl Day {
             &["create", "configmap", "cfg", "--from-literal=mode=fast"],
         );
         assert_eq!(out.trim(), "configmap/cfg created");
+        // Generators whose typed clients send and ask for protobuf.
+        let created = self.run(
+            NODES[0],
+            &[
+                "create",
+                "deployment",
+                "gen",
+                "--image=nginx:1.27",
+                "--replicas=0",
+                "-v=8",
+            ],
+        );
+        let out = ok(&created, "kubectl create deployment");
+        assert_eq!(out.trim(), "deployment.apps/gen created");
+        // kubectl 1.33 and later send a generator's object as protobuf.
+        let log = String::from_utf8_lossy(&created.stderr);
+        assert!(
+            self.minor < 33 || log.contains("application/vnd.kubernetes.protobuf"),
+            "kubectl 1.{} did not send protobuf:\n{log}",
+            self.minor
+        );
+        let gen = self.json(NODES[1], &["get", "deployment", "gen"]);
+        assert_eq!(gen["spec"]["replicas"], 0, "{gen}");
+        assert_eq!(
+            gen["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27",
+            "{gen}"
+        );
+        for (args, expected) in [
+            (
+                &["create", "service", "clusterip", "gen", "--tcp=80:8080"][..],
+                "service/gen created",
+            ),
+            (
+                &["create", "job", "gen", "--image=busybox", "--", "true"][..],
+                "job.batch/gen created",
+            ),
+            (
+                &["create", "role", "gen", "--verb=get", "--resource=pods"][..],
+                "role.rbac.authorization.k8s.io/gen created",
+            ),
+        ] {
+            assert_eq!(self.ok(NODES[2], args).trim(), expected);
+        }
+        let svc = self.json(NODES[0], &["get", "service", "gen"]);
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080, "{svc}");
         let manifest = self.file(
             "web.yaml",
             &format!(

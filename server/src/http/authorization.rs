@@ -6,21 +6,20 @@
 //! discovery (legacy and aggregated), since the type is not one of the
 //! stored types of `kube::resources`.
 //!
-//! Hand-written rather than from `k8s-openapi`/`k8s-pb`: the object is
-//! echoed back with one status field set, and its protobuf form (which
-//! client-go's typed clients send) needs three messages of it, modelled
-//! here with prost as `protobuf.rs` models the others.
+//! Hand-written rather than from `k8s-openapi`: the object is echoed back
+//! with one status field set. Its protobuf form (which client-go's typed
+//! clients send and ask for) goes through `protobuf` like every kind's.
 
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use prost::Message;
 use serde_json::{json, Map, Value};
 
 use crate::http::body::{media_type, read_body};
+use crate::http::negotiate;
 use crate::http::protobuf;
 use crate::http::query::{dry_run, query_map};
-use crate::http::render::json_response;
+use crate::http::render::render_value;
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
 use crate::kube::error::{BadValue, FieldCause, KubeError};
@@ -74,6 +73,7 @@ async fn review(state: AppState, req: Request) -> Result<Response, ApiError> {
     }
     // A dry run changes nothing here either; its value is still checked.
     dry_run(&query_map(&req), OptionsKind::Create)?;
+    let rendering = negotiate::rendering(req.headers())?;
     let media = media_type(req.headers());
     let body = read_body(&state, req).await?;
     let review = match media.as_str() {
@@ -86,7 +86,11 @@ async fn review(state: AppState, req: Request) -> Result<Response, ApiError> {
             "couldn't decode {KIND}: the body is not a JSON object"
         )));
     };
-    Ok(json_response(StatusCode::CREATED, &allowed(review)?))
+    Ok(render_value(
+        StatusCode::CREATED,
+        &allowed(review)?,
+        rendering,
+    ))
 }
 
 /// Validates a review as kube does (`ValidateSelfSubjectAccessReview`:
@@ -112,12 +116,21 @@ fn allowed(mut review: Map<String, Value>) -> Result<Value, ApiError> {
         )),
         _ => {}
     }
-    // Clients send `creationTimestamp: null` in an otherwise empty
-    // metadata; anything else set is refused.
+    // Kube compares the metadata with an empty one, so Go's zero values
+    // are empty: clients send `creationTimestamp: null` in JSON and
+    // `generation: 0` in protobuf. Anything else set is refused.
     let metadata = review.get("metadata").cloned().unwrap_or(Value::Null);
+    let is_zero = |v: &Value| match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    };
     if metadata
         .as_object()
-        .is_some_and(|m| m.values().any(|v| !v.is_null()))
+        .is_some_and(|m| m.values().any(|v| !is_zero(v)))
     {
         causes.push(FieldCause::invalid_value(
             "metadata",
@@ -141,126 +154,14 @@ fn allowed(mut review: Map<String, Value>) -> Result<Value, ApiError> {
     Ok(Value::Object(review))
 }
 
-/// `authorization.k8s.io/v1` `SelfSubjectAccessReview` (field numbers of
-/// `k8s.io/api/authorization/v1/generated.proto`; its status is not
-/// read: the answer replaces it).
-#[derive(Clone, PartialEq, Message)]
-struct Review {
-    #[prost(message, optional, tag = "1")]
-    metadata: Option<Meta>,
-    #[prost(message, optional, tag = "2")]
-    spec: Option<Spec>,
-}
-
-/// The part of `ObjectMeta` that must be empty and is checked.
-#[derive(Clone, PartialEq, Message)]
-struct Meta {
-    #[prost(string, optional, tag = "1")]
-    name: Option<String>,
-    #[prost(string, optional, tag = "2")]
-    generate_name: Option<String>,
-    #[prost(string, optional, tag = "3")]
-    namespace: Option<String>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct Spec {
-    #[prost(message, optional, tag = "1")]
-    resource_attributes: Option<ResourceAttributes>,
-    #[prost(message, optional, tag = "2")]
-    non_resource_attributes: Option<NonResourceAttributes>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct ResourceAttributes {
-    #[prost(string, optional, tag = "1")]
-    namespace: Option<String>,
-    #[prost(string, optional, tag = "2")]
-    verb: Option<String>,
-    #[prost(string, optional, tag = "3")]
-    group: Option<String>,
-    #[prost(string, optional, tag = "4")]
-    version: Option<String>,
-    #[prost(string, optional, tag = "5")]
-    resource: Option<String>,
-    #[prost(string, optional, tag = "6")]
-    subresource: Option<String>,
-    #[prost(string, optional, tag = "7")]
-    name: Option<String>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct NonResourceAttributes {
-    #[prost(string, optional, tag = "1")]
-    path: Option<String>,
-    #[prost(string, optional, tag = "2")]
-    verb: Option<String>,
-}
-
-/// `runtime.Unknown`, the `k8s\0` envelope around the review (its own
-/// copy of `protobuf.rs`'s, whose messages are private to it).
-#[derive(Clone, PartialEq, Message)]
-struct Envelope {
-    #[prost(bytes = "vec", optional, tag = "2")]
-    raw: Option<Vec<u8>>,
-}
-
 fn undecodable(e: impl std::fmt::Display) -> ApiError {
     ApiError::BadRequest(format!("couldn't decode {KIND}: {e}"))
 }
 
 /// A protobuf review (`k8s\0` envelope) as the JSON kube would read.
 fn from_protobuf(body: &[u8]) -> Result<Value, ApiError> {
-    let inner = body
-        .strip_prefix(b"k8s\x00".as_slice())
-        .ok_or_else(|| undecodable("the body does not start with the protobuf magic"))?;
-    let raw = Envelope::decode(inner)
-        .map_err(undecodable)?
-        .raw
-        .unwrap_or_default();
-    let review = Review::decode(raw.as_slice()).map_err(undecodable)?;
-    let strings = |pairs: &[(&str, &Option<String>)]| -> Value {
-        Value::Object(
-            pairs
-                .iter()
-                // Go's strings have no unset: an empty one is absent.
-                .filter_map(|(k, v)| {
-                    v.as_ref()
-                        .filter(|v| !v.is_empty())
-                        .map(|v| ((*k).to_string(), json!(v)))
-                })
-                .collect(),
-        )
-    };
-    let mut spec = Map::new();
-    let s = review.spec.unwrap_or_default();
-    if let Some(r) = &s.resource_attributes {
-        spec.insert(
-            "resourceAttributes".into(),
-            strings(&[
-                ("namespace", &r.namespace),
-                ("verb", &r.verb),
-                ("group", &r.group),
-                ("version", &r.version),
-                ("resource", &r.resource),
-                ("subresource", &r.subresource),
-                ("name", &r.name),
-            ]),
-        );
-    }
-    if let Some(n) = &s.non_resource_attributes {
-        spec.insert(
-            "nonResourceAttributes".into(),
-            strings(&[("path", &n.path), ("verb", &n.verb)]),
-        );
-    }
-    let m = review.metadata.unwrap_or_default();
-    let metadata = strings(&[
-        ("name", &m.name),
-        ("generateName", &m.generate_name),
-        ("namespace", &m.namespace),
-    ]);
-    Ok(json!({ "metadata": metadata, "spec": spec }))
+    let api_version = format!("{GROUP}/{VERSION}");
+    protobuf::decode_object(body, Some((&api_version, KIND))).map_err(undecodable)
 }
 
 #[cfg(test)]
@@ -317,51 +218,21 @@ mod tests {
 
     #[test]
     fn a_protobuf_review_reads_as_its_json() {
-        let msg = Review {
-            metadata: None,
-            spec: Some(Spec {
-                resource_attributes: Some(ResourceAttributes {
-                    namespace: Some("team".into()),
-                    verb: Some("create".into()),
-                    group: Some("apps".into()),
-                    resource: Some("deployments".into()),
-                    ..Default::default()
-                }),
-                non_resource_attributes: None,
-            }),
-        };
-        let mut body = b"k8s\0".to_vec();
-        body.extend(
-            Envelope {
-                raw: Some(msg.encode_to_vec()),
-            }
-            .encode_to_vec(),
-        );
+        let review_json = json!({"apiVersion": "authorization.k8s.io/v1", "kind": KIND,
+            "spec": {"resourceAttributes": {"namespace": "team", "verb": "create",
+                "group": "apps", "resource": "deployments"}}});
+        let body = protobuf::encode_object(&review_json).expect("encodes");
         let got = from_protobuf(&body).expect("decodes");
+        assert_eq!(got, review_json);
         // What client-go sends: every string of the metadata, empty.
-        let empty = Review {
-            metadata: Some(Meta {
-                name: Some(String::new()),
-                generate_name: Some(String::new()),
-                namespace: Some(String::new()),
-            }),
-            spec: msg.spec.clone(),
-        };
-        let mut empty_body = b"k8s\0".to_vec();
-        empty_body.extend(
-            Envelope {
-                raw: Some(empty.encode_to_vec()),
-            }
-            .encode_to_vec(),
-        );
-        let Value::Object(empty) = from_protobuf(&empty_body).expect("decodes") else {
+        let mut with_meta = review_json.clone();
+        with_meta["metadata"] =
+            json!({"name": "", "generateName": "", "namespace": "", "generation": 0});
+        let body = protobuf::encode_object(&with_meta).expect("encodes");
+        let Value::Object(empty) = from_protobuf(&body).expect("decodes") else {
             panic!("an object")
         };
         assert_eq!(allowed(empty).expect("allowed")["status"]["allowed"], true);
-        assert_eq!(
-            got["spec"],
-            json!({"resourceAttributes": {"namespace": "team", "verb": "create", "group": "apps", "resource": "deployments"}})
-        );
         assert!(from_protobuf(b"k8s\0\xff\xff").is_err());
     }
 }

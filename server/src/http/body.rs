@@ -105,8 +105,8 @@ pub async fn read_body(state: &AppState, req: Request) -> Result<Vec<u8>, ApiErr
     Ok(buf)
 }
 
-/// Reads an object body as JSON: JSON as is, protobuf (for the types
-/// [`protobuf`] models) converted; another content type is a 415.
+/// Reads an object body as JSON: JSON as is, protobuf (a built-in kind)
+/// or YAML converted; another content type is a 415.
 pub async fn read_json_body(
     state: &AppState,
     rt: &ResourceType,
@@ -115,8 +115,17 @@ pub async fn read_json_body(
     match media_type(req.headers()).as_str() {
         "" | "application/json" => read_body(state, req).await,
         protobuf::MEDIA_TYPE => protobuf::to_json(rt, &read_body(state, req).await?),
+        "application/yaml" => yaml_to_json(&read_body(state, req).await?),
         _ => Err(ApiError::UnsupportedMediaType),
     }
+}
+
+/// A YAML object body as JSON bytes (kube's words for one that is not).
+pub fn yaml_to_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let value: Value = serde_norway::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?;
+    serde_json::to_vec(&value)
+        .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))
 }
 
 /// Property tests: whatever body or content type a client sends, it is

@@ -119,9 +119,11 @@ async fn verb(
         .rt
         .custom
         .and_then(|c| c.deprecation_warning.as_deref());
-    let mut resp = dispatch(state, target, name, rendering, req)
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
+    let mut resp = match rendering.for_type(target.rt) {
+        Ok(rendering) => dispatch(state, target, name, rendering, req).await,
+        Err(e) => Err(e),
+    }
+    .unwrap_or_else(IntoResponse::into_response);
     if let Some(text) = deprecation {
         // A deprecated version of a custom type: every answer says so.
         if let Ok(v) = HeaderValue::from_str(&write_options::warning_value(text)) {
@@ -191,9 +193,7 @@ async fn dispatch(
             let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
             let resp = match rendering {
                 Rendering::Json => json_bytes_response(StatusCode::OK, obj.json.clone()),
-                Rendering::Table => {
-                    render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q)
-                }
+                _ => render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q),
             };
             Ok(with_read_path(resp, served))
         }
@@ -275,7 +275,11 @@ async fn dispatch(
                 .kube
                 .delete_collection(rt, ns, &selectors, &opts)
                 .await?;
-            Ok(render_list(rt, deleted, Rendering::Json, &q))
+            let rendering = match rendering {
+                Rendering::Table => Rendering::Json,
+                other => other,
+            };
+            Ok(render_list(rt, deleted, rendering, &q))
         }
         (m, _) => Err(not_supported(m, &rt.group_resource())),
     }

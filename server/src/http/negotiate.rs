@@ -1,15 +1,44 @@
-//! Content negotiation: JSON objects, or a `meta.k8s.io` Table when the
-//! client asks for one (kubectl get). kubestore does not speak protobuf: a
-//! client that accepts nothing else gets `406`.
+//! Content negotiation: JSON objects, a `meta.k8s.io` Table when the
+//! client asks for one (kubectl get), kube's protobuf for built-in kinds,
+//! or YAML. A client that accepts none of them gets `406`.
 
 use axum::http::{header, HeaderMap};
 
+use crate::http::protobuf;
 use crate::http::status::ApiError;
+use crate::kube::resources::ResourceType;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rendering {
     Json,
     Table,
+    /// `application/yaml`: objects and lists (not watch streams, which
+    /// kube does not serve as YAML).
+    Yaml,
+    /// `application/vnd.kubernetes.protobuf`; `or_json` when the client
+    /// also accepts JSON (used for custom resources, which have no
+    /// protobuf form).
+    Protobuf {
+        or_json: bool,
+    },
+}
+
+impl Rendering {
+    /// The rendering of a response about `rt`: protobuf falls back to
+    /// JSON for a custom resource, or is `406` if the client takes only
+    /// protobuf.
+    pub fn for_type(self, rt: &ResourceType) -> Result<Rendering, ApiError> {
+        match self {
+            Rendering::Protobuf { or_json } if rt.custom.is_some() => {
+                if or_json {
+                    Ok(Rendering::Json)
+                } else {
+                    Err(ApiError::NotAcceptable)
+                }
+            }
+            other => Ok(other),
+        }
+    }
 }
 
 /// Picks the first acceptable rendering from the `Accept` header, in the
@@ -18,7 +47,8 @@ pub fn rendering(headers: &HeaderMap) -> Result<Rendering, ApiError> {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Rendering::Json);
     };
-    for media in accept.split(',') {
+    let medias: Vec<&str> = accept.split(',').collect();
+    for (i, media) in medias.iter().enumerate() {
         let mut parts = media.split(';').map(str::trim);
         let essence = parts.next().unwrap_or("").to_ascii_lowercase();
         let params: Vec<(String, String)> = parts
@@ -42,6 +72,14 @@ pub fn rendering(headers: &HeaderMap) -> Result<Rendering, ApiError> {
                 }
                 Some(_) => continue,
             },
+            protobuf::MEDIA_TYPE if param("as").is_none() => {
+                let or_json = medias[i + 1..].iter().any(|m| {
+                    let essence = m.split(';').next().unwrap_or("").trim();
+                    matches!(essence, "application/json" | "application/*" | "*/*")
+                });
+                return Ok(Rendering::Protobuf { or_json });
+            }
+            "application/yaml" if param("as").is_none() => return Ok(Rendering::Yaml),
             "" => return Ok(Rendering::Json),
             _ => continue,
         }
@@ -74,11 +112,19 @@ mod tests {
         assert_eq!(rendering(&HeaderMap::new()).expect("ok"), Rendering::Json);
         assert_eq!(
             rendering(&with_accept(
-                "application/vnd.kubernetes.protobuf,application/json"
+                "application/vnd.kubernetes.protobuf, application/json"
             ))
             .expect("ok"),
-            Rendering::Json
+            Rendering::Protobuf { or_json: true }
         );
-        assert!(rendering(&with_accept("application/vnd.kubernetes.protobuf")).is_err());
+        assert_eq!(
+            rendering(&with_accept("application/vnd.kubernetes.protobuf")).expect("ok"),
+            Rendering::Protobuf { or_json: false }
+        );
+        assert_eq!(
+            rendering(&with_accept("application/yaml")).expect("ok"),
+            Rendering::Yaml
+        );
+        assert!(rendering(&with_accept("application/cbor")).is_err());
     }
 }

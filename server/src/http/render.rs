@@ -1,6 +1,7 @@
 //! Rendering of resource responses: objects and lists as JSON (lists
-//! streamed in chunks of pre-encoded items) or as a `meta.k8s.io` Table,
-//! and the `X-Kubestore-Read` header saying how a read was served.
+//! streamed in chunks of pre-encoded items), as a `meta.k8s.io` Table, as
+//! kube's protobuf or as YAML, and the `X-Kubestore-Read` header saying
+//! how a read was served.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::http::negotiate::Rendering;
-use crate::http::{metrics, table};
+use crate::http::{metrics, protobuf, table};
 use crate::kube::cache::CachedObject;
 use crate::kube::resources::ResourceType;
 use crate::kube::store::{Listed, ReadPath};
@@ -40,6 +41,42 @@ pub fn json_bytes_response(status: StatusCode, body: bytes::Bytes) -> Response {
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+fn bytes_response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+    let mut resp = (status, body).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+/// An object or list as YAML, as kube writes it for `Accept:
+/// application/yaml`.
+fn yaml_response(status: StatusCode, body: &Value) -> Response {
+    match serde_norway::to_string(body) {
+        Ok(text) => bytes_response(status, "application/yaml", text.into_bytes()),
+        Err(e) => {
+            tracing::warn!(error = %e, "a response could not be written as YAML; sent as JSON");
+            json_response(status, body)
+        }
+    }
+}
+
+/// A protobuf body, or the JSON one if the object has no protobuf form
+/// (a field of a kind newer than the descriptors, say): every client that
+/// asks for protobuf also reads JSON by the response's content type.
+fn protobuf_response(
+    status: StatusCode,
+    encoded: Result<Vec<u8>, protobuf::ProtobufError>,
+    json: impl FnOnce() -> Response,
+) -> Response {
+    match encoded {
+        Ok(body) => bytes_response(status, protobuf::MEDIA_TYPE, body),
+        Err(e) => {
+            tracing::warn!(error = %e, "a response could not be written as protobuf; sent as JSON");
+            json()
+        }
+    }
 }
 
 /// Items per chunk of a streamed list body.
@@ -89,6 +126,20 @@ fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObje
     resp
 }
 
+/// An object (by its own `apiVersion` and `kind`) as JSON, YAML or
+/// protobuf; a Table rendering is answered as JSON.
+pub fn render_value(status: StatusCode, obj: &Value, rendering: Rendering) -> Response {
+    match rendering {
+        Rendering::Json | Rendering::Table => json_response(status, obj),
+        Rendering::Yaml => yaml_response(status, obj),
+        Rendering::Protobuf { .. } => {
+            protobuf_response(status, protobuf::encode_object(obj), || {
+                json_response(status, obj)
+            })
+        }
+    }
+}
+
 pub fn render_object(
     rt: &ResourceType,
     obj: Value,
@@ -97,7 +148,9 @@ pub fn render_object(
     q: &HashMap<String, String>,
 ) -> Response {
     match rendering {
-        Rendering::Json => json_response(status, &obj),
+        Rendering::Json | Rendering::Yaml | Rendering::Protobuf { .. } => {
+            render_value(status, &obj, rendering)
+        }
         Rendering::Table => {
             let rv = obj
                 .pointer("/metadata/resourceVersion")
@@ -128,6 +181,20 @@ pub fn render_list(
     }
     match rendering {
         Rendering::Json => streamed_json_list(rt, &meta, listed.items),
+        Rendering::Protobuf { .. } => protobuf_response(
+            StatusCode::OK,
+            protobuf::encode_list(rt, &meta, &listed.items),
+            || streamed_json_list(rt, &meta, listed.items.clone()),
+        ),
+        Rendering::Yaml => yaml_response(
+            StatusCode::OK,
+            &json!({
+                "kind": rt.list_kind(),
+                "apiVersion": rt.api_version(),
+                "metadata": meta,
+                "items": listed.items.iter().map(|o| &o.object).collect::<Vec<_>>(),
+            }),
+        ),
         Rendering::Table => match table::render(
             rt,
             &listed

@@ -42,6 +42,7 @@ use kubestore_storage::{Event, EventKind, EventStep, Revision, StoreError, EVENT
 use serde_json::{json, Value};
 
 use crate::http::negotiate::Rendering;
+use crate::http::protobuf;
 use crate::http::pull_stream::{Outbox, PullStream};
 use crate::http::state::AppState;
 use crate::http::status::ApiError;
@@ -197,6 +198,10 @@ pub async fn serve(
     rendering: Rendering,
 ) -> Result<Response, ApiError> {
     let params = parse(q)?;
+    if rendering == Rendering::Yaml {
+        // YAML has no stream framing; kube serves no YAML watch either.
+        return Err(ApiError::NotAcceptable);
+    }
     // Debug level, like tower-http's request spans: an enabled span lives
     // as long as the watch, and at info level it was a quarter of an idle
     // watcher's memory (`bench watch`).
@@ -218,10 +223,12 @@ pub async fn serve(
     }));
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let content_type = match rendering {
+        Rendering::Protobuf { .. } => protobuf::WATCH_MEDIA_TYPE,
+        _ => "application/json",
+    };
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(resp)
 }
 
@@ -233,7 +240,11 @@ impl Watcher {
 
     /// Sends one event of a freshly built object (bookmarks, errors).
     async fn send(&self, event_type: &str, object: Value) {
-        self.send_line(event_line(event_type, object)).await
+        let line = match self.rendering {
+            Rendering::Protobuf { .. } => protobuf_frame(event_type, object),
+            _ => event_line(event_type, object),
+        };
+        self.send_line(line).await
     }
 
     /// The event line of a cached object: its shared, already encoded
@@ -250,7 +261,8 @@ impl Watcher {
                 .unwrap_or_else(|_| obj.object.clone());
                 event_line(event.as_str(), object)
             }
-            Rendering::Json => obj.watch_line(event),
+            Rendering::Protobuf { .. } => protobuf_frame(event.as_str(), obj.object.clone()),
+            Rendering::Json | Rendering::Yaml => obj.watch_line(event),
         }
     }
 
@@ -502,6 +514,24 @@ fn event_line(event_type: &str, object: Value) -> Bytes {
     let mut line = json!({ "type": event_type, "object": object }).to_string();
     line.push('\n');
     Bytes::from(line)
+}
+
+/// One protobuf watch frame. An object with no protobuf form (a field
+/// newer than the descriptors) is logged and sent as an `ERROR` event,
+/// which ends the client's watch: it lists and watches again.
+fn protobuf_frame(event_type: &str, object: Value) -> Bytes {
+    match protobuf::watch_frame(event_type, &object) {
+        Ok(frame) => frame,
+        Err(e) => {
+            tracing::warn!(error = %e, "a watch event could not be written as protobuf");
+            let status = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "reason": "InternalError", "code": 500,
+                "message": format!("the event's object has no protobuf form: {e}"),
+            });
+            protobuf::watch_frame("ERROR", &status).unwrap_or_default()
+        }
+    }
 }
 
 /// Resolves once the node is shutting down.

@@ -1,0 +1,322 @@
+//! Kubernetes' protobuf wire form (`application/vnd.kubernetes.protobuf`)
+//! for every built-in kind: request bodies decoded into the JSON kubestore
+//! stores, and objects, lists and watch events encoded for clients that
+//! ask for it (client-go's typed clients, as kube's own components and
+//! helm's storage driver configure them).
+//!
+//! A body is the magic `k8s\0` and a `runtime.Unknown` envelope whose
+//! `typeMeta` names the kind and whose `raw` is the kind's own message.
+//! A watch stream is a sequence of `WatchEvent` messages, each behind its
+//! 4-byte big-endian length, whose `object.raw` is such an envelope.
+//!
+//! Messages are read through the descriptors of `schema` (generated from
+//! `k8s-pb`); `transcode` maps them to and from kube's JSON. Custom
+//! resources have no protobuf form (kube serves them as JSON only): a
+//! protobuf body for one is `415`.
+
+pub mod schema;
+pub mod transcode;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message as _;
+use prost_reflect::{DynamicMessage, MessageDescriptor, Value as Pb};
+use serde_json::{Map, Value};
+
+use crate::http::status::ApiError;
+use crate::kube::cache::CachedObject;
+use crate::kube::resources::ResourceType;
+use schema::{names, Schema};
+use transcode::TranscodeError;
+
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// The content type of a protobuf watch stream.
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+pub(crate) const MAGIC: &[u8] = b"k8s\x00";
+
+/// A protobuf body that cannot be read, or an object that cannot be
+/// written as protobuf.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtobufError {
+    #[error("the body does not start with the protobuf magic")]
+    NoMagic,
+    #[error("{0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("no protobuf message for kind {kind:?} in version {api_version:?}")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("{0}")]
+    Transcode(#[from] TranscodeError),
+}
+
+fn envelope_descriptor() -> Result<MessageDescriptor, ProtobufError> {
+    Schema::get()
+        .message(names::UNKNOWN)
+        .ok_or_else(|| ProtobufError::UnknownKind {
+            api_version: "runtime".into(),
+            kind: "Unknown".into(),
+        })
+}
+
+fn string_of(msg: &DynamicMessage, name: &str) -> String {
+    match msg.get_field_by_name(name).as_deref() {
+        Some(Pb::String(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The kind's message, its `apiVersion` and `kind`, and its `raw` bytes,
+/// from a `k8s\0` body.
+fn open_envelope(body: &[u8]) -> Result<(String, String, Bytes), ProtobufError> {
+    let inner = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
+    let unknown = DynamicMessage::decode(envelope_descriptor()?, inner)?;
+    let (api_version, kind) = match unknown.get_field_by_name("typeMeta").as_deref() {
+        Some(Pb::Message(tm)) => (string_of(tm, "apiVersion"), string_of(tm, "kind")),
+        _ => (String::new(), String::new()),
+    };
+    let raw = match unknown.get_field_by_name("raw").as_deref() {
+        Some(Pb::Bytes(b)) => b.clone(),
+        _ => Bytes::new(),
+    };
+    Ok((api_version, kind, raw))
+}
+
+/// The JSON object of a protobuf body, with its `apiVersion` and `kind`.
+/// An envelope without a type takes `expected`'s (`apiVersion`, `kind`).
+pub fn decode_object(body: &[u8], expected: Option<(&str, &str)>) -> Result<Value, ProtobufError> {
+    let (mut api_version, mut kind, raw) = open_envelope(body)?;
+    if let (true, Some((v, k))) = (kind.is_empty(), expected) {
+        api_version = v.to_string();
+        kind = k.to_string();
+    }
+    let desc =
+        Schema::get()
+            .kind(&api_version, &kind)
+            .ok_or_else(|| ProtobufError::UnknownKind {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+            })?;
+    let msg = DynamicMessage::decode(desc, raw)?;
+    let mut object = match transcode::to_json(&msg)? {
+        Value::Object(o) => o,
+        _ => Map::new(),
+    };
+    // `apiVersion` and `kind` first, as kube writes them.
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), Value::String(api_version));
+    out.insert("kind".into(), Value::String(kind));
+    out.append(&mut object);
+    Ok(Value::Object(out))
+}
+
+/// Decodes a protobuf object body of `rt` into the equivalent JSON bytes.
+/// Custom resources have no protobuf form (`415`).
+pub fn to_json(rt: &ResourceType, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    if rt.custom.is_some() {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let object = decode_object(body, Some((&rt.api_version(), rt.kind))).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            rt.kind, rt.version, rt.kind
+        ))
+    })?;
+    Ok(object.to_string().into_bytes())
+}
+
+/// Decodes a protobuf `DeleteOptions` body into its JSON fields.
+pub fn delete_options_to_json(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}"))
+    };
+    let (_, _, raw) = open_envelope(body).map_err(|e| bad(&e))?;
+    let desc = Schema::get()
+        .message(names::DELETE_OPTIONS)
+        .ok_or_else(|| bad(&"no DeleteOptions message"))?;
+    let msg = DynamicMessage::decode(desc, raw).map_err(|e| bad(&e))?;
+    match transcode::to_json(&msg).map_err(|e| bad(&e))? {
+        Value::Object(fields) => Ok(fields),
+        _ => Ok(Map::new()),
+    }
+}
+
+fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Result<Vec<u8>, ProtobufError> {
+    let desc = envelope_descriptor()?;
+    let mut unknown = DynamicMessage::new(desc.clone());
+    let mut type_meta = match desc.get_field_by_name("typeMeta").map(|f| f.kind()) {
+        Some(prost_reflect::Kind::Message(tm)) => DynamicMessage::new(tm),
+        _ => {
+            return Err(ProtobufError::UnknownKind {
+                api_version: "runtime".into(),
+                kind: "TypeMeta".into(),
+            })
+        }
+    };
+    type_meta.set_field_by_name("apiVersion", Pb::String(api_version.into()));
+    type_meta.set_field_by_name("kind", Pb::String(kind.into()));
+    unknown.set_field_by_name("typeMeta", Pb::Message(type_meta));
+    unknown.set_field_by_name("raw", Pb::Bytes(raw.into()));
+    unknown.set_field_by_name("contentEncoding", Pb::String(String::new()));
+    unknown.set_field_by_name("contentType", Pb::String(String::new()));
+    let mut body = Vec::with_capacity(MAGIC.len() + unknown.encoded_len());
+    body.extend_from_slice(MAGIC);
+    unknown
+        .encode(&mut body)
+        .map_err(|e| TranscodeError::Field {
+            field: "envelope".into(),
+            problem: e.to_string(),
+        })?;
+    Ok(body)
+}
+
+fn message_of(api_version: &str, kind: &str) -> Result<MessageDescriptor, ProtobufError> {
+    Schema::get()
+        .kind(api_version, kind)
+        .ok_or_else(|| ProtobufError::UnknownKind {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        })
+}
+
+/// The protobuf body of a JSON object, by its own `apiVersion` and `kind`.
+pub fn encode_object(object: &Value) -> Result<Vec<u8>, ProtobufError> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let msg = transcode::from_json(&message_of(api_version, kind)?, object)?;
+    envelope(api_version, kind, msg.encode_to_vec())
+}
+
+/// The protobuf body of a list of `rt`: its `metadata` (a `ListMeta`'s
+/// JSON) and items.
+pub fn encode_list(
+    rt: &ResourceType,
+    metadata: &Value,
+    items: &[Arc<CachedObject>],
+) -> Result<Vec<u8>, ProtobufError> {
+    let api_version = rt.api_version();
+    let list_kind = rt.list_kind();
+    let list = message_of(&api_version, &list_kind)?;
+    let item = message_of(&api_version, rt.kind)?;
+    let mut msg = DynamicMessage::new(list.clone());
+    if let Some(field) = list.get_field_by_name("metadata") {
+        if let prost_reflect::Kind::Message(meta) = field.kind() {
+            msg.set_field(&field, Pb::Message(transcode::from_json(&meta, metadata)?));
+        }
+    }
+    if let Some(field) = list.get_field_by_name("items") {
+        let items = items
+            .iter()
+            .map(|o| transcode::from_json(&item, &o.object).map(Pb::Message))
+            .collect::<Result<Vec<_>, _>>()?;
+        msg.set_field(&field, Pb::List(items));
+    }
+    envelope(&api_version, &list_kind, msg.encode_to_vec())
+}
+
+/// One frame of a protobuf watch stream: the `WatchEvent` of an event
+/// type and object, behind its length.
+pub fn watch_frame(event_type: &str, object: &Value) -> Result<Bytes, ProtobufError> {
+    let schema = Schema::get();
+    let desc = schema
+        .message(names::WATCH_EVENT)
+        .ok_or_else(|| ProtobufError::UnknownKind {
+            api_version: "meta/v1".into(),
+            kind: "WatchEvent".into(),
+        })?;
+    let raw_extension =
+        schema
+            .message(names::RAW_EXTENSION)
+            .ok_or_else(|| ProtobufError::UnknownKind {
+                api_version: "runtime".into(),
+                kind: "RawExtension".into(),
+            })?;
+    let mut raw = DynamicMessage::new(raw_extension);
+    raw.set_field_by_name("raw", Pb::Bytes(encode_object(object)?.into()));
+    let mut event = DynamicMessage::new(desc);
+    event.set_field_by_name("type", Pb::String(event_type.into()));
+    event.set_field_by_name("object", Pb::Message(raw));
+    let len = event.encoded_len();
+    let mut frame = Vec::with_capacity(4 + len);
+    frame.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
+    event
+        .encode(&mut frame)
+        .map_err(|e| TranscodeError::Field {
+            field: "WatchEvent".into(),
+            problem: e.to_string(),
+        })?;
+    Ok(Bytes::from(frame))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::resources;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_goes_to_protobuf_and_back() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "foo", "labels": {"app": "x"}},
+            "data": {"a": "b"}, "binaryData": {"bin": "AAE="}});
+        let body = encode_object(&cm).expect("encodes");
+        assert!(body.starts_with(MAGIC));
+        let rt = resources::find("", "v1", "configmaps").expect("cm");
+        let back: Value =
+            serde_json::from_slice(&to_json(rt, &body).expect("decodes")).expect("json");
+        assert_eq!(back, cm);
+        assert!(to_json(rt, b"garbage").is_err());
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d"}, "spec": {"replicas": 2}});
+        let body = encode_object(&deployment).expect("encodes");
+        // The envelope names the kind; the route's type only fills a gap.
+        assert_eq!(
+            decode_object(&body, Some(("v1", "ConfigMap"))).expect("decodes"),
+            deployment
+        );
+    }
+
+    #[test]
+    fn protobuf_delete_options_become_their_json_fields() {
+        let opts = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0, "preconditions": {"uid": "u1"},
+            "propagationPolicy": "Foreground", "dryRun": ["All"]});
+        let desc = Schema::get()
+            .message(names::DELETE_OPTIONS)
+            .expect("message");
+        let raw = transcode::from_json(&desc, &opts)
+            .expect("encodes")
+            .encode_to_vec();
+        let body = envelope("meta.k8s.io/v1", "DeleteOptions", raw).expect("envelope");
+        let fields = delete_options_to_json(&body).expect("decoded");
+        assert_eq!(
+            Value::Object(fields),
+            json!({"gracePeriodSeconds": 0, "preconditions": {"uid": "u1"},
+                   "propagationPolicy": "Foreground", "dryRun": ["All"]})
+        );
+        assert!(matches!(
+            delete_options_to_json(b"not protobuf"),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn a_watch_frame_is_a_length_and_a_watch_event_around_an_envelope() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let frame = watch_frame("ADDED", &pod).expect("frame");
+        let len = u32::from_be_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+        assert_eq!(len, frame.len() - 4);
+        let desc = Schema::get()
+            .message(names::WATCH_EVENT)
+            .expect("WatchEvent");
+        let event = DynamicMessage::decode(desc, &frame[4..]).expect("decodes");
+        assert_eq!(string_of(&event, "type"), "ADDED");
+        let Some(Pb::Message(object)) = event.get_field_by_name("object").as_deref().cloned()
+        else {
+            panic!("an object")
+        };
+        let Some(Pb::Bytes(raw)) = object.get_field_by_name("raw").as_deref().cloned() else {
+            panic!("raw bytes")
+        };
+        assert_eq!(decode_object(&raw, None).expect("decodes"), pod);
+    }
+}
