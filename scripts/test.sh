@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole check, as CI runs it: formatting, clippy with warnings denied,
+# The whole check, as CI runs it: formatting, the generated protobuf schema
+# against its source (k8s-pb), clippy with warnings denied,
 # and every test (unit, storage, cluster, kubectl and Python client end to
 # end). Installs what the tests need (libclang, protoc, kubectl 1.33 and
 # 1.37, helm 4, the kubernetes Python package, Debian's etcd) if missing.
@@ -15,6 +16,8 @@ ensure_etcd
 cd "$ROOT"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+echo "== generated protobuf schema matches k8s-pb (scripts/gen-protobuf.py --check)"
+python3 scripts/gen-protobuf.py --check
 echo "== cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test (kubectl: $KUBECTL, $KUBECTL_NEWEST; helm: $HELM)"
