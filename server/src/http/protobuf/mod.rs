@@ -28,7 +28,7 @@ use crate::http::status::ApiError;
 use crate::kube::cache::CachedObject;
 use crate::kube::resources::ResourceType;
 use schema::{names, Schema};
-use transcode::TranscodeError;
+use transcode::{bytes_field, string_field, TranscodeError};
 
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 /// The content type of a protobuf watch stream.
@@ -45,40 +45,39 @@ pub enum ProtobufError {
     Decode(#[from] prost::DecodeError),
     #[error("no protobuf message for kind {kind:?} in version {api_version:?}")]
     UnknownKind { api_version: String, kind: String },
+    #[error("the descriptor set has no message {0}")]
+    MissingMessage(&'static str),
     #[error("{0}")]
     Transcode(#[from] TranscodeError),
 }
 
-fn envelope_descriptor() -> Result<MessageDescriptor, ProtobufError> {
+/// One of the meta messages the wire form is built of.
+fn named(full_name: &'static str) -> Result<MessageDescriptor, ProtobufError> {
     Schema::get()
-        .message(names::UNKNOWN)
+        .message(full_name)
+        .ok_or(ProtobufError::MissingMessage(full_name))
+}
+
+/// The message of a kind.
+fn message_of(api_version: &str, kind: &str) -> Result<MessageDescriptor, ProtobufError> {
+    Schema::get()
+        .kind(api_version, kind)
         .ok_or_else(|| ProtobufError::UnknownKind {
-            api_version: "runtime".into(),
-            kind: "Unknown".into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
         })
 }
 
-fn string_of(msg: &DynamicMessage, name: &str) -> String {
-    match msg.get_field_by_name(name).as_deref() {
-        Some(Pb::String(s)) => s.clone(),
-        _ => String::new(),
-    }
-}
-
-/// The kind's message, its `apiVersion` and `kind`, and its `raw` bytes,
+/// The kind's `apiVersion` and `kind`, and its message's `raw` bytes,
 /// from a `k8s\0` body.
 fn open_envelope(body: &[u8]) -> Result<(String, String, Bytes), ProtobufError> {
     let inner = body.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
-    let unknown = DynamicMessage::decode(envelope_descriptor()?, inner)?;
+    let unknown = DynamicMessage::decode(named(names::UNKNOWN)?, inner)?;
     let (api_version, kind) = match unknown.get_field_by_name("typeMeta").as_deref() {
-        Some(Pb::Message(tm)) => (string_of(tm, "apiVersion"), string_of(tm, "kind")),
+        Some(Pb::Message(tm)) => (string_field(tm, "apiVersion"), string_field(tm, "kind")),
         _ => (String::new(), String::new()),
     };
-    let raw = match unknown.get_field_by_name("raw").as_deref() {
-        Some(Pb::Bytes(b)) => b.clone(),
-        _ => Bytes::new(),
-    };
-    Ok((api_version, kind, raw))
+    Ok((api_version, kind, bytes_field(&unknown, "raw")))
 }
 
 /// The JSON object of a protobuf body, with its `apiVersion` and `kind`.
@@ -89,13 +88,7 @@ pub fn decode_object(body: &[u8], expected: Option<(&str, &str)>) -> Result<Valu
         api_version = v.to_string();
         kind = k.to_string();
     }
-    let desc =
-        Schema::get()
-            .kind(&api_version, &kind)
-            .ok_or_else(|| ProtobufError::UnknownKind {
-                api_version: api_version.clone(),
-                kind: kind.clone(),
-            })?;
+    let desc = message_of(&api_version, &kind)?;
     let msg = DynamicMessage::decode(desc, raw)?;
     let mut object = match transcode::to_json(&msg)? {
         Value::Object(o) => o,
@@ -130,9 +123,7 @@ pub fn delete_options_to_json(body: &[u8]) -> Result<Map<String, Value>, ApiErro
         ApiError::BadRequest(format!("couldn't decode DeleteOptions: {e}"))
     };
     let (_, _, raw) = open_envelope(body).map_err(|e| bad(&e))?;
-    let desc = Schema::get()
-        .message(names::DELETE_OPTIONS)
-        .ok_or_else(|| bad(&"no DeleteOptions message"))?;
+    let desc = named(names::DELETE_OPTIONS).map_err(|e| bad(&e))?;
     let msg = DynamicMessage::decode(desc, raw).map_err(|e| bad(&e))?;
     match transcode::to_json(&msg).map_err(|e| bad(&e))? {
         Value::Object(fields) => Ok(fields),
@@ -141,41 +132,17 @@ pub fn delete_options_to_json(body: &[u8]) -> Result<Map<String, Value>, ApiErro
 }
 
 fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Result<Vec<u8>, ProtobufError> {
-    let desc = envelope_descriptor()?;
-    let mut unknown = DynamicMessage::new(desc.clone());
-    let mut type_meta = match desc.get_field_by_name("typeMeta").map(|f| f.kind()) {
-        Some(prost_reflect::Kind::Message(tm)) => DynamicMessage::new(tm),
-        _ => {
-            return Err(ProtobufError::UnknownKind {
-                api_version: "runtime".into(),
-                kind: "TypeMeta".into(),
-            })
-        }
-    };
+    let mut type_meta = DynamicMessage::new(named(names::TYPE_META)?);
     type_meta.set_field_by_name("apiVersion", Pb::String(api_version.into()));
     type_meta.set_field_by_name("kind", Pb::String(kind.into()));
+    let mut unknown = DynamicMessage::new(named(names::UNKNOWN)?);
     unknown.set_field_by_name("typeMeta", Pb::Message(type_meta));
     unknown.set_field_by_name("raw", Pb::Bytes(raw.into()));
     unknown.set_field_by_name("contentEncoding", Pb::String(String::new()));
     unknown.set_field_by_name("contentType", Pb::String(String::new()));
-    let mut body = Vec::with_capacity(MAGIC.len() + unknown.encoded_len());
-    body.extend_from_slice(MAGIC);
-    unknown
-        .encode(&mut body)
-        .map_err(|e| TranscodeError::Field {
-            field: "envelope".into(),
-            problem: e.to_string(),
-        })?;
+    let mut body = MAGIC.to_vec();
+    body.extend_from_slice(&unknown.encode_to_vec());
     Ok(body)
-}
-
-fn message_of(api_version: &str, kind: &str) -> Result<MessageDescriptor, ProtobufError> {
-    Schema::get()
-        .kind(api_version, kind)
-        .ok_or_else(|| ProtobufError::UnknownKind {
-            api_version: api_version.into(),
-            kind: kind.into(),
-        })
 }
 
 /// The protobuf body of a JSON object, by its own `apiVersion` and `kind`.
@@ -216,34 +183,19 @@ pub fn encode_list(
 /// One frame of a protobuf watch stream: the `WatchEvent` of an event
 /// type and object, behind its length.
 pub fn watch_frame(event_type: &str, object: &Value) -> Result<Bytes, ProtobufError> {
-    let schema = Schema::get();
-    let desc = schema
-        .message(names::WATCH_EVENT)
-        .ok_or_else(|| ProtobufError::UnknownKind {
-            api_version: "meta/v1".into(),
-            kind: "WatchEvent".into(),
-        })?;
-    let raw_extension =
-        schema
-            .message(names::RAW_EXTENSION)
-            .ok_or_else(|| ProtobufError::UnknownKind {
-                api_version: "runtime".into(),
-                kind: "RawExtension".into(),
-            })?;
-    let mut raw = DynamicMessage::new(raw_extension);
+    let mut raw = DynamicMessage::new(named(names::RAW_EXTENSION)?);
     raw.set_field_by_name("raw", Pb::Bytes(encode_object(object)?.into()));
-    let mut event = DynamicMessage::new(desc);
+    let mut event = DynamicMessage::new(named(names::WATCH_EVENT)?);
     event.set_field_by_name("type", Pb::String(event_type.into()));
     event.set_field_by_name("object", Pb::Message(raw));
-    let len = event.encoded_len();
-    let mut frame = Vec::with_capacity(4 + len);
-    frame.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
-    event
-        .encode(&mut frame)
-        .map_err(|e| TranscodeError::Field {
-            field: "WatchEvent".into(),
-            problem: e.to_string(),
-        })?;
+    let message = event.encode_to_vec();
+    let mut frame = Vec::with_capacity(4 + message.len());
+    frame.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    frame.extend_from_slice(&message);
     Ok(Bytes::from(frame))
 }
 
@@ -309,7 +261,7 @@ mod tests {
             .message(names::WATCH_EVENT)
             .expect("WatchEvent");
         let event = DynamicMessage::decode(desc, &frame[4..]).expect("decodes");
-        assert_eq!(string_of(&event, "type"), "ADDED");
+        assert_eq!(string_field(&event, "type"), "ADDED");
         let Some(Pb::Message(object)) = event.get_field_by_name("object").as_deref().cloned()
         else {
             panic!("an object")

@@ -94,6 +94,7 @@ pub mod names {
     pub const INT_OR_STRING: &str = "k8s.io.apimachinery.pkg.util.intstr.IntOrString";
     pub const RAW_EXTENSION: &str = "k8s.io.apimachinery.pkg.runtime.RawExtension";
     pub const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";
+    pub const TYPE_META: &str = "k8s.io.apimachinery.pkg.runtime.TypeMeta";
     pub const WATCH_EVENT: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent";
     pub const DELETE_OPTIONS: &str = "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions";
     const APIEXTENSIONS: &str = "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.";

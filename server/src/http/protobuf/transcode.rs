@@ -140,14 +140,14 @@ fn int_field(msg: &DynamicMessage, name: &str) -> i64 {
     }
 }
 
-fn string_field(msg: &DynamicMessage, name: &str) -> String {
+pub(super) fn string_field(msg: &DynamicMessage, name: &str) -> String {
     match msg.get_field_by_name(name).as_deref() {
         Some(Pb::String(s)) => s.clone(),
         _ => String::new(),
     }
 }
 
-fn bytes_field(msg: &DynamicMessage, name: &str) -> Bytes {
+pub(super) fn bytes_field(msg: &DynamicMessage, name: &str) -> Bytes {
     match msg.get_field_by_name(name).as_deref() {
         Some(Pb::Bytes(b)) => b.clone(),
         _ => Bytes::new(),
