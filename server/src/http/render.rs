@@ -26,24 +26,19 @@ pub fn with_read_path(mut resp: Response, served: ReadPath) -> Response {
 }
 
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
+    bytes_response(status, "application/json", body.to_string())
 }
 
 pub fn json_bytes_response(status: StatusCode, body: bytes::Bytes) -> Response {
-    let mut resp = (status, body).into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
+    bytes_response(status, "application/json", body)
 }
 
-fn bytes_response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
+/// A whole body with its content type.
+fn bytes_response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl IntoResponse,
+) -> Response {
     let mut resp = (status, body).into_response();
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
