@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{
-    ColumnFamilyDescriptor, DBIteratorWithThreadMode, Direction, IteratorMode, Options,
-    ReadOptions, WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBIteratorWithThreadMode, Direction,
+    IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 
 use crate::error::StoreError;
@@ -17,6 +17,19 @@ use crate::schema::Cf;
 
 /// One row: key and value.
 pub type Row = (Vec<u8>, Vec<u8>);
+
+/// What RocksDB may hold in memory, memtables and cached blocks together:
+/// one LRU block cache of this size, shared by every column family, to
+/// which a write buffer manager charges the memtables. RocksDB's defaults
+/// give each column family its own cache and up to two 64 MiB memtables,
+/// so a node under a steady write load grew by hundreds of megabytes
+/// (every put writes to four column families) before the first flush;
+/// with one budget, memory levels off at it.
+pub const MEMORY_BUDGET_BYTES: usize = 128 << 20;
+
+/// A column family's memtable size: a flush at most every 16 MiB, so
+/// several column families fit the budget at once.
+const MEMTABLE_BYTES: usize = 16 << 20;
 
 /// A shared handle on the one RocksDB instance of a node.
 #[derive(Clone)]
@@ -43,9 +56,20 @@ impl Engine {
         // The WAL is the durability mechanism of both the Raft log and the state
         // machine: recover every write that was synced, drop a torn tail.
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        let cache = Cache::new_lru_cache(MEMORY_BUDGET_BYTES);
+        let memtables = WriteBufferManager::new_write_buffer_manager_with_cache(
+            MEMORY_BUDGET_BYTES / 2,
+            false,
+            cache.clone(),
+        );
+        opts.set_write_buffer_manager(&memtables);
+        let mut tables = BlockBasedOptions::default();
+        tables.set_block_cache(&cache);
         let cfs = Cf::ALL.iter().map(|cf| {
             let mut cf_opts = Options::default();
             cf_opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            cf_opts.set_write_buffer_size(MEMTABLE_BYTES);
+            cf_opts.set_block_based_table_factory(&tables);
             ColumnFamilyDescriptor::new(cf.name(), cf_opts)
         });
         let db = DB::open_cf_descriptors(&opts, dir, cfs)?;
