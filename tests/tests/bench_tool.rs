@@ -334,6 +334,19 @@ fn bench_overload_runs_both_clusters_and_only_the_limited_one_refuses() {
             p["overload_peak_rss_mb"].as_f64().is_some_and(|v| v > 0.0),
             "{r}"
         );
+        let quarters = p["overload_quarter_peak_rss_mb"].as_array();
+        assert!(
+            quarters.is_some_and(|q| !q.is_empty()
+                && q.len() <= 4
+                && q.iter().all(|mb| mb.as_f64().is_some_and(|v| v > 0.0))),
+            "{r}"
+        );
+        assert!(
+            p["overload_rss_mb_per_second"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty()),
+            "{r}"
+        );
     }
     assert_eq!(
         r["without_limits"]["refused"], 0,

@@ -20,9 +20,10 @@
 //! streams, long when the generator shares the nodes' cores), and as the
 //! nodes measured it, from admission to answer (the
 //! `kubestore_admitted_request_duration_seconds` histogram of every node,
-//! before and after the phase). Memory is the largest node's peak RSS over
-//! the first half of the overload phase and over all of it: a node whose
-//! memory is bounded levels off, one that queues keeps growing.
+//! before and after the phase). Memory is the largest node's RSS over the
+//! overload phase: its peak, the peak of each quarter and one sample per
+//! second: a node whose memory is bounded levels off, one that queues
+//! keeps growing.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,9 +96,13 @@ struct Phases {
     failed: u64,
     not_sent: u64,
     overload_peak_rss_mb: f64,
-    /// The peak over the first half of the overload phase: against the
-    /// whole phase's peak, whether memory levelled off or kept growing.
-    overload_first_half_peak_rss_mb: f64,
+    /// The peak of each quarter of the overload phase, in order: a node
+    /// whose memory is bounded levels off (the last quarters' peaks stay
+    /// at the first's), one that queues keeps climbing.
+    overload_quarter_peak_rss_mb: Vec<f64>,
+    /// The largest node's RSS at the end of each second of the overload
+    /// phase, for plotting.
+    overload_rss_mb_per_second: Vec<f64>,
     first_error: Option<String>,
 }
 
@@ -164,8 +169,8 @@ struct OpenLoop {
     first_error: std::sync::Mutex<Option<String>>,
 }
 
-/// Samples the largest node's RSS every 100 ms until stopped; returns every
-/// sample, in order.
+/// Samples the largest node's RSS every [`RSS_SAMPLE_INTERVAL`] until
+/// stopped; returns every sample, in order.
 fn sample_rss(
     pids: Vec<u32>,
 ) -> (
@@ -175,7 +180,7 @@ fn sample_rss(
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let mut samples = Vec::new();
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut tick = tokio::time::interval(RSS_SAMPLE_INTERVAL);
         loop {
             tokio::select! {
                 _ = &mut stopped => return samples,
@@ -188,18 +193,51 @@ fn sample_rss(
     (stop, task)
 }
 
-/// Stops sampling; returns the peak RSS in MB over the whole sampling and
-/// over its first half.
+/// The largest node's RSS, sampled every [`RSS_SAMPLE_INTERVAL`].
+struct RssTrace(Vec<u64>);
+
+/// How often [`sample_rss`] samples.
+const RSS_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+impl RssTrace {
+    fn mb(bytes: u64) -> f64 {
+        bytes as f64 / 1e6
+    }
+
+    /// The peak over the whole trace, in MB.
+    fn peak_mb(&self) -> f64 {
+        Self::mb(self.0.iter().copied().max().unwrap_or(0))
+    }
+
+    /// The peak of each quarter of the trace, in MB.
+    fn quarter_peaks_mb(&self) -> Vec<f64> {
+        let quarter = self.0.len().div_ceil(4).max(1);
+        self.0
+            .chunks(quarter)
+            .map(|c| Self::mb(c.iter().copied().max().unwrap_or(0)))
+            .collect()
+    }
+
+    /// The last sample of each second, in MB.
+    fn per_second_mb(&self) -> Vec<f64> {
+        let per_second =
+            (Duration::from_secs(1).as_millis() / RSS_SAMPLE_INTERVAL.as_millis()).max(1) as usize;
+        self.0
+            .chunks(per_second)
+            .filter_map(|c| c.last().copied().map(Self::mb))
+            .collect()
+    }
+}
+
+/// Stops sampling; returns the trace.
 async fn stop_sampling(
     sampler: (
         tokio::sync::oneshot::Sender<()>,
         tokio::task::JoinHandle<Vec<u64>>,
     ),
-) -> (f64, f64) {
+) -> RssTrace {
     let _ = sampler.0.send(());
-    let samples = sampler.1.await.unwrap_or_default();
-    let peak = |s: &[u64]| s.iter().copied().max().unwrap_or(0) as f64 / 1e6;
-    (peak(&samples), peak(&samples[..samples.len() / 2]))
+    RssTrace(sampler.1.await.unwrap_or_default())
 }
 
 /// Offers puts at `rate` per second for `seconds`, open loop.
@@ -304,7 +342,7 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
     let sampler = sample_rss(pids.clone());
     let sustainable =
         workload::run_etcd(&Workload::EtcdPut, &endpoints, args.clients, &load).await?;
-    let (sustainable_rss, _) = stop_sampling(sampler).await;
+    let sustainable_rss = stop_sampling(sampler).await.peak_mb();
     let rest: Vec<String> = specs.iter().map(|s| s.rest.clone()).collect();
     let before = admitted_mutating_buckets(&rest).await?;
 
@@ -315,7 +353,7 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
     );
     let sampler = sample_rss(pids);
     let (stats, hist, elapsed) = open_loop(&endpoints, offered, args.seconds, args.size).await?;
-    let (overload_rss, overload_first_half_rss) = stop_sampling(sampler).await;
+    let overload_rss = stop_sampling(sampler).await;
     let after = admitted_mutating_buckets(&rest).await?;
     for c in &mut children {
         let _ = c.kill().await;
@@ -342,8 +380,9 @@ async fn run_cluster(args: &OverloadArgs, limits: bool) -> anyhow::Result<Phases
         refused: stats.refused.load(Ordering::Relaxed),
         failed: stats.failed.load(Ordering::Relaxed),
         not_sent: stats.not_sent.load(Ordering::Relaxed),
-        overload_peak_rss_mb: overload_rss,
-        overload_first_half_peak_rss_mb: overload_first_half_rss,
+        overload_peak_rss_mb: overload_rss.peak_mb(),
+        overload_quarter_peak_rss_mb: overload_rss.quarter_peaks_mb(),
+        overload_rss_mb_per_second: overload_rss.per_second_mb(),
         first_error: stats
             .first_error
             .into_inner()
@@ -360,7 +399,7 @@ pub async fn run(args: OverloadArgs) -> anyhow::Result<()> {
         .await
         .context("without in-flight limits")?;
     println!(
-        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>14} {:>12}",
+        "{:<10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>10} {:>22}",
         "limits",
         "sustained/s",
         "offered/s",
@@ -370,12 +409,12 @@ pub async fn run(args: OverloadArgs) -> anyhow::Result<()> {
         "node p99 ov",
         "refused",
         "RSS MB 1x",
-        "RSS MB ov 1/2",
-        "RSS MB ov"
+        "RSS MB ov",
+        "RSS MB ov by quarter"
     );
     for p in [&with, &without] {
         println!(
-            "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>12.1} {:>10.1} {:>12} {:>10} {:>12.0} {:>14.0} {:>12.0}",
+            "{:<10} {:>12.0} {:>12.0} {:>12.0} {:>12.1} {:>10.1} {:>12} {:>10} {:>12.0} {:>10.0} {:>22}",
             if p.limits { "on" } else { "off" },
             p.sustainable_per_second,
             p.offered_per_second,
@@ -385,8 +424,12 @@ pub async fn run(args: OverloadArgs) -> anyhow::Result<()> {
             format!("<= {}", p.server_admitted_p99_ms),
             p.refused,
             p.sustainable_peak_rss_mb,
-            p.overload_first_half_peak_rss_mb,
             p.overload_peak_rss_mb,
+            p.overload_quarter_peak_rss_mb
+                .iter()
+                .map(|mb| format!("{mb:.0}"))
+                .collect::<Vec<_>>()
+                .join(" / "),
         );
         if let Some(e) = &p.first_error {
             println!("  first failure (not a refusal): {e}");
@@ -422,4 +465,22 @@ pub async fn run(args: OverloadArgs) -> anyhow::Result<()> {
     )?;
     println!("results in {}", args.out.join("results.json").display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_reports_its_peak_each_quarters_peak_and_one_sample_a_second() {
+        // 2.5 s of samples, climbing by 1 MB every 100 ms.
+        let trace = RssTrace((1..=25).map(|mb| mb * 1_000_000).collect());
+        assert_eq!(trace.peak_mb(), 25.0);
+        assert_eq!(trace.quarter_peaks_mb(), vec![7.0, 14.0, 21.0, 25.0]);
+        assert_eq!(trace.per_second_mb(), vec![10.0, 20.0, 25.0]);
+        let empty = RssTrace(Vec::new());
+        assert_eq!(empty.peak_mb(), 0.0);
+        assert!(empty.quarter_peaks_mb().is_empty());
+        assert!(empty.per_second_mb().is_empty());
+    }
 }
