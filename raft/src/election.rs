@@ -6,7 +6,7 @@
 //! 1.5 heartbeat intervals (300 ms with kubestore's defaults), so a follower
 //! noticed a lost leader up to 300 ms late, and which follower noticed
 //! first was decided by where each one's tick happened to fall rather than
-//! by the election slices of `node::election_window`: the fault-schedule
+//! by the election slices of `config::election_window`: the fault-schedule
 //! checker saw a lower-ranked follower whose log was behind start the
 //! election, be refused, and the better candidate start one in the same
 //! term only after another tick, with a lower id, which a candidate refuses;

@@ -74,6 +74,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster_rpc;
+pub mod config;
 mod election;
 pub mod error;
 mod forward;
@@ -85,7 +86,8 @@ mod read;
 mod read_index;
 pub mod session;
 
+pub use config::{command_limits, RaftNodeConfig};
 pub use error::{ConfigError, ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
 pub use network::Faults;
-pub use node::{command_limits, ClusterStatus, Member, RaftNode, RaftNodeConfig};
+pub use node::{ClusterStatus, Member, RaftNode};
 pub use session::ClientSession;

@@ -221,31 +221,11 @@ async fn dispatch(
             let resp = render_object(rt, created, StatusCode::CREATED, rendering, &q);
             Ok(with_warnings(resp, &warnings))
         }
-        (&Method::PUT, Some(name)) => {
-            update(
-                &state,
-                rt,
-                ns,
-                name,
-                UpdateScope::Object,
-                rendering,
-                req,
-                &q,
-            )
-            .await
+        (&Method::PUT, Some(_)) => {
+            update(&state, &target, UpdateScope::Object, rendering, req, &q).await
         }
-        (&Method::PATCH, Some(name)) => {
-            patch(
-                &state,
-                rt,
-                ns,
-                name,
-                UpdateScope::Object,
-                rendering,
-                req,
-                &q,
-            )
-            .await
+        (&Method::PATCH, Some(_)) => {
+            patch(&state, &target, UpdateScope::Object, rendering, req, &q).await
         }
         (&Method::DELETE, Some(name)) => {
             let media = media_type(req.headers());
@@ -303,32 +283,8 @@ async fn status_subresource(
             let resp = render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q);
             Ok(with_read_path(resp, served))
         }
-        Method::PUT => {
-            update(
-                &state,
-                rt,
-                ns,
-                name,
-                UpdateScope::Status,
-                rendering,
-                req,
-                &q,
-            )
-            .await
-        }
-        Method::PATCH => {
-            patch(
-                &state,
-                rt,
-                ns,
-                name,
-                UpdateScope::Status,
-                rendering,
-                req,
-                &q,
-            )
-            .await
-        }
+        Method::PUT => update(&state, &target, UpdateScope::Status, rendering, req, &q).await,
+        Method::PATCH => patch(&state, &target, UpdateScope::Status, rendering, req, &q).await,
         m => Err(not_supported(
             &m,
             &format!("{}/status", rt.group_resource()),
@@ -594,17 +550,16 @@ async fn finalize_subresource(
 /// `PUT` of an object or its status: the body decoded under
 /// `fieldValidation`, the write recorded in `managedFields` as an
 /// `Update` by its manager.
-#[allow(clippy::too_many_arguments)] // the request's parts, each distinct
 async fn update(
     state: &AppState,
-    rt: &'static ResourceType,
-    ns: Option<&str>,
-    name: &str,
+    target: &Target,
     scope: UpdateScope,
     rendering: Rendering,
     req: Request,
     q: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
+    let (rt, ns) = (target.rt, target.namespace.as_deref());
+    let name = target.name.as_deref().ok_or_else(no_resource)?;
     let dry = dry_run(q, OptionsKind::Update)?;
     let opts = WriteOptions::parse(q, req.headers(), WriteVerb::Update, false)?;
     let body = read_json_body(state, rt, req).await?;
@@ -621,17 +576,16 @@ async fn update(
 
 /// `PATCH` of an object or its status, by its media type (`201` when a
 /// server-side apply created the object).
-#[allow(clippy::too_many_arguments)] // the request's parts, each distinct
 async fn patch(
     state: &AppState,
-    rt: &'static ResourceType,
-    ns: Option<&str>,
-    name: &str,
+    target: &Target,
     scope: UpdateScope,
     rendering: Rendering,
     req: Request,
     q: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
+    let (rt, ns) = (target.rt, target.namespace.as_deref());
+    let name = target.name.as_deref().ok_or_else(no_resource)?;
     let dry = dry_run(q, OptionsKind::Patch)?;
     let kind = patch_kind(req.headers())?;
     let opts = WriteOptions::parse(

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use crate::http::status::ApiError;
-use crate::kube::crd::{CustomType, PrinterColumn};
 use crate::kube::resources::ResourceType;
+use crate::kube::resources::{CustomType, PrinterColumn};
 
 /// Formats an age the way kubectl prints it (`45s`, `5m10s`, `3h`, `12d`).
 pub fn human_duration(secs: i64) -> String {

@@ -163,7 +163,8 @@ pub fn admit_create_named(
         crd::admission::prepare_create(&mut obj);
     }
     let custom = crd::admit_object(rt, &mut obj, None);
-    let mut causes = objectmeta::validate_create(rt, &obj, &name, namespace.as_deref());
+    let mut causes =
+        objectmeta::validate_create(rt.name_scope(), &obj, &name, namespace.as_deref());
     causes.extend(builtin::validate_create(rt, &obj));
     causes.extend(custom);
     if definitions {
@@ -211,7 +212,8 @@ pub fn admit_update_object(
     }
     let namespace = check_namespace(rt, url_ns, &mut obj)?;
     if scope == UpdateScope::Object {
-        let causes = objectmeta::name_and_namespace(rt, url_name, namespace.as_deref());
+        let causes =
+            objectmeta::name_and_namespace(rt.name_scope(), url_name, namespace.as_deref());
         if !causes.is_empty() {
             return Err(KubeError::invalid(rt, url_name, causes));
         }
@@ -530,8 +532,8 @@ mod tests {
 
     #[test]
     fn names_follow_dns_rules() {
-        use crate::kube::resources::NameRule;
-        let ok = |rule, name: &str| objectmeta::name_errors(rule, name, false).is_empty();
+        use crate::kube::names::{self, NameRule};
+        let ok = |rule, name: &str| names::name_errors(rule, name, false).is_empty();
         assert!(ok(NameRule::Subdomain, "a.b-c.d"));
         assert!(!ok(NameRule::Subdomain, "Bad_Name"));
         assert!(!ok(NameRule::Subdomain, "-a"));

@@ -14,7 +14,31 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::kube::resources::ResourceType;
+/// The type an error is about, as its messages name it. The type table
+/// (`kube::resources`) implements it: errors sit below the table, so the
+/// table depends on them and not the other way round.
+pub trait ErrorSubject {
+    /// The group-qualified resource: `configmaps`, `deployments.apps`.
+    fn group_resource(&self) -> String;
+    /// The group-qualified kind: `ConfigMap`, `Deployment.apps`.
+    fn group_kind(&self) -> String;
+    /// The API group (`""` for the core group).
+    fn group(&self) -> &str;
+}
+
+impl<T: ErrorSubject + ?Sized> ErrorSubject for &T {
+    fn group_resource(&self) -> String {
+        (**self).group_resource()
+    }
+
+    fn group_kind(&self) -> String {
+        (**self).group_kind()
+    }
+
+    fn group(&self) -> &str {
+        (**self).group()
+    }
+}
 
 /// One field problem of an `Invalid` error, as apimachinery's
 /// `field.Error` becomes a `StatusCause`: its reason (the error type), its
@@ -387,14 +411,14 @@ pub enum KubeError {
 }
 
 impl KubeError {
-    pub fn not_found(rt: &ResourceType, name: &str) -> Self {
+    pub fn not_found(rt: &impl ErrorSubject, name: &str) -> Self {
         KubeError::NotFound {
             resource: rt.group_resource(),
             name: name.to_string(),
         }
     }
 
-    pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
+    pub fn already_exists(rt: &impl ErrorSubject, name: &str) -> Self {
         KubeError::AlreadyExists {
             resource: rt.group_resource(),
             name: name.to_string(),
@@ -402,7 +426,7 @@ impl KubeError {
     }
 
     /// The last of the names generated for a create was taken too.
-    pub fn generated_name_conflict(rt: &ResourceType, name: &str) -> Self {
+    pub fn generated_name_conflict(rt: &impl ErrorSubject, name: &str) -> Self {
         KubeError::GeneratedNameConflict {
             resource: rt.group_resource(),
             name: name.to_string(),
@@ -410,7 +434,7 @@ impl KubeError {
     }
 
     /// The optimistic-concurrency failure of an update or delete.
-    pub fn conflict(rt: &ResourceType, name: &str) -> Self {
+    pub fn conflict(rt: &impl ErrorSubject, name: &str) -> Self {
         KubeError::Conflict {
             resource: rt.group_resource(),
             name: name.to_string(),
@@ -419,10 +443,10 @@ impl KubeError {
         }
     }
 
-    pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<FieldCause>) -> Self {
+    pub fn invalid(rt: &impl ErrorSubject, name: &str, causes: Vec<FieldCause>) -> Self {
         KubeError::Invalid {
             kind: rt.group_kind(),
-            group: rt.group.to_string(),
+            group: rt.group().to_string(),
             name: name.to_string(),
             causes,
         }

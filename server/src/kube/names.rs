@@ -4,7 +4,8 @@
 //! errors as kube does. Object names (`admission`), label and annotation
 //! keys and label values (`objectmeta`, label selectors in `selectors`),
 //! the built-in types' fields (`builtin`) and config keys all use these,
-//! and nothing else checks those formats.
+//! and nothing else checks those formats. Each type's rule for its
+//! objects' names ([`NameRule`], [`name_errors`]) is here too.
 
 /// `qualifiedNameFmt`: what a label key's name part, an annotation key's
 /// and a finalizer's must match.
@@ -271,6 +272,51 @@ pub fn port_name(port: &str) -> Vec<String> {
         errs.push("must not begin or end with a hyphen".to_string());
     }
     errs
+}
+
+/// How names of a type are validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain: most types.
+    Subdomain,
+    /// RFC 1123 label: namespaces.
+    Label,
+    /// RFC 1035 label: services.
+    Rfc1035Label,
+    /// Any name that is a valid path segment (kube's RBAC types, whose
+    /// names carry colons: `system:controller:...`).
+    PathSegment,
+}
+
+/// The messages of a name (`prefix`: a `generateName`, whose trailing `-`
+/// stands for the suffix to come) under `rule`.
+pub fn name_errors(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
+    let masked;
+    let name = if prefix && name.ends_with('-') {
+        // kube's maskTrailingDash: the generated suffix will end it.
+        masked = format!("{}a", &name[..name.len() - 1]);
+        masked.as_str()
+    } else {
+        name
+    };
+    match rule {
+        NameRule::Subdomain => dns1123_subdomain(name),
+        NameRule::Label => dns1123_label(name),
+        NameRule::Rfc1035Label => dns1035_label(name),
+        NameRule::PathSegment => path_segment_errors(name),
+    }
+}
+
+/// `IsValidPathSegmentName`.
+fn path_segment_errors(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|c| name.contains(c))
+        .map(|c| format!("may not contain '{c}'"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::kube::error::KubeError;
+pub use crate::kube::objectmeta::metadata_mut;
 use crate::kube::resources::ResourceType;
 
 /// Parses a request body into a JSON object of the type `rt`, checking
@@ -69,18 +70,6 @@ pub fn decode_value(rt: &ResourceType, value: Value) -> Result<Map<String, Value
     obj.insert("kind".into(), json!(rt.kind));
     obj.insert("apiVersion".into(), json!(rt.api_version()));
     Ok(obj)
-}
-
-/// The object's `metadata` (present after [`decode_body`]).
-pub fn metadata_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
-    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
-    if !meta.is_object() {
-        *meta = json!({});
-    }
-    match meta {
-        Value::Object(m) => m,
-        _ => unreachable!("metadata was just made an object"),
-    }
 }
 
 pub fn meta_str<'a>(obj: &'a Map<String, Value>, field: &str) -> Option<&'a str> {

@@ -25,11 +25,11 @@
 //! runs, as kube's update handler does; a patch that changes the `uid`
 //! meets the `422` here.
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::kube::error::{BadValue, FieldCause};
 use crate::kube::names;
-use crate::kube::resources::{NameRule, ResourceType};
+use crate::kube::names::{name_errors, NameRule};
 
 /// kube's `TotalAnnotationSizeLimitB`: the keys and values of an object's
 /// annotations, 256 KiB in all.
@@ -41,6 +41,18 @@ pub const FIELD_IMMUTABLE: &str = "field is immutable";
 const FINALIZER_ORPHAN: &str = "orphan";
 const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
 
+/// The object's `metadata` (present after `object::decode_body`).
+pub fn metadata_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
+    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
 fn meta(obj: &Map<String, Value>) -> Option<&Map<String, Value>> {
     obj.get("metadata").and_then(Value::as_object)
 }
@@ -51,41 +63,19 @@ fn meta_str<'a>(m: Option<&'a Map<String, Value>>, field: &str) -> &'a str {
         .unwrap_or("")
 }
 
-/// The messages of a name (`prefix`: a `generateName`, whose trailing `-`
-/// stands for the suffix to come) under `rule`.
-pub fn name_errors(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
-    let masked;
-    let name = if prefix && name.ends_with('-') {
-        // kube's maskTrailingDash: the generated suffix will end it.
-        masked = format!("{}a", &name[..name.len() - 1]);
-        masked.as_str()
-    } else {
-        name
-    };
-    match rule {
-        NameRule::Subdomain => names::dns1123_subdomain(name),
-        NameRule::Label => names::dns1123_label(name),
-        NameRule::Rfc1035Label => names::dns1035_label(name),
-        NameRule::PathSegment => path_segment_errors(name),
-    }
-}
-
-/// `IsValidPathSegmentName`.
-fn path_segment_errors(name: &str) -> Vec<String> {
-    if name == "." || name == ".." {
-        return vec![format!("may not be '{name}'")];
-    }
-    ["/", "%"]
-        .into_iter()
-        .filter(|c| name.contains(c))
-        .map(|c| format!("may not contain '{c}'"))
-        .collect()
+/// What metadata validation needs to know of a type: the rule for its
+/// objects' names and whether they live in a namespace
+/// (`ResourceType::name_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameScope {
+    pub rule: NameRule,
+    pub namespaced: bool,
 }
 
 /// `ValidateObjectMetaAccessor`: the metadata of an object about to be
 /// created under `name` and `namespace` (already resolved by admission).
 pub fn validate_create(
-    rt: &ResourceType,
+    scope: NameScope,
     obj: &Map<String, Value>,
     name: &str,
     namespace: Option<&str>,
@@ -94,7 +84,7 @@ pub fn validate_create(
     let mut causes = Vec::new();
     let generate_name = meta_str(m, "generateName");
     if !generate_name.is_empty() {
-        for msg in name_errors(rt.name_rule, generate_name, true) {
+        for msg in name_errors(scope.rule, generate_name, true) {
             causes.push(FieldCause::invalid(
                 "metadata.generateName",
                 generate_name,
@@ -102,7 +92,7 @@ pub fn validate_create(
             ));
         }
     }
-    causes.extend(name_and_namespace(rt, name, namespace));
+    causes.extend(name_and_namespace(scope, name, namespace));
     causes.extend(labels_annotations_and_references(m));
     causes.extend(finalizers(m));
     causes
@@ -111,7 +101,7 @@ pub fn validate_create(
 /// The name by the type's rule and the namespace (required for a
 /// namespaced type, a DNS label).
 pub fn name_and_namespace(
-    rt: &ResourceType,
+    scope: NameScope,
     name: &str,
     namespace: Option<&str>,
 ) -> Vec<FieldCause> {
@@ -122,11 +112,11 @@ pub fn name_and_namespace(
             "name or generateName is required",
         ));
     } else {
-        for msg in name_errors(rt.name_rule, name, false) {
+        for msg in name_errors(scope.rule, name, false) {
             causes.push(FieldCause::invalid("metadata.name", name, &msg));
         }
     }
-    if rt.namespaced {
+    if scope.namespaced {
         match namespace {
             None | Some("") => causes.push(FieldCause::required("metadata.namespace", "")),
             Some(ns) => {
@@ -143,7 +133,7 @@ pub fn name_and_namespace(
 /// carried from the stored object `old` into `new` before it is validated.
 pub fn before_update(old: &Map<String, Value>, new: &mut Map<String, Value>) {
     let old_meta = meta(old).cloned().unwrap_or_default();
-    let meta = crate::kube::object::metadata_mut(new);
+    let meta = metadata_mut(new);
     if meta_str(Some(meta), "uid").is_empty() {
         match old_meta.get("uid") {
             Some(uid) => meta.insert("uid".into(), uid.clone()),
@@ -394,7 +384,7 @@ mod tests {
         }
     }
 
-    fn cm() -> &'static ResourceType {
+    fn cm() -> &'static crate::kube::resources::ResourceType {
         resources::find("", "v1", "configmaps").expect("configmaps")
     }
 
@@ -410,7 +400,7 @@ mod tests {
         let o = obj(json!({"metadata": {"name": "a", "labels": {
             "app": "web", "example.com/tier": "", "bad key": "x", "ok": "bad value!"
         }}}));
-        let causes = validate_create(cm(), &o, "a", Some("default"));
+        let causes = validate_create(cm().name_scope(), &o, "a", Some("default"));
         let m = messages(&causes);
         assert_eq!(m.len(), 2, "{m:?}");
         assert!(m[0].starts_with("metadata.labels: Invalid value: \"bad key\": name part must consist of alphanumeric characters"), "{m:?}");
@@ -421,10 +411,10 @@ mod tests {
     #[test]
     fn annotations_ignore_case_and_are_bounded_in_all() {
         let ok = obj(json!({"metadata": {"annotations": {"Example.COM/Key": "v"}}}));
-        assert!(validate_create(cm(), &ok, "a", Some("default")).is_empty());
+        assert!(validate_create(cm().name_scope(), &ok, "a", Some("default")).is_empty());
         let big = "x".repeat(TOTAL_ANNOTATION_SIZE);
         let o = obj(json!({"metadata": {"annotations": {"a": big}}}));
-        let causes = validate_create(cm(), &o, "a", Some("default"));
+        let causes = validate_create(cm().name_scope(), &o, "a", Some("default"));
         assert_eq!(
             messages(&causes),
             ["metadata.annotations: Too long: may not be more than 262144 bytes"]
@@ -435,9 +425,14 @@ mod tests {
     #[test]
     fn names_generate_names_and_namespaces() {
         let o = obj(json!({"metadata": {"generateName": "web-"}}));
-        assert!(validate_create(cm(), &o, "web-abcde", Some("default")).is_empty());
+        assert!(validate_create(cm().name_scope(), &o, "web-abcde", Some("default")).is_empty());
         let o = obj(json!({"metadata": {"generateName": "Web-"}}));
-        let m = messages(&validate_create(cm(), &o, "Web-abcde", Some("default")));
+        let m = messages(&validate_create(
+            cm().name_scope(),
+            &o,
+            "Web-abcde",
+            Some("default"),
+        ));
         assert!(
             m[0].starts_with(
                 "metadata.generateName: Invalid value: \"Web-\": a lowercase RFC 1123 subdomain"
@@ -448,10 +443,14 @@ mod tests {
             m[1].starts_with("metadata.name: Invalid value: \"Web-abcde\""),
             "{m:?}"
         );
-        let m = messages(&name_and_namespace(cm(), "a", None));
+        let m = messages(&name_and_namespace(cm().name_scope(), "a", None));
         assert_eq!(m, ["metadata.namespace: Required value"]);
         let events = resources::find("", "v1", "events").expect("events");
-        let m = messages(&name_and_namespace(events, "a/%", Some("default")));
+        let m = messages(&name_and_namespace(
+            events.name_scope(),
+            "a/%",
+            Some("default"),
+        ));
         assert_eq!(
             m,
             [
@@ -470,7 +469,12 @@ mod tests {
             ],
             "finalizers": ["orphan", "foregroundDeletion", "bad/fin/alizer"]
         }}));
-        let m = messages(&validate_create(cm(), &o, "a", Some("default")));
+        let m = messages(&validate_create(
+            cm().name_scope(),
+            &o,
+            "a",
+            Some("default"),
+        ));
         assert_eq!(m[0], "metadata.ownerReferences.apiVersion: Invalid value: \"apps/\": version must not be empty");
         assert_eq!(
             m[1],

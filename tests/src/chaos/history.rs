@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::readiness::ReadinessSample;
-
 /// The API an operation went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -371,6 +369,27 @@ pub mod fixtures {
             self
         }
     }
+}
+
+/// What a node's `/readyz` said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readiness {
+    /// `200`.
+    Ready,
+    /// Another status: a check failed.
+    NotReady,
+    /// No answer in time (the node is down, paused or overloaded).
+    Silent,
+}
+
+/// One probe of one node's `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadinessSample {
+    pub node: u64,
+    /// When the probe was sent, since the start of the run.
+    pub at: Duration,
+    pub readiness: Readiness,
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::history::{Op, OpKind, Outcome};
+use super::history::{Op, OpKind, Outcome, Readiness, ReadinessSample};
 use super::workload::{Endpoint, Recorder};
 
 /// How often each node's `/readyz` is asked.
@@ -48,27 +48,6 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// a leader fault, see the README), shorter than any outage that matters
 /// to a load balancer.
 pub const DEFAULT_SLACK: Duration = Duration::from_secs(5);
-
-/// What a node's `/readyz` said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Readiness {
-    /// `200`.
-    Ready,
-    /// Another status: a check failed.
-    NotReady,
-    /// No answer in time (the node is down, paused or overloaded).
-    Silent,
-}
-
-/// One probe of one node's `/readyz`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadinessSample {
-    pub node: u64,
-    /// When the probe was sent, since the start of the run.
-    pub at: Duration,
-    pub readiness: Readiness,
-}
 
 /// The samples of every node, in the order they were taken.
 #[derive(Debug, Default)]

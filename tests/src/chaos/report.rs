@@ -19,10 +19,11 @@ use anyhow::Context;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use super::history::Readiness;
 use super::history::{Api, History, Op, OpKind, Outcome, Violation};
 use super::leases::LeaseLog;
 use super::nemesis::{FaultKind, FaultRecord, NemesisError};
-use super::readiness::{Readiness, ReadinessReport};
+use super::readiness::ReadinessReport;
 use super::ChaosConfig;
 
 /// Counts of operations by outcome.
@@ -607,7 +608,7 @@ where
 mod tests {
     use super::*;
     use crate::chaos::history::fixtures::put;
-    use crate::chaos::readiness::ReadinessSample;
+    use crate::chaos::history::ReadinessSample;
 
     fn config(out: &Path) -> ChaosConfig {
         ChaosConfig::new(7, Duration::from_secs(10), out.to_path_buf())

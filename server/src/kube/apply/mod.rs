@@ -238,7 +238,7 @@ impl Target<'static> {
     /// The built-in schema of `rt`, or none (a granular map) for a type
     /// without one.
     pub fn of(rt: &ResourceType) -> Self {
-        let custom: Option<&'static crate::kube::crd::CustomType> = rt.custom;
+        let custom: Option<&'static crate::kube::resources::CustomType> = rt.custom;
         if let Some(schema) = custom.and_then(|c| c.type_schema.as_ref()) {
             // A custom type: its schema's list types and map keys.
             let ty = schema

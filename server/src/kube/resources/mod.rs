@@ -5,7 +5,7 @@
 //! Two sources, joined once on first use: what the upstream specification
 //! says of a resource (its kind, scope, verbs and subresources: the
 //! generated `kube::types` table) and what it does not, written here
-//! ([`SERVED`]: etcd keys, short names, categories, name rules,
+//! ([`served::SERVED`]: etcd keys, short names, categories, name rules,
 //! generation tracking).
 //!
 //! Custom types join them at run time: a node serves the built-ins and
@@ -15,24 +15,16 @@
 //! per distinct definition for the life of the process (`kube::crd`), so
 //! requests, caches and controllers hold types without reference counts.
 
+mod custom;
+mod served;
+
 use std::sync::LazyLock;
 
-use crate::kube::crd::CustomType;
+use crate::kube::error::ErrorSubject;
+pub use crate::kube::names::NameRule;
+use crate::kube::objectmeta::NameScope;
 use crate::kube::types::{ResourceDef, Schema, SubresourceDef};
-
-/// How names of a type are validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameRule {
-    /// RFC 1123 subdomain: most types.
-    Subdomain,
-    /// RFC 1123 label: namespaces.
-    Label,
-    /// RFC 1035 label: services.
-    Rfc1035Label,
-    /// Any name that is a valid path segment (kube's RBAC types, whose
-    /// names carry colons: `system:controller:...`).
-    PathSegment,
-}
+pub use custom::{CustomType, PrinterColumn, ScalePaths};
 
 /// The subresources kubestore serves, where the specification gives a
 /// type one (`pods/log`, `pods/exec` and the like are not served).
@@ -137,6 +129,14 @@ impl ResourceType {
         }
     }
 
+    /// What metadata validation needs of the type.
+    pub fn name_scope(&self) -> NameScope {
+        NameScope {
+            rule: self.name_rule,
+            namespaced: self.namespaced,
+        }
+    }
+
     /// The group-qualified kind, for Invalid messages: `ConfigMap`, `Deployment.apps`.
     pub fn group_kind(&self) -> String {
         if self.group.is_empty() {
@@ -173,383 +173,25 @@ impl ResourceType {
     }
 }
 
-/// What the specification does not say of a served type, written by
-/// hand: discovery's singular name, short names and categories (kube's
-/// `ShortNames()`/`Categories()` of each storage), the etcd key prefix
-/// (the kube-apiserver's storage layout, as kube's
-/// `test/integration/etcd/data.go` pins it: ingresses under
-/// `/registry/ingress`, replication controllers under
-/// `/registry/controllers`, nodes under `/registry/minions`), the name rule
-/// (kube's `ValidateXName`: RBAC's are path segments) and whether the type
-/// tracks `metadata.generation` (kube's strategies that set it to 1 on
-/// create: the workloads, jobs and cron jobs, ingresses, network
-/// policies, disruption budgets, replication controllers and pods;
-/// horizontal pod autoscalers only from v1.35's `HPAGeneration`).
-#[derive(Debug)]
-struct Served {
-    group: &'static str,
-    version: &'static str,
-    plural: &'static str,
-    singular: &'static str,
-    short_names: &'static [&'static str],
-    categories: &'static [&'static str],
-    etcd_prefix: &'static str,
-    name_rule: NameRule,
-    tracks_generation: bool,
+impl ErrorSubject for ResourceType {
+    fn group_resource(&self) -> String {
+        ResourceType::group_resource(self)
+    }
+
+    fn group_kind(&self) -> String {
+        ResourceType::group_kind(self)
+    }
+
+    fn group(&self) -> &str {
+        self.group
+    }
 }
 
-use NameRule::*;
-
-/// Every served type, `namespaces` first. The core group, then the others.
-static SERVED: &[Served] = &[
-    Served {
-        group: "",
-        version: "v1",
-        plural: "namespaces",
-        singular: "namespace",
-        short_names: &["ns"],
-        categories: &[],
-        etcd_prefix: "/registry/namespaces",
-        name_rule: Label,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "configmaps",
-        singular: "configmap",
-        short_names: &["cm"],
-        categories: &[],
-        etcd_prefix: "/registry/configmaps",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "secrets",
-        singular: "secret",
-        short_names: &[],
-        categories: &[],
-        etcd_prefix: "/registry/secrets",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "pods",
-        singular: "pod",
-        short_names: &["po"],
-        categories: &["all"],
-        etcd_prefix: "/registry/pods",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "services",
-        singular: "service",
-        short_names: &["svc"],
-        categories: &["all"],
-        etcd_prefix: "/registry/services/specs",
-        name_rule: Rfc1035Label,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "serviceaccounts",
-        singular: "serviceaccount",
-        short_names: &["sa"],
-        categories: &[],
-        etcd_prefix: "/registry/serviceaccounts",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "endpoints",
-        singular: "endpoints",
-        short_names: &["ep"],
-        categories: &[],
-        etcd_prefix: "/registry/services/endpoints",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "events",
-        singular: "event",
-        short_names: &["ev"],
-        categories: &[],
-        etcd_prefix: "/registry/events",
-        name_rule: PathSegment,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "nodes",
-        singular: "node",
-        short_names: &["no"],
-        categories: &[],
-        etcd_prefix: "/registry/minions",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "replicationcontrollers",
-        singular: "replicationcontroller",
-        short_names: &["rc"],
-        categories: &["all"],
-        etcd_prefix: "/registry/controllers",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "persistentvolumeclaims",
-        singular: "persistentvolumeclaim",
-        short_names: &["pvc"],
-        categories: &[],
-        etcd_prefix: "/registry/persistentvolumeclaims",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "persistentvolumes",
-        singular: "persistentvolume",
-        short_names: &["pv"],
-        categories: &[],
-        etcd_prefix: "/registry/persistentvolumes",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "limitranges",
-        singular: "limitrange",
-        short_names: &["limits"],
-        categories: &[],
-        etcd_prefix: "/registry/limitranges",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "",
-        version: "v1",
-        plural: "resourcequotas",
-        singular: "resourcequota",
-        short_names: &["quota"],
-        categories: &[],
-        etcd_prefix: "/registry/resourcequotas",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "apps",
-        version: "v1",
-        plural: "deployments",
-        singular: "deployment",
-        short_names: &["deploy"],
-        categories: &["all"],
-        etcd_prefix: "/registry/deployments",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "apps",
-        version: "v1",
-        plural: "replicasets",
-        singular: "replicaset",
-        short_names: &["rs"],
-        categories: &["all"],
-        etcd_prefix: "/registry/replicasets",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "apps",
-        version: "v1",
-        plural: "statefulsets",
-        singular: "statefulset",
-        short_names: &["sts"],
-        categories: &["all"],
-        etcd_prefix: "/registry/statefulsets",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "apps",
-        version: "v1",
-        plural: "daemonsets",
-        singular: "daemonset",
-        short_names: &["ds"],
-        categories: &["all"],
-        etcd_prefix: "/registry/daemonsets",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "batch",
-        version: "v1",
-        plural: "jobs",
-        singular: "job",
-        short_names: &[],
-        categories: &["all"],
-        etcd_prefix: "/registry/jobs",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "batch",
-        version: "v1",
-        plural: "cronjobs",
-        singular: "cronjob",
-        short_names: &["cj"],
-        categories: &["all"],
-        etcd_prefix: "/registry/cronjobs",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "autoscaling",
-        version: "v2",
-        plural: "horizontalpodautoscalers",
-        singular: "horizontalpodautoscaler",
-        short_names: &["hpa"],
-        categories: &["all"],
-        etcd_prefix: "/registry/horizontalpodautoscalers",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "networking.k8s.io",
-        version: "v1",
-        plural: "ingresses",
-        singular: "ingress",
-        short_names: &["ing"],
-        categories: &[],
-        etcd_prefix: "/registry/ingress",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "networking.k8s.io",
-        version: "v1",
-        plural: "networkpolicies",
-        singular: "networkpolicy",
-        short_names: &["netpol"],
-        categories: &[],
-        etcd_prefix: "/registry/networkpolicies",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "policy",
-        version: "v1",
-        plural: "poddisruptionbudgets",
-        singular: "poddisruptionbudget",
-        short_names: &["pdb"],
-        categories: &[],
-        etcd_prefix: "/registry/poddisruptionbudgets",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-    Served {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "roles",
-        singular: "role",
-        short_names: &[],
-        categories: &[],
-        etcd_prefix: "/registry/roles",
-        name_rule: PathSegment,
-        tracks_generation: false,
-    },
-    Served {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "rolebindings",
-        singular: "rolebinding",
-        short_names: &[],
-        categories: &[],
-        etcd_prefix: "/registry/rolebindings",
-        name_rule: PathSegment,
-        tracks_generation: false,
-    },
-    Served {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "clusterroles",
-        singular: "clusterrole",
-        short_names: &[],
-        categories: &[],
-        etcd_prefix: "/registry/clusterroles",
-        name_rule: PathSegment,
-        tracks_generation: false,
-    },
-    Served {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "clusterrolebindings",
-        singular: "clusterrolebinding",
-        short_names: &[],
-        categories: &[],
-        etcd_prefix: "/registry/clusterrolebindings",
-        name_rule: PathSegment,
-        tracks_generation: false,
-    },
-    Served {
-        group: "storage.k8s.io",
-        version: "v1",
-        plural: "storageclasses",
-        singular: "storageclass",
-        short_names: &["sc"],
-        categories: &[],
-        etcd_prefix: "/registry/storageclasses",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "coordination.k8s.io",
-        version: "v1",
-        plural: "leases",
-        singular: "lease",
-        short_names: &[],
-        categories: &[],
-        etcd_prefix: "/registry/leases",
-        name_rule: Subdomain,
-        tracks_generation: false,
-    },
-    Served {
-        group: "apiextensions.k8s.io",
-        version: "v1",
-        plural: "customresourcedefinitions",
-        singular: "customresourcedefinition",
-        short_names: &["crd", "crds"],
-        categories: &["api-extensions"],
-        etcd_prefix: "/registry/apiextensions.k8s.io/customresourcedefinitions",
-        name_rule: Subdomain,
-        tracks_generation: true,
-    },
-];
-
-/// Every served type: [`SERVED`] joined with what the specification says
-/// of each (`kube::types`), in [`SERVED`]'s order (caches and controllers
+/// Every served type: [`served::SERVED`] joined with what the
+/// specification says of each (`kube::types`), in its order (caches and controllers
 /// index types by it). Built once, on first use.
 pub static RESOURCES: LazyLock<Vec<ResourceType>> = LazyLock::new(|| {
-    SERVED
+    served::SERVED
         .iter()
         .map(|served| {
             // A served type the specification lacks is a build defect,
@@ -757,7 +399,7 @@ mod tests {
 
     #[test]
     fn every_served_type_is_in_the_specification_with_its_kind_and_scope() {
-        assert_eq!(RESOURCES.len(), SERVED.len());
+        assert_eq!(RESOURCES.len(), served::SERVED.len());
         assert_eq!(namespaces().plural, "namespaces");
         let kinds: Vec<(&str, bool)> = [
             ("apps", "replicasets"),

@@ -12,12 +12,14 @@
 //!   send to etcd: create = `Txn[MOD(key) == 0 (and the namespace exists)
 //!   → Put]`, update and delete = `Txn[MOD(key) == rev → Put/Delete, else
 //!   Range]`, all of the changes of one existing object through one
-//!   guarded read-modify-write. The preconditions are decided inside the
+//!   guarded read-modify-write ([`deletes`](self::deletes): one object, a
+//!   collection, a namespace's finalize). The preconditions are decided inside the
 //!   state machine, so a conflict is decided once, identically on every
 //!   node. What a create or update stores is `kube::admission`'s, what a
 //!   delete does `kube::deletion`'s; `dryRun` stops each write before it
 //!   is proposed.
 
+mod deletes;
 mod reads;
 mod writes;
 
@@ -29,7 +31,8 @@ use kubestore_storage::Revision;
 use crate::kube::admission::NameGenerator;
 use crate::kube::cache::{CachedObject, WatchCache};
 
-pub use writes::{Current, Deleted};
+pub use deletes::Deleted;
+pub use writes::Current;
 
 /// How fresh a read must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,15 +8,13 @@
 //! or else by the revision read, retrying a lost race on the state the
 //! guard saw.
 //!
-//! `dryRun` is decided here and nowhere else: a dry run takes the same
+//! `dryRun` is decided here (and, for deletes, in `deletes`, through the
+//! same guarded change) and nowhere else: a dry run takes the same
 //! path (admission, preconditions, the change computed on the current
 //! state, the guard checked against that state) and stops before the
 //! write, answering what would have been stored at the current revision
-//! (a create: with no `resourceVersion`, as kube answers). What a delete
-//! does (finalizers, propagation, a namespace's termination) is
-//! [`crate::kube::deletion`]'s decision.
-
-use std::sync::Arc;
+//! (a create: with no `resourceVersion`, as kube answers). Deletes are in
+//! `deletes`.
 
 use serde_json::{json, Map, Value};
 
@@ -25,22 +23,20 @@ use kubestore_storage::{
     RangeRequest, Revision, Txn, TxnResponse,
 };
 
-use super::{Freshness, KubeStore, Listed, ReadPath};
+use super::KubeStore;
 use crate::kube::admission::{self, Admitted, UpdateScope, SYSTEM_NAMESPACES};
 use crate::kube::apply;
-use crate::kube::cache::CachedObject;
 use crate::kube::crd;
-use crate::kube::deletion::{self, DeletePlan, UpdateEffect};
+use crate::kube::deletion::{self, UpdateEffect};
 use crate::kube::error::KubeError;
 use crate::kube::object;
-use crate::kube::options::{DeleteOptions, DryRun, Preconditions};
+use crate::kube::options::{DryRun, Preconditions};
 use crate::kube::resources::{self, ResourceType};
-use crate::kube::selectors::Selectors;
 use crate::write;
 
 /// How many times an update, a status update or a delete without a
 /// precondition of its own retries a lost race.
-const UPDATE_RETRIES: usize = 8;
+pub(super) const UPDATE_RETRIES: usize = 8;
 
 /// How many names a create with `generateName` tries before it gives up
 /// (kube's `maxNameGenerationCreateAttempts`, 1.32+): enough for a
@@ -54,14 +50,14 @@ fn range_one(key: &str) -> Op {
     })
 }
 
-fn delete_key(key: &str) -> Op {
+pub(super) fn delete_key(key: &str) -> Op {
     Op::Delete(DeleteRequest {
         range: KeyRange::single(key.as_bytes().to_vec()),
         prev_kv: false,
     })
 }
 
-fn put(key: &str, obj: &Map<String, Value>) -> Op {
+pub(super) fn put(key: &str, obj: &Map<String, Value>) -> Op {
     Op::Put(PutRequest::new(
         key.as_bytes().to_vec(),
         object::to_stored(obj),
@@ -136,16 +132,6 @@ fn unchanged(stored: &Map<String, Value>, new: &Map<String, Value>) -> bool {
     comparable(stored) == comparable(new)
 }
 
-/// What a DELETE did: the object (its last state, or as it is kept while
-/// finalizers hold it) and whether it is gone.
-#[derive(Debug, Clone)]
-pub struct Deleted {
-    pub object: Value,
-    /// Removed now; `false`: kept, marked for deletion (or a dry run of
-    /// that).
-    pub gone: bool,
-}
-
 /// Whether a stored namespace is terminating (its value is not an object:
 /// written through the etcd API, taken as active).
 fn namespace_terminating(kv: &KeyValue) -> bool {
@@ -156,21 +142,21 @@ fn namespace_terminating(kv: &KeyValue) -> bool {
 }
 
 /// What a guarded change does to the current state of its key.
-struct Change<T> {
+pub(super) struct Change<T> {
     /// Run when the guard holds; none: nothing to write, the answer
     /// stands at the revision read.
-    ops: Vec<Op>,
+    pub(super) ops: Vec<Op>,
     /// The client's own precondition (a resourceVersion): a mismatch is a
     /// `409`. `None`: the guard is the revision read, and a lost race is
     /// retried.
-    precondition: Option<u64>,
+    pub(super) precondition: Option<u64>,
     /// What the verb answers when the change is written.
-    answer: T,
+    pub(super) answer: T,
 }
 
 impl KubeStore {
     /// Runs one transaction through Raft: its response and revision.
-    async fn write_txn(&self, txn: Txn) -> Result<(TxnResponse, Revision), KubeError> {
+    pub(super) async fn write_txn(&self, txn: Txn) -> Result<(TxnResponse, Revision), KubeError> {
         Ok(write::txn(&self.node, Command::Txn(txn)).await?)
     }
 
@@ -197,7 +183,7 @@ impl KubeStore {
     /// A dry run stops before the write: the guard is checked against the
     /// state read (a client's precondition that does not hold is the same
     /// `409`) and the answer stands at the revision read.
-    async fn read_modify_write<T, E>(
+    pub(super) async fn read_modify_write<T, E>(
         &self,
         rt: &ResourceType,
         name: &str,
@@ -593,211 +579,6 @@ impl KubeStore {
         object::metadata_mut(&mut new)
             .insert("resourceVersion".into(), json!(revision.0.to_string()));
         Ok(Value::Object(new))
-    }
-
-    /// A DELETE of one object with `opts`, decided by
-    /// [`deletion::plan_delete`] (a namespace:
-    /// [`deletion::plan_namespace_delete`]) on the state the write is
-    /// guarded by, after the preconditions: the object is removed now, or
-    /// kept marked for deletion (finalizers, or a terminating namespace)
-    /// for the controllers to finish.
-    #[tracing::instrument(level = "debug", skip(self, rt, opts), fields(resource = rt.plural))]
-    pub async fn delete(
-        &self,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        name: &str,
-        opts: &DeleteOptions,
-    ) -> Result<Deleted, KubeError> {
-        admission::admit_delete(rt, name)?;
-        let key = rt.key(ns, name);
-        let now = chrono::Utc::now();
-        let (deleted, revision) = self
-            .read_modify_write(rt, name, &key, UPDATE_RETRIES, opts.dry_run, |current| {
-                let stored = current.stored();
-                deletion::check_preconditions(
-                    rt,
-                    name,
-                    &stored,
-                    current.revision(),
-                    &opts.preconditions,
-                )?;
-                let last = current.object().unwrap_or_else(|| json!({}));
-                let plan = if rt.plural == "namespaces" {
-                    deletion::plan_namespace_delete(&stored, now)
-                } else {
-                    deletion::plan_delete(rt, &stored, opts, now)
-                };
-                let (ops, deleted) = match plan {
-                    DeletePlan::Delete => (
-                        vec![delete_key(&key)],
-                        Deleted {
-                            object: last,
-                            gone: true,
-                        },
-                    ),
-                    DeletePlan::Mark(marked) => (
-                        vec![put(&key, &marked)],
-                        Deleted {
-                            object: Value::Object(marked),
-                            gone: false,
-                        },
-                    ),
-                    DeletePlan::Pending => (
-                        Vec::new(),
-                        Deleted {
-                            object: last,
-                            gone: false,
-                        },
-                    ),
-                };
-                Ok::<_, KubeError>(Change {
-                    ops,
-                    precondition: None,
-                    answer: deleted,
-                })
-            })
-            .await?;
-        let mut deleted = deleted;
-        if !deleted.gone {
-            if let Some(meta) = deleted
-                .object
-                .get_mut("metadata")
-                .and_then(Value::as_object_mut)
-            {
-                meta.insert("resourceVersion".into(), json!(revision.0.to_string()));
-            }
-        }
-        Ok(deleted)
-    }
-
-    /// Removes the namespace controller's `kubernetes` finalizer from a
-    /// terminating namespace whose contents are gone, and the namespace
-    /// with it when no other finalizer holds it. Guarded like any update;
-    /// a namespace that is not terminating is left alone.
-    pub async fn finalize_namespace(&self, name: &str) -> Result<(), KubeError> {
-        let rt = resources::namespaces();
-        let key = rt.key(None, name);
-        self.read_modify_write(rt, name, &key, UPDATE_RETRIES, DryRun::No, |current| {
-            let mut stored = current.stored();
-            if !deletion::is_being_deleted(&stored) {
-                return Ok::<_, KubeError>(Change {
-                    ops: Vec::new(),
-                    precondition: None,
-                    answer: (),
-                });
-            }
-            let left: Vec<String> = deletion::namespace_finalizers(&stored)
-                .into_iter()
-                .filter(|f| f != deletion::FINALIZER_NAMESPACE)
-                .collect();
-            let op = if left.is_empty() && deletion::finalizers(&stored).is_empty() {
-                delete_key(&key)
-            } else {
-                let spec = stored.entry("spec").or_insert_with(|| json!({}));
-                if !spec.is_object() {
-                    *spec = json!({});
-                }
-                spec["finalizers"] = json!(left);
-                put(&key, &stored)
-            };
-            Ok(Change {
-                ops: vec![op],
-                precondition: None,
-                answer: (),
-            })
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Deletes every object of a collection matching `selectors` with
-    /// `opts` (each as [`deletion::plan_delete`] decides: removed, or kept
-    /// marked while finalizers hold it) and returns what was deleted or
-    /// marked. Each object is guarded by the revision it was listed at, so
-    /// one changed meanwhile (and maybe no longer matching) is listed again
-    /// rather than deleted blindly; all changes share one revision.
-    /// Namespaces have no collection delete (the front end answers `405`,
-    /// as kube does).
-    #[tracing::instrument(level = "debug", skip(self, rt, selectors, opts), fields(resource = rt.plural))]
-    pub async fn delete_collection(
-        &self,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        selectors: &Selectors,
-        opts: &DeleteOptions,
-    ) -> Result<Listed, KubeError> {
-        let now = chrono::Utc::now();
-        for _ in 0..UPDATE_RETRIES {
-            let listed = self.list(rt, ns, Freshness::MostRecent, selectors).await?;
-            let mut compare = Vec::new();
-            let mut success = Vec::new();
-            let mut deleted = Vec::new();
-            for cached in listed.items {
-                let item = &cached.object;
-                let name = item
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                let item_ns = item
-                    .pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                let Value::Object(mut stored) = item.clone() else {
-                    continue;
-                };
-                object::metadata_mut(&mut stored).remove("resourceVersion");
-                let key = rt.key(item_ns.as_deref(), &name);
-                let op = match deletion::plan_delete(rt, &stored, opts, now) {
-                    DeletePlan::Delete => {
-                        deleted.push(cached.clone());
-                        delete_key(&key)
-                    }
-                    DeletePlan::Mark(marked) => {
-                        deleted.extend(
-                            CachedObject::from_value(Value::Object(marked.clone())).map(Arc::new),
-                        );
-                        put(&key, &marked)
-                    }
-                    DeletePlan::Pending => {
-                        deleted.push(cached.clone());
-                        continue;
-                    }
-                };
-                compare.push(Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    cached.revision,
-                ));
-                success.push(op);
-            }
-            let revision = if success.is_empty() || opts.dry_run.is_dry_run() {
-                listed.revision
-            } else {
-                let txn = Txn {
-                    compare,
-                    success,
-                    failure: Vec::new(),
-                };
-                match self.write_txn(txn).await? {
-                    (resp, revision) if resp.succeeded => revision,
-                    _ => continue,
-                }
-            };
-            return Ok(Listed {
-                items: deleted,
-                revision,
-                continue_token: None,
-                remaining: None,
-                served: ReadPath::QuorumCache,
-            });
-        }
-        Err(KubeError::Conflict {
-            resource: rt.group_resource(),
-            name: String::new(),
-            detail: "the collection kept changing; try again".into(),
-        })
     }
 
     /// Creates `default`, `kube-system` and `kube-public` if they do not

@@ -23,7 +23,7 @@ use std::sync::{Arc, LazyLock};
 
 use serde_json::{Map, Value};
 
-use super::{Additional, Node};
+use super::{child, Additional, Node};
 use crate::kube::error::{go_quote, BadValue, FieldCause};
 
 /// CEL's standard functions and macros, built once: a context per rule
@@ -55,14 +55,6 @@ impl fmt::Debug for Rule {
         f.debug_struct("Rule")
             .field("rule", &self.rule)
             .finish_non_exhaustive()
-    }
-}
-
-fn child(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
     }
 }
 

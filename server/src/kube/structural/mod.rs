@@ -12,8 +12,9 @@
 //!
 //! Layout: [`parse`] (the schema as a tree of [`Node`]s, and the causes
 //! that make a schema not structural or invalid), [`validate`] (an object
-//! against the tree: the OpenAPI value validations, list sets and maps,
-//! embedded resources), [`prune`] (unknown fields dropped, defaults
+//! against the tree: the OpenAPI value validations, with the string
+//! [`formats`]), [`lists`] (list sets and maps), [`embedded`] (embedded
+//! resources), [`prune`] (unknown fields dropped, defaults
 //! applied), [`typeschema`] (the tree as a [`crate::kube::types::Schema`]),
 //! [`cel`] (the `x-kubernetes-validations` rules).
 //!
@@ -24,6 +25,9 @@
 //! in [`cel`]; no cost budget is enforced.
 
 mod cel;
+mod embedded;
+mod formats;
+mod lists;
 mod parse;
 mod prune;
 mod typeschema;
@@ -36,6 +40,16 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use crate::kube::error::FieldCause;
+
+/// `name` under `path`, as a field path (`path.name`, or `name` at the
+/// root).
+fn child(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
 
 /// One CRD version's structural schema, parsed from its
 /// `schema.openAPIV3Schema`.
@@ -82,8 +96,8 @@ impl StructuralSchema {
     /// and CEL ones).
     pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldCause> {
         let mut causes = validate::openapi(&self.root, obj, old, "", None);
-        causes.extend(validate::list_sets_and_maps(&self.root, obj));
-        causes.extend(validate::embedded_resources(&self.root, obj, false));
+        causes.extend(lists::list_sets_and_maps(&self.root, obj));
+        causes.extend(embedded::embedded_resources(&self.root, obj, false));
         causes.extend(cel::validate(&self.root, obj, old));
         causes
     }

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Additional, Node};
+use super::{child, Additional, Node};
 
 /// The fields every object and embedded resource has whatever its schema
 /// says.
@@ -23,14 +23,6 @@ pub(super) fn prune_node(node: &Node, value: &mut Value, embedded: bool) -> Vec<
     walk(Some(node), value, "", embedded, &mut removed);
     removed.sort();
     removed
-}
-
-fn child(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
-    }
 }
 
 /// The schema of a key of an object whose node is `node`: its property,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use prost::Message;
 use serde_json::{json, Value};
 
+use super::paths::gv_names;
 use super::*;
 use crate::http::openapi::served::{served, ServedApi};
 use crate::kube::resources::{TypeSet, RESOURCES};
