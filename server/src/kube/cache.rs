@@ -55,6 +55,10 @@ pub struct CachedObject {
     /// Its watch event lines (`{"type":..,"object":..}\n`), encoded once
     /// on first use and shared by every watcher that sends them.
     lines: WatchLines,
+    /// Its message in a binary wire form (protobuf), made by the front end
+    /// that first needs it ([`CachedObject::encoded_with`]) and kept, so
+    /// every later list splices the bytes instead of encoding it again.
+    encoded: std::sync::OnceLock<Bytes>,
 }
 
 /// The three watch event lines of one object, each built at most once.
@@ -108,7 +112,25 @@ impl CachedObject {
             object,
             json,
             lines: WatchLines::default(),
+            encoded: std::sync::OnceLock::new(),
         })
+    }
+}
+
+impl CachedObject {
+    /// The object in a binary wire form: `encode`'s bytes, made on the
+    /// first call and kept with the object. Every caller must encode the
+    /// same way (the cache holds one encoding per object); an error is
+    /// returned and nothing kept.
+    pub fn encoded_with<E>(
+        &self,
+        encode: impl FnOnce(&Value) -> Result<Bytes, E>,
+    ) -> Result<Bytes, E> {
+        if let Some(bytes) = self.encoded.get() {
+            return Ok(bytes.clone());
+        }
+        let bytes = encode(&self.object)?;
+        Ok(self.encoded.get_or_init(|| bytes).clone())
     }
 }
 
@@ -131,6 +153,7 @@ impl CachedObject {
             object,
             json,
             lines: WatchLines::default(),
+            encoded: std::sync::OnceLock::new(),
         })
     }
 
@@ -151,6 +174,7 @@ impl CachedObject {
             object,
             json,
             lines: WatchLines::default(),
+            encoded: std::sync::OnceLock::new(),
         })
     }
 }

@@ -154,7 +154,8 @@ pub fn encode_object(object: &Value) -> Result<Vec<u8>, ProtobufError> {
 }
 
 /// The protobuf body of a list of `rt`: its `metadata` (a `ListMeta`'s
-/// JSON) and items.
+/// JSON) and items, each item's message encoded once per cached object
+/// ([`CachedObject::encoded_with`]).
 pub fn encode_list(
     rt: &ResourceType,
     metadata: &Value,
@@ -170,14 +171,25 @@ pub fn encode_list(
             msg.set_field(&field, Pb::Message(transcode::from_json(&meta, metadata)?));
         }
     }
+    let mut body = msg.encode_to_vec();
     if let Some(field) = list.get_field_by_name("items") {
-        let items = items
-            .iter()
-            .map(|o| transcode::from_json(&item, &o.object).map(Pb::Message))
-            .collect::<Result<Vec<_>, _>>()?;
-        msg.set_field(&field, Pb::List(items));
+        // Each item is a length-delimited field `items`, so the list is its
+        // metadata followed by every item's own encoding, made once per
+        // object and kept in the watch cache.
+        for o in items {
+            let encoded = o.encoded_with(|object| {
+                transcode::from_json(&item, object).map(|m| Bytes::from(m.encode_to_vec()))
+            })?;
+            prost::encoding::encode_key(
+                field.number(),
+                prost::encoding::WireType::LengthDelimited,
+                &mut body,
+            );
+            prost::encoding::encode_varint(encoded.len() as u64, &mut body);
+            body.extend_from_slice(&encoded);
+        }
     }
-    envelope(&api_version, &list_kind, msg.encode_to_vec())
+    envelope(&api_version, &list_kind, body)
 }
 
 /// One frame of a protobuf watch stream: the `WatchEvent` of an event
@@ -225,6 +237,48 @@ mod tests {
             decode_object(&body, Some(("v1", "ConfigMap"))).expect("decodes"),
             deployment
         );
+    }
+
+    #[test]
+    fn a_list_is_its_metadata_and_each_items_encoding_made_once_per_object() {
+        let rt = resources::find("", "v1", "configmaps").expect("cm");
+        let items: Vec<Arc<CachedObject>> = ["a", "b"]
+            .iter()
+            .map(|name| {
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "resourceVersion": "7"}, "data": {"k": name}});
+                Arc::new(CachedObject::from_value(cm).expect("an object"))
+            })
+            .collect();
+        let meta = json!({"resourceVersion": "9", "continue": "c"});
+        let body = encode_list(rt, &meta, &items).expect("encodes");
+        // The reference: the whole list built as one message.
+        let list = message_of("v1", "ConfigMapList").expect("list message");
+        let item = message_of("v1", "ConfigMap").expect("item message");
+        let mut whole = DynamicMessage::new(list.clone());
+        let meta_desc = match list.get_field_by_name("metadata").expect("metadata").kind() {
+            prost_reflect::Kind::Message(m) => m,
+            other => panic!("metadata is a message, not {other:?}"),
+        };
+        whole.set_field_by_name(
+            "metadata",
+            Pb::Message(transcode::from_json(&meta_desc, &meta).expect("meta")),
+        );
+        whole.set_field_by_name(
+            "items",
+            Pb::List(
+                items
+                    .iter()
+                    .map(|o| Pb::Message(transcode::from_json(&item, &o.object).expect("item")))
+                    .collect(),
+            ),
+        );
+        let reference = envelope("v1", "ConfigMapList", whole.encode_to_vec()).expect("reference");
+        assert_eq!(body, reference);
+        // A second list splices the kept encodings: the same bytes.
+        // Each item's encoding is kept: asked again, the encoder is not called.
+        assert!(items.iter().all(|o| o.encoded_with(|_| Err(())).is_ok()));
+        assert_eq!(encode_list(rt, &meta, &items).expect("encodes"), reference);
     }
 
     #[test]
