@@ -24,7 +24,8 @@ pub type Row = (Vec<u8>, Vec<u8>);
 /// give each column family its own cache and up to two 64 MiB memtables,
 /// so a node under a steady write load grew by hundreds of megabytes
 /// (every put writes to four column families) before the first flush;
-/// with one budget, memory levels off at it.
+/// with one budget, memtables and cached blocks stay within it (the
+/// index and filter blocks of open tables are outside it, as by default).
 pub const MEMORY_BUDGET_BYTES: usize = 128 << 20;
 
 /// A column family's memtable size: a flush at most every 16 MiB, so

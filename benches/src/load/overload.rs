@@ -21,8 +21,8 @@
 //! nodes measured it, from admission to answer (the
 //! `kubestore_admitted_request_duration_seconds` histogram of every node,
 //! before and after the phase). Memory is the largest node's RSS over the
-//! overload phase: its peak, the peak of each quarter and one sample per
-//! second: a node whose memory is bounded levels off, one that queues
+//! overload phase (its peak, the peak of each quarter and one sample per
+//! second): a node whose memory is bounded levels off, one that queues
 //! keeps growing.
 
 use std::path::PathBuf;
