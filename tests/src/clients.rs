@@ -216,11 +216,11 @@ pub fn free_port_range(n: u16) -> u16 {
 /// `kubestore cluster --nodes 3` with its data (and `cluster.json`,
 /// `kubeconfig`) in `dir`, once the launcher reports the cluster up: the
 /// launcher process and cluster.json's nodes.
-pub async fn start_cluster(dir: &Path) -> (tokio::process::Child, Vec<Value>) {
+pub async fn start_cluster(dir: &Path) -> (Launcher, Vec<Value>) {
     let rest_port = free_port_range(3);
     let grpc_port = free_port_range(3);
     let peer_port = free_port_range(3);
-    let mut launcher = tokio::process::Command::new(kubestore_binary().expect("binary"))
+    let launcher = tokio::process::Command::new(kubestore_binary().expect("binary"))
         .args(["cluster", "--nodes", "3"])
         .arg("--data-dir")
         .arg(dir)
@@ -233,10 +233,12 @@ pub async fn start_cluster(dir: &Path) -> (tokio::process::Child, Vec<Value>) {
             &peer_port.to_string(),
         ])
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("launcher");
-    let mut lines = BufReader::new(launcher.stdout.take().expect("stdout")).lines();
+    // From here on a test that panics still stops the cluster.
+    let mut launcher = Launcher(Some(launcher));
+    let stdout = launcher.child().stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
     let ready = tokio::time::timeout(Duration::from_secs(90), async {
         while let Some(line) = lines.next_line().await.expect("line") {
             if line.starts_with("Press Ctrl-C") {
@@ -260,14 +262,42 @@ pub async fn start_cluster(dir: &Path) -> (tokio::process::Child, Vec<Value>) {
     (launcher, nodes)
 }
 
+/// A running `kubestore cluster` launcher. [`stop_cluster`] stops it and
+/// checks that it exited cleanly; dropped without that (a test that
+/// panicked), it still sends the launcher SIGTERM, on which the launcher
+/// stops its nodes and exits, so no cluster outlives its test. (A SIGKILL,
+/// as `kill_on_drop` sends, would leave the nodes running.)
+#[derive(Debug)]
+pub struct Launcher(Option<tokio::process::Child>);
+
+impl Launcher {
+    fn child(&mut self) -> &mut tokio::process::Child {
+        self.0.as_mut().expect("a running launcher")
+    }
+
+    /// Asks the launcher to stop its nodes and exit.
+    fn terminate(child: &tokio::process::Child) {
+        if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        if let Some(child) = &self.0 {
+            Launcher::terminate(child);
+        }
+    }
+}
+
 /// SIGTERM stops the launcher and its children.
-pub async fn stop_cluster(mut launcher: tokio::process::Child) {
-    let launcher_pid = launcher.id().expect("launcher pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(launcher_pid),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("term");
+pub async fn stop_cluster(mut launcher: Launcher) {
+    let mut launcher = launcher.0.take().expect("a running launcher");
+    Launcher::terminate(&launcher);
     let exit = tokio::time::timeout(Duration::from_secs(30), launcher.wait())
         .await
         .expect("launcher stops")

@@ -2195,3 +2195,36 @@ spec:
     );
     stop_cluster(launcher).await;
 }
+
+/// A test that panics drops its launcher without `stop_cluster`: the
+/// launcher still stops its nodes, so their ports close and nothing
+/// outlives the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_launcher_stops_its_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (launcher, nodes) = start_cluster(dir.path()).await;
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{}/readyz", n["rest_url"].as_str().expect("url")))
+        .collect();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    for url in &urls {
+        assert!(client.get(url).send().await.is_ok(), "{url} answers");
+    }
+    drop(launcher);
+    // The nodes are the launcher's children, not ours: nothing to await
+    // but their ports closing.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for url in &urls {
+        while client.get(url).send().await.is_ok() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{url} still answers 30 s after the launcher was dropped"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
