@@ -26,20 +26,6 @@ pub trait ErrorSubject {
     fn group(&self) -> &str;
 }
 
-impl<T: ErrorSubject + ?Sized> ErrorSubject for &T {
-    fn group_resource(&self) -> String {
-        (**self).group_resource()
-    }
-
-    fn group_kind(&self) -> String {
-        (**self).group_kind()
-    }
-
-    fn group(&self) -> &str {
-        (**self).group()
-    }
-}
-
 /// One field problem of an `Invalid` error, as apimachinery's
 /// `field.Error` becomes a `StatusCause`: its reason (the error type), its
 /// field path (`spec.containers[0].image`) and its message, the error

@@ -206,6 +206,14 @@ async fn rest_create(
     )
 }
 
+/// A compare-and-set from the value the client last saw to `value`.
+fn cas(old: &str, value: &str) -> OpKind {
+    OpKind::Cas {
+        expect: Some(old.to_string()),
+        value: Some(value.to_string()),
+    }
+}
+
 async fn rest_update(
     http: &reqwest::Client,
     node: &Endpoint,
@@ -215,10 +223,7 @@ async fn rest_update(
     rv: u64,
     value: &str,
 ) -> (OpKind, Done) {
-    let kind = OpKind::Cas {
-        expect: Some(old.to_string()),
-        value: Some(value.to_string()),
-    };
+    let kind = cas(old, value);
     let body = rk.body(
         json!({"name": name, "resourceVersion": rv.to_string()}),
         value,
@@ -242,10 +247,7 @@ async fn rest_json_patch(
     old: &str,
     value: &str,
 ) -> (OpKind, Done) {
-    let kind = OpKind::Cas {
-        expect: Some(old.to_string()),
-        value: Some(value.to_string()),
-    };
+    let kind = cas(old, value);
     let ops = json!([
         {"op": "test", "path": "/data/v", "value": old},
         {"op": "replace", "path": "/data/v", "value": value},
@@ -274,10 +276,7 @@ async fn rest_merge_patch(
     rv: u64,
     value: &str,
 ) -> (OpKind, Done) {
-    let kind = OpKind::Cas {
-        expect: Some(old.to_string()),
-        value: Some(value.to_string()),
-    };
+    let kind = cas(old, value);
     let body = json!({"metadata": {"resourceVersion": rv.to_string()}, "data": {"v": value}});
     let media = match rk {
         RestKind::ConfigMap => "application/strategic-merge-patch+json",
@@ -308,10 +307,7 @@ async fn rest_apply(
     let kind = match expect {
         Some((old, rv)) => {
             meta["resourceVersion"] = json!(rv.to_string());
-            OpKind::Cas {
-                expect: Some(old.to_string()),
-                value: Some(value.to_string()),
-            }
+            cas(old, value)
         }
         None => OpKind::Put {
             value: value.to_string(),
