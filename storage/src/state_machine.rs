@@ -326,21 +326,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<NodeId>> {
         use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+        let started = std::time::Instant::now();
         let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
         let stage = async {
             let mut file = snapshot;
             file.flush().await?;
             file.seek(std::io::SeekFrom::Start(0)).await?;
             let mut out = tokio::fs::File::create(&staged).await?;
-            tokio::io::copy(&mut file, &mut out).await?;
-            out.sync_all().await
+            let bytes = tokio::io::copy(&mut file, &mut out).await?;
+            out.sync_all().await?;
+            Ok(bytes)
         };
-        stage.await.map_err(|e| {
+        let bytes = stage.await.map_err(|e| {
             snap_err(
                 StoreError::Io(staged.display().to_string(), e),
                 ErrorVerb::Write,
             )
         })?;
+        let staged_after = started.elapsed();
         // Refused before anything is cleared: a snapshot of another
         // storage format (or not a snapshot), or one whose own metadata is
         // not what the leader announced, leaves this store as it was.
@@ -389,7 +392,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = own.last_membership.clone();
         self.sessions = SessionTable::load(&self.engine).map_err(|e| sm_err(e, ErrorVerb::Read))?;
         self.publish(true).map_err(|e| sm_err(e, ErrorVerb::Read))?;
-        tracing::info!("snapshot installed");
+        tracing::info!(
+            bytes,
+            staged_ms = staged_after.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "snapshot installed"
+        );
         Ok(())
     }
 
@@ -443,6 +451,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let dir = self.snapshot_dir.clone();
         let files = self.files.clone();
         let horizon = self.horizon.clone();
+        let started = std::time::Instant::now();
         let (meta, file) = tokio::task::spawn_blocking(move || {
             build_snapshot_file(&engine, &dir, &files, &horizon)
         })
@@ -454,7 +463,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             )
         })?
         .map_err(|e| snap_err(e, ErrorVerb::Write))?;
-        tracing::info!(snapshot_id = %meta.snapshot_id, "snapshot built");
+        let bytes = file.metadata().map_or(0, |m| m.len());
+        tracing::info!(
+            snapshot_id = %meta.snapshot_id,
+            bytes,
+            ms = started.elapsed().as_millis() as u64,
+            "snapshot built"
+        );
         Ok(Snapshot {
             meta,
             snapshot: Box::new(tokio::fs::File::from_std(file)),
