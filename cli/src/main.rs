@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run one node.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Run a local cluster of N nodes as separate processes.
     Cluster(ClusterArgs),
     /// Load-test running endpoints, or compare with etcd side by side.
@@ -47,10 +47,12 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Cmd::Serve(ServeConfig::single_node(
-        "kubestore-data".into(),
-    ))) {
-        Cmd::Serve(config) => serve(config).await,
+    match cli
+        .command
+        .unwrap_or(Cmd::Serve(Box::new(ServeConfig::single_node(
+            "kubestore-data".into(),
+        )))) {
+        Cmd::Serve(config) => serve(*config).await,
         Cmd::Cluster(args) => launcher::run(args).await,
         Cmd::Bench(args) => kubestore_benches::load::run(args).await,
     }

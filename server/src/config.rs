@@ -26,6 +26,9 @@ pub const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 300;
 /// The leader's read lease by default (see `--read-lease-ms`): half the
 /// default minimum election timeout.
 pub const DEFAULT_READ_LEASE_MS: u64 = DEFAULT_ELECTION_TIMEOUT_MS / 2;
+/// Log entries kept behind each snapshot by default: etcd's
+/// `SnapshotCatchUpEntries`.
+pub const DEFAULT_SNAPSHOT_CATCH_UP_ENTRIES: u64 = 5_000;
 /// kube-apiserver's default `--max-requests-inflight`.
 pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
 /// kube-apiserver's default `--max-mutating-requests-inflight`.
@@ -100,6 +103,16 @@ pub struct ServeConfig {
         default_value_t = 10_000
     )]
     pub snapshot_after_entries: u64,
+    /// Log entries kept behind each snapshot (etcd's
+    /// `--snapshot-catchup-entries`, also 5,000): a follower that lags by
+    /// fewer catches up by replication from the log, more cheaply than by
+    /// receiving and installing a whole snapshot.
+    #[arg(
+        long,
+        env = "KUBESTORE_SNAPSHOT_CATCH_UP_ENTRIES",
+        default_value_t = DEFAULT_SNAPSHOT_CATCH_UP_ENTRIES
+    )]
+    pub snapshot_catch_up_entries: u64,
     /// Events the watch cache keeps per resource type (with a snapshot per
     /// revision); older exact reads and watches come from storage history.
     #[arg(long, env = "KUBESTORE_WATCH_CACHE_EVENTS", default_value_t = 4096)]
@@ -178,6 +191,7 @@ impl ServeConfig {
             history_max_revisions: 1_000_000,
             compaction_interval_seconds: 30,
             snapshot_after_entries: 10_000,
+            snapshot_catch_up_entries: DEFAULT_SNAPSHOT_CATCH_UP_ENTRIES,
             watch_cache_events: 4096,
             watch_cache_seconds: 150,
             etcd_progress_notify_seconds: 600,
@@ -213,6 +227,7 @@ impl ServeConfig {
             history_max_revisions,
             compaction_interval_seconds,
             snapshot_after_entries,
+            snapshot_catch_up_entries,
             watch_cache_events,
             watch_cache_seconds,
             etcd_progress_notify_seconds,
@@ -253,6 +268,7 @@ impl ServeConfig {
             ("history-max-revisions", *history_max_revisions),
             ("compaction-interval-seconds", *compaction_interval_seconds),
             ("snapshot-after-entries", *snapshot_after_entries),
+            ("snapshot-catch-up-entries", *snapshot_catch_up_entries),
             ("watch-cache-events", *watch_cache_events as u64),
             ("watch-cache-seconds", *watch_cache_seconds),
             (
@@ -327,6 +343,7 @@ mod tests {
         c.advertise_peer_addr = Some("10.0.0.2:2380".into());
         c.peers = vec!["1=h:1".into(), "2=h:2".into()];
         c.snapshot_after_entries = 77;
+        c.snapshot_catch_up_entries = 33;
         c.election_timeout = 450;
         c.max_mutating_requests_inflight = 0;
         c.fault_injection = true;

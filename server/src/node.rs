@@ -71,13 +71,7 @@ impl RunningNode {
                 .unwrap_or_else(|| grpc_addr.to_string()),
         );
         raft_config.snapshot_after_entries = config.snapshot_after_entries;
-        // Half an interval of log behind each snapshot (etcd keeps 5,000
-        // entries for the same purpose): a follower back from a short pause
-        // or a slow disk catches up from the log, not with a whole
-        // snapshot. The fault-schedule checker's 10-minute schedules
-        // (snapshots every 2,000 entries) installed about 60 snapshots at a
-        // tenth, 34 at half.
-        raft_config.log_entries_kept_after_snapshot = (config.snapshot_after_entries / 2).max(10);
+        raft_config.log_entries_kept_after_snapshot = config.snapshot_catch_up_entries;
         raft_config.heartbeat_interval = Duration::from_millis(config.heartbeat_interval);
         raft_config.election_timeout_min = Duration::from_millis(config.election_timeout);
         raft_config.election_timeout_max = Duration::from_millis(config.election_timeout * 2);

@@ -30,6 +30,8 @@
 //! - **Redone after a crash.** An install is staged (`staged.snap`) and
 //!   marked in the store before the state machine is cleared, so an install
 //!   a crash interrupts is redone from the staged file at the next open.
+//!   That is also why an install's rows may skip the WAL: they are flushed
+//!   to table files before the install is recorded as applied.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
@@ -221,8 +223,11 @@ fn read_chunk(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// Replaces the whole state machine with the snapshot in `path`, clearing
-/// the install marker in the same final batch as the new last-applied id.
+/// Replaces the whole state machine with the snapshot in `path`. The rows
+/// go in without the WAL and are flushed to table files before the final,
+/// synced batch records the new last-applied id; the caller's install
+/// marker covers a crash anywhere before that ([`finish_install`] clears
+/// it).
 pub(crate) fn install_from_file(
     engine: &Engine,
     path: &Path,
@@ -251,8 +256,14 @@ pub(crate) fn install_from_file(
         batch.put(cf, &key, &value)?;
         if batch.len() >= INSTALL_BATCH_ROWS {
             let full = std::mem::replace(&mut batch, engine.batch());
-            engine.write(full, false)?;
+            engine.write_unlogged(full)?;
         }
+    }
+    // The rows so far skipped the WAL (the install marker makes a crash
+    // redo the whole install): they are made durable here, before the
+    // last batch records the install as applied.
+    for cf in Cf::STATE_MACHINE.into_iter().chain([Cf::SmMeta]) {
+        engine.flush(cf)?;
     }
     batch.put(
         Cf::SmMeta,

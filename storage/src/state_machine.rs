@@ -66,6 +66,9 @@ pub struct StateMachine {
     sessions: SessionTable,
     /// Told whenever a newer snapshot file is in place.
     horizon: PurgeHorizon,
+    /// The file of the snapshot stream begun last, which its install
+    /// renames into place instead of copying.
+    receiving: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -142,6 +145,7 @@ impl StateMachine {
                 faults: DiskFaults::default(),
                 sessions,
                 horizon,
+                receiving: None,
             },
             applied_rx,
         ))
@@ -316,6 +320,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     ErrorVerb::Write,
                 )
             })?;
+        self.receiving = Some(path);
         Ok(Box::new(file))
     }
 
@@ -328,9 +333,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         use tokio::io::{AsyncSeekExt, AsyncWriteExt};
         let started = std::time::Instant::now();
         let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
+        let receiving = self.receiving.take();
+        let dir = self.snapshot_dir.clone();
         let stage = async {
             let mut file = snapshot;
             file.flush().await?;
+            // The stream's own file, as openraft hands back, is synced and
+            // renamed into place: half the disk traffic of a copy.
+            if let Some(path) = receiving {
+                if same_file(&file, &path).await? {
+                    file.sync_all().await?;
+                    let bytes = file.metadata().await?.len();
+                    tokio::fs::rename(&path, &staged).await?;
+                    tokio::fs::File::open(&dir).await?.sync_all().await?;
+                    return Ok(bytes);
+                }
+            }
             file.seek(std::io::SeekFrom::Start(0)).await?;
             let mut out = tokio::fs::File::create(&staged).await?;
             let bytes = tokio::io::copy(&mut file, &mut out).await?;
@@ -433,6 +451,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
+}
+
+/// Whether the open `file` is the file at `path` (same device and inode).
+async fn same_file(file: &tokio::fs::File, path: &std::path::Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata().await?;
+    Ok(match tokio::fs::metadata(path).await {
+        Ok(named) => named.dev() == open.dev() && named.ino() == open.ino(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    })
 }
 
 /// Builds a snapshot from a consistent RocksDB view, off the apply path.

@@ -725,3 +725,172 @@ async fn a_batch_entry_applies_exactly_like_one_entry_per_command() {
     }
     assert_eq!(b.applied().compacted, Revision::ZERO);
 }
+
+/// The inode of `path`.
+fn inode(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("metadata").ino()
+}
+
+/// The `incoming-*.snap` files under `dir`.
+fn incoming_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("snapshot dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("incoming"))
+        })
+        .collect()
+}
+
+/// An install renames the stream's own file into place (no copy); the
+/// file of a stream a newer one replaced is copied instead, since its name
+/// is gone. Both install the same state.
+#[tokio::test]
+async fn an_install_renames_its_streams_file_and_copies_an_abandoned_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let mut next = 1;
+    let cmds: Vec<Command> = (0..50).map(|i| put(&format!("k/{i:02}"), "v")).collect();
+    apply_all(&mut sm, &mut next, cmds).await;
+    let mut builder = sm.get_snapshot_builder().await;
+    let snapshot = builder.build_snapshot().await.expect("build");
+    let meta = snapshot.meta.clone();
+    let bytes = std::fs::read(dir.path().join("a/snapshots/current.snap")).expect("snapshot");
+
+    for abandoned in [false, true] {
+        let name = if abandoned { "abandoned" } else { "renamed" };
+        let (_log2, mut sm2, store2) =
+            kubestore_storage::open(&dir.path().join(name)).expect("open");
+        let snapshots = dir.path().join(name).join("snapshots");
+        let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
+        let streamed = incoming_files(&snapshots);
+        assert_eq!(streamed.len(), 1, "{streamed:?}");
+        let streamed_inode = inode(&streamed[0]);
+        if abandoned {
+            // A newer stream begins: the first one's file is unlinked.
+            let _newer = sm2.begin_receiving_snapshot().await.expect("receive again");
+        }
+        tokio::io::AsyncWriteExt::write_all(&mut *incoming, &bytes)
+            .await
+            .expect("write");
+        sm2.install_snapshot(&meta, incoming)
+            .await
+            .expect("install");
+        let current = inode(&snapshots.join("current.snap"));
+        assert_eq!(
+            current == streamed_inode,
+            !abandoned,
+            "{name}: current.snap is the streamed file only when it was renamed"
+        );
+        assert_eq!(
+            std::fs::read(snapshots.join("current.snap")).expect("installed file"),
+            bytes,
+            "{name}"
+        );
+        assert!(
+            incoming_files(&snapshots).is_empty(),
+            "{name}: nothing incoming is left"
+        );
+        assert_eq!(
+            read(&store2, "", None).expect("installed"),
+            read(&store, "", None).expect("source"),
+            "{name}"
+        );
+    }
+}
+
+const INSTALL_CRASH_DIR: &str = "KUBESTORE_TEST_INSTALL_CRASH_DIR";
+
+/// Not a test on its own: the child process of the install crash test.
+/// It fills a source store (`src`) once, snapshots it, then installs that
+/// snapshot into `dst` over and over until it is killed, saying when each
+/// install starts.
+#[tokio::test]
+async fn install_crash_child_installs_until_killed() {
+    let Ok(dir) = std::env::var(INSTALL_CRASH_DIR) else {
+        return;
+    };
+    let dir = std::path::Path::new(&dir);
+    let (_log, mut sm, _store) = kubestore_storage::open(&dir.join("src")).expect("open src");
+    let mut next = 1;
+    let value = "v".repeat(2048);
+    let cmds: Vec<Command> = (0..5_000)
+        .map(|i| put(&format!("k/{:04}", i % 2_500), &value))
+        .collect();
+    apply_all(&mut sm, &mut next, cmds).await;
+    let mut builder = sm.get_snapshot_builder().await;
+    let snapshot = builder.build_snapshot().await.expect("build");
+    let bytes = std::fs::read(dir.join("src/snapshots/current.snap")).expect("snapshot");
+    let (_log2, mut dst, _store2) = kubestore_storage::open(&dir.join("dst")).expect("open dst");
+    for round in 1.. {
+        let mut incoming = dst.begin_receiving_snapshot().await.expect("receive");
+        tokio::io::AsyncWriteExt::write_all(&mut *incoming, &bytes)
+            .await
+            .expect("write");
+        println!("installing {round}");
+        dst.install_snapshot(&snapshot.meta, incoming)
+            .await
+            .expect("install");
+    }
+}
+
+/// A node killed anywhere in a snapshot install (whose rows skip the WAL)
+/// reopens with the whole snapshot installed: the install is redone from
+/// its staged file, never left half done.
+#[tokio::test]
+async fn reopening_after_a_kill_mid_install_finds_the_whole_snapshot() {
+    if std::env::var(INSTALL_CRASH_DIR).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Where in an install the kill lands: right at its start, then later.
+    for delay_ms in [0u64, 40, 120, 250] {
+        let mut child = Process::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "install_crash_child_installs_until_killed",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(INSTALL_CRASH_DIR, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("stdout");
+        // The second install: the first one completed.
+        for line in BufReader::new(stdout).lines() {
+            if line.expect("line") == "installing 2" {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+
+        let (_log, mut src, source) =
+            kubestore_storage::open(&dir.path().join("src")).expect("reopen src");
+        let (_log2, mut dst, installed) =
+            kubestore_storage::open(&dir.path().join("dst")).expect("reopen dst");
+        assert_eq!(
+            dst.applied_state().await.expect("dst applied").0,
+            src.applied_state().await.expect("src applied").0,
+            "killed {delay_ms} ms into an install"
+        );
+        assert_eq!(installed.applied().revision, source.applied().revision);
+        let rows = read(&installed, "", None).expect("installed rows");
+        assert_eq!(rows.len(), 2_500, "killed {delay_ms} ms into an install");
+        assert_eq!(rows, read(&source, "", None).expect("source rows"));
+        assert_eq!(
+            read(&installed, "", Some(2_600)).expect("installed history"),
+            read(&source, "", Some(2_600)).expect("source history")
+        );
+        // The next child starts from scratch.
+        drop((src, dst, source, installed));
+        std::fs::remove_dir_all(dir.path().join("src")).expect("clear src");
+        std::fs::remove_dir_all(dir.path().join("dst")).expect("clear dst");
+    }
+}

@@ -74,6 +74,9 @@ pub struct ClusterOptions {
     /// Build a Raft snapshot every this many entries (small values force
     /// followers to catch up by snapshot).
     pub snapshot_after_entries: u64,
+    /// Log entries kept behind each snapshot (fewer than a follower lags
+    /// by force a snapshot install).
+    pub snapshot_catch_up_entries: u64,
     /// Seconds between watch bookmarks.
     pub watch_bookmark_interval_seconds: u64,
     /// History kept by the leader's periodic compaction, in seconds.
@@ -97,6 +100,7 @@ impl Default for ClusterOptions {
     fn default() -> Self {
         Self {
             snapshot_after_entries: 10_000,
+            snapshot_catch_up_entries: kubestore_server::config::DEFAULT_SNAPSHOT_CATCH_UP_ENTRIES,
             watch_bookmark_interval_seconds: 60,
             history_retention_seconds: 300,
             compaction_interval_seconds: 30,
@@ -295,6 +299,7 @@ impl TestCluster {
         c.peer_addr = addrs.peer;
         c.peers = self.peers.clone();
         c.snapshot_after_entries = self.options.snapshot_after_entries;
+        c.snapshot_catch_up_entries = self.options.snapshot_catch_up_entries;
         c.watch_bookmark_interval_seconds = self.options.watch_bookmark_interval_seconds;
         c.history_retention_seconds = self.options.history_retention_seconds;
         c.compaction_interval_seconds = self.options.compaction_interval_seconds;

@@ -79,8 +79,20 @@ fn bench_compare_writes_ratios_runs_and_plots() {
             r["ratios"]
         );
     }
+    for key in ["rest_create_c64", "rest_update_c64"] {
+        let ratio = r["rest_ratios"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(
+            ratio.is_finite() && ratio > 0.0,
+            "REST ratio {key}: {}",
+            r["rest_ratios"]
+        );
+    }
     let runs = r["runs"].as_array().expect("runs");
-    assert_eq!(runs.len(), 8, "4 workloads x 2 stores");
+    assert_eq!(
+        runs.len(),
+        10,
+        "4 etcd-API workloads x 2 stores, 2 REST workloads on kubestore"
+    );
     for run in runs {
         assert_eq!(run["errors"], 0, "{run}");
         assert_eq!(run["requests"], 60);

@@ -113,7 +113,19 @@ async fn a_write_through_one_node_is_seen_by_a_most_recent_read_on_every_other()
     c.shutdown().await;
 }
 
-async fn follower_catch_up(options: ClusterOptions, expect_snapshot: bool) {
+/// How a restarted follower must catch up in [`follower_catch_up`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatchUp {
+    /// From the log; the leader has no snapshot past the follower.
+    Log,
+    /// From the log, although the leader has snapshotted past the follower.
+    LogKeptBehindSnapshots,
+    /// Only a snapshot can catch it up: the leader purged what it missed.
+    Snapshot,
+}
+
+async fn follower_catch_up(options: ClusterOptions, how: CatchUp) {
+    let expect_snapshot = how == CatchUp::Snapshot;
     let mut c = TestCluster::with_options(3, options)
         .await
         .expect("cluster");
@@ -137,6 +149,13 @@ async fn follower_catch_up(options: ClusterOptions, expect_snapshot: bool) {
         assert!(
             purged.is_none_or(|p| p < stopped_at),
             "the log must still hold what the follower misses"
+        );
+    }
+    if how == CatchUp::LogKeptBehindSnapshots {
+        let snapshot = leader_status["snapshot_index"].as_u64();
+        assert!(
+            snapshot.is_some_and(|s| s > stopped_at),
+            "the leader must have snapshotted past the follower ({snapshot:?} vs {stopped_at})"
         );
     }
 
@@ -183,7 +202,22 @@ async fn follower_catch_up(options: ClusterOptions, expect_snapshot: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_follower_catches_up_by_log() {
-    follower_catch_up(ClusterOptions::default(), false).await;
+    follower_catch_up(ClusterOptions::default(), CatchUp::Log).await;
+}
+
+/// Snapshots far more often than the follower lags: the leader still
+/// keeps the catch-up window of log behind each one, so the follower is
+/// sent entries, not a whole snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_by_many_snapshot_intervals_catches_up_from_the_kept_log() {
+    follower_catch_up(
+        ClusterOptions {
+            snapshot_after_entries: 100,
+            ..ClusterOptions::default()
+        },
+        CatchUp::LogKeptBehindSnapshots,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,9 +225,10 @@ async fn a_stopped_follower_catches_up_by_snapshot() {
     follower_catch_up(
         ClusterOptions {
             snapshot_after_entries: 100,
+            snapshot_catch_up_entries: 50,
             ..ClusterOptions::default()
         },
-        true,
+        CatchUp::Snapshot,
     )
     .await;
 }
@@ -725,6 +760,7 @@ async fn a_deposed_leader_whose_pending_writes_a_snapshot_covered_takes_writes_a
         3,
         ClusterOptions {
             snapshot_after_entries: 100,
+            snapshot_catch_up_entries: 50,
             ..ClusterOptions::default()
         },
     )

@@ -5,9 +5,12 @@
 //! It starts a 3-member etcd (the `etcd` binary, Debian's 3.4) and a
 //! 3-node kubestore (this binary's `serve`), each with data under the
 //! output directory, runs every etcd-API workload against one store and
-//! then the other, and writes `results.json` (top-level `ratios`:
-//! kubestore/etcd throughput per workload; `runs`: every figure of both
-//! stores), plots and the disk's fsync rate.
+//! then the other, then kubestore's REST creates and updates of the same
+//! size, and writes `results.json` (top-level `ratios`: kubestore/etcd
+//! throughput per workload; `rest_ratios`: kubestore's REST write rate over
+//! its own etcd-API put rate at the same clients, the price of the
+//! Kubernetes layer; `runs`: every figure of both stores), plots and the
+//! disk's fsync rate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
@@ -65,6 +68,17 @@ const PLAN: [(&str, &str, usize); 4] = [
     ("range_serializable", "range_serializable", 64),
 ];
 
+/// The Kubernetes-layer workloads, run on kubestore alone after [`PLAN`],
+/// as `(key in rest_ratios, REST workload, clients, the etcd-API run of
+/// kubestore it is divided by)`.
+const REST_PLAN: [(&str, &str, usize, &str); 2] = [
+    ("rest_create_c64", "create", 64, "put"),
+    ("rest_update_c64", "update", 64, "put"),
+];
+
+/// ConfigMaps seeded for the REST updates (which spread over 100).
+const REST_SEEDED: usize = 100;
+
 /// A port nothing listens on, below Linux's ephemeral range (32768 and
 /// up), and not handed out before by this process. A port the kernel hands
 /// out for `bind(0)` comes from that range, and between probing it and the
@@ -90,6 +104,8 @@ fn free_port() -> anyhow::Result<u16> {
 /// Three running processes of one store, killed on drop.
 struct Cluster {
     endpoints: Vec<String>,
+    /// The REST base URLs (kubestore only).
+    rest: Vec<String>,
     children: Vec<Child>,
 }
 
@@ -145,6 +161,7 @@ async fn start_etcd(bin: &Path, data: &Path) -> anyhow::Result<Cluster> {
     }
     Ok(Cluster {
         endpoints: clients.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        rest: Vec::new(),
         children,
     })
 }
@@ -235,6 +252,7 @@ async fn start_kubestore(data: &Path, read_lease_ms: u64) -> anyhow::Result<Clus
         .collect::<Result<_, _>>()?;
     Ok(Cluster {
         endpoints: specs.iter().map(|s| s.grpc.clone()).collect(),
+        rest: specs.iter().map(|s| format!("http://{}", s.rest)).collect(),
         children,
     })
 }
@@ -363,6 +381,23 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                         runs.push(r);
                     }
                 }
+                workload::seed_rest(&kubestore.rest, REST_SEEDED, 1024).await?;
+                for (key, name, clients, _) in REST_PLAN {
+                    let workload = Workload::rest(name, REST_SEEDED)?;
+                    let pids = kubestore.pids();
+                    let before = CpuSample::take(&pids);
+                    let mut r = workload::run_rest(
+                        &workload,
+                        &kubestore.rest,
+                        clients,
+                        &load(put_requests),
+                    )
+                    .await?;
+                    let spent = before.until(&CpuSample::take(&pids));
+                    cpu.push(("kubestore", key, spent, r.requests.saturating_sub(r.errors)));
+                    r.store = "kubestore".into();
+                    runs.push(r);
+                }
                 anyhow::Ok(())
             }
             .await
@@ -390,6 +425,15 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
             p99_ratios.insert(key.into(), json!(k.p99_ms / e.p99_ms.max(1e-9)));
         }
     }
+    let mut rest_ratios = serde_json::Map::new();
+    for (key, name, clients, etcd_api) in REST_PLAN {
+        if let (Some(r), Some(p)) = (
+            find("kubestore", name, clients),
+            find("kubestore", etcd_api, clients),
+        ) {
+            rest_ratios.insert(key.into(), json!(r.throughput / p.throughput.max(1e-9)));
+        }
+    }
     let cpu_report = cpu_report(&cpu);
     let puts_per_fsync = find("kubestore", "put", 256).map(|r| r.throughput / fsyncs.max(1e-9));
     let results = json!({
@@ -401,6 +445,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         "kubestore_puts_per_disk_fsync_c256": puts_per_fsync,
         "ratios": ratios,
         "p99_ratios": p99_ratios,
+        "rest_ratios": rest_ratios,
         "cpu": cpu_report.json,
         "cpu_per_request_ratios": cpu_report.ratios,
         "runs": runs,
@@ -410,18 +455,32 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         serde_json::to_vec_pretty(&results)?,
     )?;
     let series: Vec<(&str, &RunResult)> = runs.iter().map(|r| ("", r)).collect();
-    plot::latency_cdf(&args.out.join("latency-cdf.svg"), "etcd API", &series)?;
-    plot::latency_vs_throughput(
-        &args.out.join("latency-vs-throughput.svg"),
-        "etcd API",
+    plot::latency_cdf(
+        &args.out.join("latency-cdf.svg"),
+        "etcd API (and kubestore REST)",
         &series,
     )?;
-    println!("{}", workload::table("etcd API, 3 members each", &runs));
+    plot::latency_vs_throughput(
+        &args.out.join("latency-vs-throughput.svg"),
+        "etcd API (and kubestore REST)",
+        &series,
+    )?;
+    println!(
+        "{}",
+        workload::table(
+            "etcd API, 3 members each; then kubestore's REST writes",
+            &runs
+        )
+    );
     println!(
         "kubestore / etcd throughput (kubestore read lease: {} ms):",
         args.read_lease_ms
     );
     for (k, v) in &ratios {
+        println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
+    }
+    println!("kubestore REST writes / kubestore etcd-API puts, same clients:");
+    for (k, v) in &rest_ratios {
         println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
     }
     println!("{}", cpu_report.table);
