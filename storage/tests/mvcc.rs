@@ -845,9 +845,11 @@ async fn reopening_after_a_kill_mid_install_finds_the_whole_snapshot() {
     if std::env::var(INSTALL_CRASH_DIR).is_ok() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
+    let base = tempfile::tempdir().expect("tempdir");
     // Where in an install the kill lands: right at its start, then later.
+    // Each round has directories of its own.
     for delay_ms in [0u64, 40, 120, 250] {
+        let dir = base.path().join(format!("after-{delay_ms}ms"));
         let mut child = Process::new(std::env::current_exe().expect("exe"))
             .args([
                 "--exact",
@@ -855,7 +857,7 @@ async fn reopening_after_a_kill_mid_install_finds_the_whole_snapshot() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(INSTALL_CRASH_DIR, dir.path())
+            .env(INSTALL_CRASH_DIR, &dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -872,9 +874,9 @@ async fn reopening_after_a_kill_mid_install_finds_the_whole_snapshot() {
         child.wait().expect("wait");
 
         let (_log, mut src, source) =
-            kubestore_storage::open(&dir.path().join("src")).expect("reopen src");
+            kubestore_storage::open(&dir.join("src")).expect("reopen src");
         let (_log2, mut dst, installed) =
-            kubestore_storage::open(&dir.path().join("dst")).expect("reopen dst");
+            kubestore_storage::open(&dir.join("dst")).expect("reopen dst");
         assert_eq!(
             dst.applied_state().await.expect("dst applied").0,
             src.applied_state().await.expect("src applied").0,
@@ -888,9 +890,5 @@ async fn reopening_after_a_kill_mid_install_finds_the_whole_snapshot() {
             read(&installed, "", Some(2_600)).expect("installed history"),
             read(&source, "", Some(2_600)).expect("source history")
         );
-        // The next child starts from scratch.
-        drop((src, dst, source, installed));
-        std::fs::remove_dir_all(dir.path().join("src")).expect("clear src");
-        std::fs::remove_dir_all(dir.path().join("dst")).expect("clear dst");
     }
 }
