@@ -34,8 +34,8 @@ use crate::schema::{self, Cf};
 use crate::session_table::{SessionTable, WithSessions};
 use crate::snapshot::{
     build_snapshot_file, finish_install, install_from_file, io_err, open_horizon,
-    read_snapshot_meta, remove_incoming, snapshot_header, unique_suffix, SnapshotFiles,
-    CURRENT_SNAPSHOT, INCOMING_PREFIX, STAGED_SNAPSHOT,
+    read_snapshot_meta, remove_incoming, snapshot_header, stage_received, unique_suffix,
+    SnapshotFiles, CURRENT_SNAPSHOT, INCOMING_PREFIX, STAGED_SNAPSHOT,
 };
 
 /// Where the state machine stands, published after every applied batch.
@@ -330,37 +330,22 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta<NodeId, Node>,
         snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<NodeId>> {
-        use tokio::io::{AsyncSeekExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let started = std::time::Instant::now();
         let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
-        let receiving = self.receiving.take();
+        let received = self.receiving.take();
         let dir = self.snapshot_dir.clone();
         let stage = async {
             let mut file = snapshot;
-            file.flush().await?;
-            // The stream's own file, as openraft hands back, is synced and
-            // renamed into place: half the disk traffic of a copy.
-            if let Some(path) = receiving {
-                if same_file(&file, &path).await? {
-                    file.sync_all().await?;
-                    let bytes = file.metadata().await?.len();
-                    tokio::fs::rename(&path, &staged).await?;
-                    tokio::fs::File::open(&dir).await?.sync_all().await?;
-                    return Ok(bytes);
-                }
-            }
-            file.seek(std::io::SeekFrom::Start(0)).await?;
-            let mut out = tokio::fs::File::create(&staged).await?;
-            let bytes = tokio::io::copy(&mut file, &mut out).await?;
-            out.sync_all().await?;
-            Ok(bytes)
+            file.flush()
+                .await
+                .map_err(|e| StoreError::Io(staged.display().to_string(), e))?;
+            let file = file.into_std().await;
+            tokio::task::spawn_blocking(move || stage_received(file, received.as_deref(), &dir))
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("staging task failed: {e}")))?
         };
-        let bytes = stage.await.map_err(|e| {
-            snap_err(
-                StoreError::Io(staged.display().to_string(), e),
-                ErrorVerb::Write,
-            )
-        })?;
+        let bytes = stage.await.map_err(|e| snap_err(e, ErrorVerb::Write))?;
         let staged_after = started.elapsed();
         // Refused before anything is cleared: a snapshot of another
         // storage format (or not a snapshot), or one whose own metadata is
@@ -451,17 +436,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
-}
-
-/// Whether the open `file` is the file at `path` (same device and inode).
-async fn same_file(file: &tokio::fs::File, path: &std::path::Path) -> std::io::Result<bool> {
-    use std::os::unix::fs::MetadataExt;
-    let open = file.metadata().await?;
-    Ok(match tokio::fs::metadata(path).await {
-        Ok(named) => named.dev() == open.dev() && named.ino() == open.ino(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(e),
-    })
 }
 
 /// Builds a snapshot from a consistent RocksDB view, off the apply path.
