@@ -1,7 +1,8 @@
 //! `kubestore bench` end to end in a tiny configuration: the side-by-side
 //! comparison with Debian's etcd writes the results.json shape the README
 //! documents and its plots, the REST workloads report how each read mode
-//! was served, and the mixed workload accounts for every watch event. (No
+//! was served, the mixed workload accounts for every watch event, and the
+//! scale workload measures every count it grows to. (No
 //! timing is asserted: benchmarks are programs.)
 
 use std::process::Command;
@@ -368,4 +369,80 @@ fn bench_overload_runs_both_clusters_and_only_the_limited_one_refuses() {
         r["ratios"]["with_limits"]["admitted_over_sustainable"].is_number(),
         "{r}"
     );
+}
+
+#[test]
+fn bench_scale_measures_every_count_of_both_kinds_and_catches_up_through_a_snapshot() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(kubestore_binary().expect("binary"))
+        .args(["bench", "scale", "--no-progress", "--objects", "150,700"])
+        .args([
+            "--kinds",
+            "configmaps,pods",
+            "--clients",
+            "4",
+            "--samples",
+            "1",
+        ])
+        .args([
+            "--catch-up-writes",
+            "20000",
+            "--snapshot-after-entries",
+            "100",
+        ])
+        .args(["--snapshot-catch-up-entries", "50"])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("kubestore bench scale");
+    assert_succeeded(&output, out.path());
+    let raw = std::fs::read(out.path().join("scale-results.json")).expect("scale-results.json");
+    let r: Value = serde_json::from_slice(&raw).expect("json");
+    let kinds: Vec<&str> = r["kinds"]
+        .as_array()
+        .expect("kinds")
+        .iter()
+        .filter_map(|k| k["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["configmaps", "pods"], "{r}");
+    for kind in r["kinds"].as_array().expect("kinds") {
+        let points = kind["points"].as_array().expect("points");
+        let counts: Vec<u64> = points
+            .iter()
+            .filter_map(|p| p["objects"].as_u64())
+            .collect();
+        assert_eq!(counts, [150, 700], "{kind}");
+        for p in points {
+            let n = p["objects"].as_u64().unwrap_or(0);
+            let number = |path: &str| p.pointer(path).and_then(Value::as_f64).unwrap_or(f64::NAN);
+            // The objects are made to be about 1 KiB of JSON as stored (a
+            // pod's defaults alone are 1.2 KiB).
+            let json = number("/json_bytes_per_object");
+            assert!((900.0..1400.0).contains(&json), "{p}");
+            assert!(number("/disk_bytes_per_object") > 0.0, "{p}");
+            assert_eq!(p["rss_bytes"].as_array().map(Vec::len), Some(3), "{p}");
+            assert_eq!(p["paginated_pages"].as_u64(), Some(n.div_ceil(500)), "{p}");
+            assert!(number("/list_quorum/median_ms") > 0.0, "{p}");
+            assert!(number("/first_page_any/median_ms") > 0.0, "{p}");
+            assert!(
+                p["compacted_revisions"].as_u64().is_some_and(|c| c > 0),
+                "{p}"
+            );
+            let ready = number("/cold_start/ready_seconds");
+            assert!(
+                ready > 0.0 && number("/cold_start/serving_seconds") >= ready,
+                "{p}"
+            );
+            // Snapshots every 100 entries and 50 kept behind each: the
+            // cluster wrote until the leader purged its log past the
+            // stopped follower, which then caught up from a snapshot.
+            assert_eq!(p["catch_up"]["log_purged_past_follower"], true, "{p}");
+            assert_eq!(p["catch_up"]["snapshot_installed"], true, "{p}");
+            assert!(number("/catch_up/snapshot_bytes") > 0.0, "{p}");
+        }
+    }
+    for plot in ["bytes-per-object", "list-latency", "recovery"] {
+        assert_svg(out.path().join(format!("scale-{plot}.svg")));
+    }
+    assert!(!out.path().join("data").exists(), "data is cleaned up");
 }

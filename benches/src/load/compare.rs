@@ -58,6 +58,10 @@ pub struct CompareArgs {
     /// linearizable read run a heartbeat round, as etcd's do.
     #[arg(long, default_value_t = kubestore_server::config::DEFAULT_READ_LEASE_MS)]
     pub read_lease_ms: u64,
+    /// `--snapshot-after-entries`, if not the default.
+    pub snapshot_after_entries: Option<u64>,
+    /// `--snapshot-catch-up-entries`, if not the default.
+    pub snapshot_catch_up_entries: Option<u64>,
 }
 
 /// The workloads compared, as `(key in ratios, workload, clients)`.
@@ -180,6 +184,10 @@ pub(super) struct NodeSpec {
     pub rest: String,
     pub peers: String,
     pub read_lease_ms: u64,
+    /// `--snapshot-after-entries`, if not the default.
+    pub snapshot_after_entries: Option<u64>,
+    /// `--snapshot-catch-up-entries`, if not the default.
+    pub snapshot_catch_up_entries: Option<u64>,
 }
 
 impl NodeSpec {
@@ -196,6 +204,12 @@ impl NodeSpec {
         c.peer_addr = self.peer.parse().context("peer address")?;
         c.peers = self.peers.split(',').map(str::to_string).collect();
         c.read_lease_ms = self.read_lease_ms;
+        if let Some(n) = self.snapshot_after_entries {
+            c.snapshot_after_entries = n;
+        }
+        if let Some(n) = self.snapshot_catch_up_entries {
+            c.snapshot_catch_up_entries = n;
+        }
         Ok(c)
     }
 
@@ -203,6 +217,20 @@ impl NodeSpec {
     pub(super) fn spawn_configured(
         &self,
         adjust: impl FnOnce(&mut ServeConfig),
+    ) -> anyhow::Result<Child> {
+        self.spawn_logged(adjust, "warn")
+    }
+
+    /// [`NodeSpec::spawn`] logging what `filter` (a `KUBESTORE_LOG`
+    /// directive) lets through.
+    pub(super) fn spawn_with_log(&self, filter: &str) -> anyhow::Result<Child> {
+        self.spawn_logged(|_| {}, filter)
+    }
+
+    fn spawn_logged(
+        &self,
+        adjust: impl FnOnce(&mut ServeConfig),
+        filter: &str,
     ) -> anyhow::Result<Child> {
         let mut config = self.config()?;
         adjust(&mut config);
@@ -212,8 +240,9 @@ impl NodeSpec {
             .open(self.log_dir.join(format!("kubestore-{}.log", self.id)))?;
         Ok(Command::new(std::env::current_exe()?)
             .args(config.to_args())
-            .env("KUBESTORE_LOG", "warn")
-            .stdout(Stdio::null())
+            .env("KUBESTORE_LOG", filter)
+            // The log goes to stdout, panics to stderr: both to the file.
+            .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true)
             .spawn()?)
@@ -240,6 +269,8 @@ pub(super) fn kubestore_specs(data: &Path, read_lease_ms: u64) -> anyhow::Result
             rest: format!("127.0.0.1:{}", rest[i]),
             peers: peers.join(","),
             read_lease_ms,
+            snapshot_after_entries: None,
+            snapshot_catch_up_entries: None,
         })
         .collect())
 }

@@ -18,6 +18,10 @@
 //! a fixed time: node lease renewals, pod status updates, pod lists and one
 //! pod watch per node, one result row per operation kind.
 //!
+//! `kubestore bench scale` grows a 3-node kubestore to each of a list of
+//! object counts and measures memory and disk per object, LIST and page
+//! latency, compaction, cold start and snapshot catch-up at each.
+//!
 //! Results go to the terminal as a table, to `results.json`, and as SVG
 //! plots (latency CDFs, latency against throughput).
 
@@ -29,6 +33,7 @@ mod overload;
 mod plot;
 mod record;
 mod restart;
+mod scale;
 mod watch;
 mod workload;
 
@@ -66,6 +71,10 @@ pub enum BenchCommand {
     /// loop), with its in-flight limits and without: admitted latency,
     /// refusals and memory.
     Overload(overload::OverloadArgs),
+    /// Cost curves as the store grows: memory and disk per object, LIST
+    /// and page latency, compaction, cold start and snapshot catch-up at
+    /// each object count.
+    Scale(scale::ScaleArgs),
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +150,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Restart(a) => restart::run(a).await,
         BenchCommand::Mixed(a) => mixed::driver::run(a).await,
         BenchCommand::Overload(a) => overload::run(a).await,
+        BenchCommand::Scale(a) => scale::run(a).await,
     }
 }
 

@@ -35,7 +35,7 @@ fn label(prefix: &str, r: &RunResult) -> String {
 type Group = (String, Vec<(f64, f64, usize)>);
 
 /// A chart's frame: its caption, margin and axis label areas.
-fn frame<'a, 'b, DB: DrawingBackend>(
+pub(super) fn frame<'a, 'b, DB: DrawingBackend>(
     root: &'a DrawingArea<DB, plotters::coord::Shift>,
     caption: String,
 ) -> ChartBuilder<'a, 'b, DB> {
@@ -49,7 +49,7 @@ fn frame<'a, 'b, DB: DrawingBackend>(
 }
 
 /// The series labels, upper left on a light box.
-fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     chart
@@ -60,7 +60,7 @@ fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
         .draw()
 }
 
-fn color(i: usize) -> RGBColor {
+pub(super) fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 

@@ -118,7 +118,7 @@ async fn load(specs: &[NodeSpec], args: &RestartArgs) -> anyhow::Result<f64> {
 }
 
 /// The node's view of the cluster from `/debug/cluster`.
-async fn leader_of(http: &reqwest::Client, spec: &NodeSpec) -> anyhow::Result<u64> {
+pub(super) async fn leader_of(http: &reqwest::Client, spec: &NodeSpec) -> anyhow::Result<u64> {
     let status: serde_json::Value = http
         .get(format!("http://{}/debug/cluster", spec.rest))
         .send()
@@ -203,7 +203,7 @@ async fn restart(
     })
 }
 
-fn dir_bytes(dir: &std::path::Path) -> u64 {
+pub(super) fn dir_bytes(dir: &std::path::Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

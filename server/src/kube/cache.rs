@@ -179,8 +179,65 @@ impl CachedObject {
     }
 }
 
-/// A type's objects at one revision, keyed by etcd key.
-pub type Objects = OrdMap<String, Arc<CachedObject>>;
+/// A type's objects at one revision, keyed by etcd key, and how many sit
+/// under each parent key (`/registry/<type>/<namespace>/`, or the type's
+/// own prefix for cluster-scoped types), so a list knows its size without
+/// a scan. Both maps are persistent: a clone is O(1) and shares structure.
+#[derive(Debug, Clone, Default)]
+pub struct Objects {
+    by_key: OrdMap<String, Arc<CachedObject>>,
+    per_parent: imbl::HashMap<String, usize>,
+}
+
+impl std::ops::Deref for Objects {
+    type Target = OrdMap<String, Arc<CachedObject>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.by_key
+    }
+}
+
+/// The parent of an etcd key: everything up to and including its last `/`.
+fn parent_of(key: &str) -> &str {
+    key.rfind('/').map_or("", |i| &key[..=i])
+}
+
+impl Objects {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces the object at `key`.
+    pub fn insert(&mut self, key: String, object: Arc<CachedObject>) {
+        let parent = parent_of(&key).to_string();
+        if self.by_key.insert(key, object).is_none() {
+            *self.per_parent.entry(parent).or_insert(0) += 1;
+        }
+    }
+
+    /// Removes the object at `key`, if there is one.
+    pub fn remove(&mut self, key: &str) {
+        if self.by_key.remove(key).is_none() {
+            return;
+        }
+        let parent = parent_of(key);
+        match self.per_parent.get(parent).copied() {
+            Some(n) if n > 1 => {
+                self.per_parent.insert(parent.to_string(), n - 1);
+            }
+            _ => {
+                self.per_parent.remove(parent);
+            }
+        }
+    }
+
+    /// How many objects are direct children of `parent` (a namespace's
+    /// collection prefix, `/registry/<type>/<namespace>/`): O(1). The
+    /// whole map is one type's, so its `len` counts the whole collection.
+    pub fn children_of(&self, parent: &str) -> usize {
+        self.per_parent.get(parent).copied().unwrap_or(0)
+    }
+}
 
 /// One change to one object, with the states on either side.
 #[derive(Debug, Clone)]
@@ -1117,6 +1174,40 @@ mod tests {
         f.cache.catch_up_blocking().await.expect("fed");
         assert!(waiter.await.expect("waiter"), "woken by the feed");
         assert!(f.cache.wait_for(0, Duration::ZERO).await, "already there");
+    }
+
+    #[test]
+    fn objects_count_each_namespace_and_a_snapshot_keeps_its_counts() {
+        let object = |name: &str| {
+            Arc::new(
+                CachedObject::from_value(serde_json::json!({"metadata": {"name": name}}))
+                    .expect("object"),
+            )
+        };
+        let mut objects = Objects::new();
+        for key in [
+            "/registry/configmaps/a/x",
+            "/registry/configmaps/a/y",
+            "/registry/configmaps/b/x",
+        ] {
+            objects.insert(key.into(), object(key));
+        }
+        // Replacing an object does not count it twice.
+        objects.insert("/registry/configmaps/a/x".into(), object("x2"));
+        let snapshot = objects.clone();
+        objects.remove("/registry/configmaps/a/y");
+        objects.remove("/registry/configmaps/a/absent");
+        objects.remove("/registry/configmaps/b/x");
+        let counts = |o: &Objects| {
+            [
+                "/registry/configmaps/a/",
+                "/registry/configmaps/b/",
+                "/registry/configmaps/c/",
+            ]
+            .map(|p| o.children_of(p))
+        };
+        assert_eq!((counts(&snapshot), snapshot.len()), ([2, 1, 0], 3));
+        assert_eq!((counts(&objects), objects.len()), ([1, 0, 0], 1));
     }
 
     #[tokio::test]

@@ -2,7 +2,10 @@
 //!
 //! The continue token is kube's shape: base64url (no padding) of
 //! `{"v":"meta.k8s.io/v1","rv":<revision>,"start":"<next key relative to
-//! the collection prefix>"}`. Every page after the first is read at the
+//! the collection prefix>"}`, plus, where the server knows it, `"remaining":
+//! <items after the page>` (the `remainingItemCount` it answered with), so
+//! the next page's count follows by subtraction instead of a scan of the
+//! rest of the collection. Every page after the first is read at the
 //! first page's revision from the MVCC history; `rv: -1` (only handed out
 //! with a 410 for a compacted token) continues at the latest revision.
 
@@ -20,12 +23,18 @@ pub struct ContinueToken {
     pub revision: Option<u64>,
     /// The next key, relative to the collection prefix.
     pub start: String,
+    /// Items from `start` on at `revision`, when the server counted them.
+    pub remaining: Option<u64>,
 }
 
 impl ContinueToken {
     pub fn encode(&self) -> String {
         let rv = self.revision.map_or(-1, |r| r as i64);
-        let body = json!({ "v": TOKEN_VERSION, "rv": rv, "start": self.start }).to_string();
+        let mut body = json!({ "v": TOKEN_VERSION, "rv": rv, "start": self.start });
+        if let Some(n) = self.remaining {
+            body["remaining"] = json!(n);
+        }
+        let body = body.to_string();
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body)
     }
 
@@ -51,6 +60,7 @@ impl ContinueToken {
         Ok(Self {
             revision: u64::try_from(rv).ok().filter(|r| *r > 0),
             start: start.to_string(),
+            remaining: v["remaining"].as_u64(),
         })
     }
 }
@@ -85,11 +95,13 @@ mod tests {
         let t = ContinueToken {
             revision: Some(42),
             start: "default/b\u{0}".into(),
+            remaining: Some(7),
         };
         assert_eq!(ContinueToken::decode(&t.encode()).expect("decode"), t);
         let latest = ContinueToken {
             revision: None,
             start: "x".into(),
+            remaining: None,
         };
         assert!(latest.encode().len() > 10);
         assert_eq!(
@@ -157,9 +169,10 @@ mod proptests {
         fn every_token_handed_out_decodes_to_itself(
             revision in proptest::option::of(1..=i64::MAX as u64),
             start in "[a-z0-9][a-z0-9/.\u{0}-]{0,20}",
+            remaining in proptest::option::of(any::<u64>()),
         ) {
             prop_assume!(!start.contains(".."));
-            let token = ContinueToken { revision, start };
+            let token = ContinueToken { revision, start, remaining };
             prop_assert_eq!(ContinueToken::decode(&token.encode()).expect("decodes"), token);
         }
     }

@@ -39,12 +39,20 @@ enum View {
 /// One page from a map of objects: up to `limit` matches (all with 0)
 /// from key `start` within `prefix`; the key of the next match, if any, and
 /// how many objects follow (without selectors).
+///
+/// How many follow is known without a scan when `size` says how many
+/// objects the collection holds from `start` on: the whole collection on a
+/// first page (the map's per-namespace counts), what the previous page's
+/// token carried on a later one. Otherwise (a token without a count, such
+/// as one continuing at the latest revision after a `410`) the rest is
+/// counted: the one path whose cost grows with the collection.
 fn page_of(
     objects: &Objects,
     prefix: &str,
     start: &str,
     selectors: &Selectors,
     limit: u64,
+    size: CollectionSize,
 ) -> (Vec<Arc<CachedObject>>, Option<String>, Option<u64>) {
     let mut items = Vec::new();
     let mut rest = objects
@@ -54,12 +62,23 @@ fn page_of(
         .filter(|o| selectors.matches(&o.object));
     while let Some(obj) = rest.next() {
         if limit > 0 && items.len() as u64 == limit {
-            let remaining = selectors.is_empty().then(|| 1 + rest.count() as u64);
+            let remaining = selectors.is_empty().then(|| match size {
+                CollectionSize::From(from) => from.saturating_sub(limit),
+                CollectionSize::Unknown => 1 + rest.count() as u64,
+            });
             return (items, Some(obj.key.clone()), remaining);
         }
         items.push(obj.clone());
     }
     (items, None, None)
+}
+
+/// How many objects of a collection a page starts with, from the start key
+/// on, if known without a scan.
+#[derive(Debug, Clone, Copy)]
+enum CollectionSize {
+    From(u64),
+    Unknown,
 }
 
 impl KubeStore {
@@ -218,8 +237,20 @@ impl KubeStore {
                 revision,
                 served,
             } => {
+                let size = match &page.token {
+                    // The first page: the whole collection.
+                    None if ns.is_some() => {
+                        CollectionSize::From(objects.children_of(&prefix) as u64)
+                    }
+                    None => CollectionSize::From(objects.len() as u64),
+                    // A later page of the same snapshot: what the previous
+                    // page said followed it.
+                    Some(t) => t
+                        .remaining
+                        .map_or(CollectionSize::Unknown, CollectionSize::From),
+                };
                 let (items, next, remaining) =
-                    page_of(&objects, &prefix, &start, selectors, page.limit);
+                    page_of(&objects, &prefix, &start, selectors, page.limit, size);
                 (items, next, remaining, revision, served)
             }
             View::History(rv) => {
@@ -233,6 +264,7 @@ impl KubeStore {
             ContinueToken {
                 revision: Some(revision),
                 start: key[prefix.len()..].to_string(),
+                remaining,
             }
             .encode()
         });
@@ -285,6 +317,7 @@ impl KubeStore {
                             ContinueToken {
                                 revision: None,
                                 start: t.start.clone(),
+                                remaining: None,
                             }
                             .encode()
                         });

@@ -773,6 +773,80 @@ async fn pages_are_read_at_the_first_pages_revision_from_the_cache_or_history() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_counts_what_follows_it_without_scanning_the_rest() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    for (ns, count) in [("default", 7), ("kube-system", 4), ("kube-public", 2)] {
+        for i in 0..count {
+            n.create(rt, Some(ns), cm(&format!("cm-{i}"), "1")).await;
+        }
+    }
+    n.kube
+        .delete(rt, Some("default"), "cm-3", &Default::default())
+        .await
+        .expect("deleted");
+    // Pages of one namespace, and of all of them, three at a time.
+    for (ns, total) in [
+        (Some("default"), 6u64),
+        (Some("kube-system"), 4),
+        (None, 12),
+    ] {
+        let mut token = None;
+        let mut seen = 0u64;
+        loop {
+            let page = n
+                .kube
+                .list_page(
+                    rt,
+                    ns,
+                    Freshness::MostRecent,
+                    &Selectors::default(),
+                    &PageRequest { limit: 3, token },
+                )
+                .await
+                .expect("a page");
+            seen += page.items.len() as u64;
+            let Some(next) = page.continue_token else {
+                assert_eq!(page.remaining, None, "{ns:?}: the last page");
+                break;
+            };
+            assert_eq!(page.remaining, Some(total - seen), "{ns:?} after {seen}");
+            let next = ContinueToken::decode(&next).expect("a valid token");
+            assert_eq!(
+                next.remaining,
+                Some(total - seen),
+                "{ns:?}: the token carries it"
+            );
+            token = Some(next);
+        }
+        assert_eq!(seen, total, "{ns:?}");
+    }
+    // A token without a count (one continuing at the latest revision) is
+    // still answered with the count of what follows.
+    let page = n
+        .kube
+        .list_page(
+            rt,
+            Some("default"),
+            Freshness::MostRecent,
+            &Selectors::default(),
+            &PageRequest {
+                limit: 2,
+                token: Some(ContinueToken {
+                    revision: None,
+                    start: "cm-1".into(),
+                    remaining: None,
+                }),
+            },
+        )
+        .await
+        .expect("a page at the latest revision");
+    assert_eq!(names(&page), ["cm-1", "cm-2"]);
+    assert_eq!(page.remaining, Some(3));
+    n.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compacted_page_is_gone_with_a_token_that_continues_at_the_latest_revision() {
     let n = OneNode::start(1).await;
     let rt = configmaps();
