@@ -2,6 +2,8 @@
 //! ([`load`]: throughput and latency of running endpoints, and the
 //! side-by-side comparison with etcd), and the criterion micro-benchmarks
 //! of the hot paths (in `benches/benches/`) with the fixtures they share.
+//! `benches/examples/cache_memory.rs` measures what one object costs in
+//! the watch cache, in-process.
 //!
 //! It depends on the server only for shared constants and never the other
 //! way round, so the server does not link the histogram, progress-bar and
