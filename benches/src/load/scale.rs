@@ -751,6 +751,10 @@ fn plot(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> anyhow::Re
     )?;
     chart
         .configure_mesh()
+        .x_labels(6)
+        .y_labels(8)
+        .x_label_formatter(&|x| count_label(*x))
+        .y_label_formatter(&|y| format!("{y}"))
         .x_desc("objects (log)")
         .y_desc(y_desc)
         .draw()?;
@@ -766,6 +770,15 @@ fn plot(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> anyhow::Re
     super::plot::legend(&mut chart)?;
     root.present()?;
     Ok(())
+}
+
+/// An object count as an axis label: `10k`, `1M`.
+fn count_label(x: f64) -> String {
+    match x {
+        x if x >= 1e6 => format!("{}M", x / 1e6),
+        x if x >= 1e3 => format!("{}k", x / 1e3),
+        x => format!("{x}"),
+    }
 }
 
 /// The three plots of a run.
@@ -863,6 +876,29 @@ mod tests {
         assert_eq!(
             installed_snapshot(&log, (old.len() + new.len()) as u64).expect("read"),
             None
+        );
+    }
+
+    #[test]
+    fn a_plot_draws_every_series_on_log_axes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("p.svg");
+        let series = vec![
+            ("configmaps memory".to_string(), vec![(1e4, 15_516.0), (1e5, 10_195.0)]),
+            ("pods memory".to_string(), vec![(1e4, 22_923.0), (1e5, 16_611.0)]),
+        ];
+        plot(&path, "bytes per stored object", "bytes (log)", &series).expect("plotted");
+        let svg = std::fs::read_to_string(&path).expect("written");
+        for text in ["configmaps memory", "pods memory", "10k", "100k"] {
+            assert!(svg.contains(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn counts_are_labelled_in_thousands_and_millions() {
+        assert_eq!(
+            [150.0, 10_000.0, 250_000.0, 1_000_000.0].map(count_label),
+            ["150", "10k", "250k", "1M"]
         );
     }
 
