@@ -130,6 +130,14 @@ pub(super) async fn leader_of(http: &reqwest::Client, spec: &NodeSpec) -> anyhow
         .context("no leader in /debug/cluster")
 }
 
+/// Whether the node's `/readyz` answers 200.
+pub(super) async fn is_ready(http: &reqwest::Client, spec: &NodeSpec) -> bool {
+    http.get(format!("http://{}/readyz", spec.rest))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
 /// Keys under the prefix and the revision, read on `endpoint` without a
 /// quorum round: what that node itself has applied.
 async fn local_count(endpoint: &str) -> anyhow::Result<(i64, i64)> {
@@ -175,15 +183,8 @@ async fn restart(
         if Instant::now() > deadline {
             bail!("node {} was not back within 120 s", spec.id);
         }
-        if ready.is_none() {
-            let up = http
-                .get(format!("http://{}/readyz", spec.rest))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
-            if up {
-                ready = Some(started.elapsed());
-            }
+        if ready.is_none() && is_ready(http, spec).await {
+            ready = Some(started.elapsed());
         }
         if ready.is_some() {
             if let Ok((count, rev)) = local_count(&spec.grpc).await {

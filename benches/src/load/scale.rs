@@ -47,7 +47,7 @@ use tokio::process::Child;
 use super::compare::{fresh_data_dir, kubestore_specs, wait_ready, NodeSpec};
 use super::cpu::rss_bytes;
 use super::record::{progress, WORKLOAD_BAR};
-use super::restart::{dir_bytes, leader_of};
+use super::restart::{dir_bytes, is_ready, leader_of};
 
 /// The namespace the objects are created in.
 const NAMESPACE: &str = "scale";
@@ -436,16 +436,8 @@ impl Grown {
                     spec.id
                 );
             }
-            if ready.is_none() {
-                let up = self
-                    .http
-                    .get(format!("http://{}/readyz", spec.rest))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
-                if up {
-                    ready = Some(started.elapsed());
-                }
+            if ready.is_none() && is_ready(&self.http, spec).await {
+                ready = Some(started.elapsed());
             }
             if ready.is_some() && serves(&self.http, &probe, objects, revision).await {
                 break;
@@ -884,8 +876,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("p.svg");
         let series = vec![
-            ("configmaps memory".to_string(), vec![(1e4, 15_516.0), (1e5, 10_195.0)]),
-            ("pods memory".to_string(), vec![(1e4, 22_923.0), (1e5, 16_611.0)]),
+            (
+                "configmaps memory".to_string(),
+                vec![(1e4, 15_516.0), (1e5, 10_195.0)],
+            ),
+            (
+                "pods memory".to_string(),
+                vec![(1e4, 22_923.0), (1e5, 16_611.0)],
+            ),
         ];
         plot(&path, "bytes per stored object", "bytes (log)", &series).expect("plotted");
         let svg = std::fs::read_to_string(&path).expect("written");
