@@ -73,9 +73,15 @@ impl Kind {
         }
     }
 
+    /// The name of object `i`: `configmap-0000042`, `pod-0000042`.
+    fn name(self, i: u64) -> String {
+        let singular = self.plural().trim_end_matches('s');
+        format!("{singular}-{i:07}")
+    }
+
     /// Object `i`, with about `size` bytes of JSON once stored.
     fn object(self, i: u64, size: usize) -> Value {
-        let name = format!("{}-{i:07}", &self.plural()[..self.plural().len() - 1]);
+        let name = self.name(i);
         match self {
             // Stored with kind, apiVersion and metadata (uid, timestamps,
             // resourceVersion, managed fields): about 400 bytes over the
@@ -295,8 +301,7 @@ impl Grown {
                         return anyhow::Ok(());
                     }
                     let i = (base + n) % created;
-                    let name = kind.object(i, 0)["metadata"]["name"].clone();
-                    let name = name.as_str().unwrap_or_default();
+                    let name = kind.name(i);
                     let r = http
                         .patch(format!("{url}/{name}"))
                         .header("content-type", "application/merge-patch+json")
@@ -890,6 +895,16 @@ mod tests {
         for text in ["configmaps memory", "pods memory", "10k", "100k"] {
             assert!(svg.contains(text), "{text}");
         }
+    }
+
+    #[test]
+    fn objects_are_named_by_kind_and_number_and_carry_that_name() {
+        assert_eq!(Kind::Configmaps.name(42), "configmap-0000042");
+        assert_eq!(Kind::Pods.name(7), "pod-0000007");
+        assert_eq!(
+            Kind::Pods.object(7, 1024)["metadata"]["name"],
+            "pod-0000007"
+        );
     }
 
     #[test]
