@@ -207,12 +207,18 @@ impl Objects {
         Self::default()
     }
 
-    /// Adds or replaces the object at `key`.
+    /// Adds or replaces the object at `key`. A replacement, the common
+    /// case on the feed, leaves the counts alone and allocates nothing.
     pub fn insert(&mut self, key: String, object: Arc<CachedObject>) {
-        let parent = parent_of(&key).to_string();
-        if self.by_key.insert(key, object).is_none() {
-            *self.per_parent.entry(parent).or_insert(0) += 1;
+        if let Some(current) = self.by_key.get_mut(&key) {
+            *current = object;
+            return;
         }
+        *self
+            .per_parent
+            .entry(parent_of(&key).to_string())
+            .or_insert(0) += 1;
+        self.by_key.insert(key, object);
     }
 
     /// Removes the object at `key`, if there is one.
