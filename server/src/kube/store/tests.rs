@@ -68,6 +68,26 @@ impl OneNode {
         self.node.shutdown().await.expect("shutdown");
     }
 
+    /// One page of at most `limit` objects at the latest revision, without
+    /// selectors.
+    async fn page(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        limit: u64,
+        token: Option<ContinueToken>,
+    ) -> Result<Listed, KubeError> {
+        self.kube
+            .list_page(
+                rt,
+                ns,
+                Freshness::MostRecent,
+                &Selectors::default(),
+                &PageRequest { limit, token },
+            )
+            .await
+    }
+
     async fn create(&self, rt: &ResourceType, ns: Option<&str>, body: Value) -> Value {
         let admitted =
             admission::admit_create(rt, ns, body.to_string().as_bytes()).expect("admitted");
@@ -712,17 +732,7 @@ async fn pages_are_read_at_the_first_pages_revision_from_the_cache_or_history() 
             n.create(rt, Some("default"), cm(name, "1")).await;
         }
         let first = n
-            .kube
-            .list_page(
-                rt,
-                Some("default"),
-                Freshness::MostRecent,
-                &Selectors::default(),
-                &PageRequest {
-                    limit: 2,
-                    token: None,
-                },
-            )
+            .page(rt, Some("default"), 2, None)
             .await
             .expect("first page");
         assert_eq!(names(&first), ["a", "b"]);
@@ -739,17 +749,7 @@ async fn pages_are_read_at_the_first_pages_revision_from_the_cache_or_history() 
         let token = ContinueToken::decode(first.continue_token.as_deref().expect("a token"))
             .expect("a valid token");
         let second = n
-            .kube
-            .list_page(
-                rt,
-                Some("default"),
-                Freshness::MostRecent,
-                &Selectors::default(),
-                &PageRequest {
-                    limit: 2,
-                    token: Some(token),
-                },
-            )
+            .page(rt, Some("default"), 2, Some(token))
             .await
             .expect("second page");
         assert_eq!(names(&second), ["c"], "{max_events}");
@@ -794,17 +794,7 @@ async fn every_page_counts_what_follows_it_without_scanning_the_rest() {
         let mut token = None;
         let mut seen = 0u64;
         loop {
-            let page = n
-                .kube
-                .list_page(
-                    rt,
-                    ns,
-                    Freshness::MostRecent,
-                    &Selectors::default(),
-                    &PageRequest { limit: 3, token },
-                )
-                .await
-                .expect("a page");
+            let page = n.page(rt, ns, 3, token).await.expect("a page");
             seen += page.items.len() as u64;
             let Some(next) = page.continue_token else {
                 assert_eq!(page.remaining, None, "{ns:?}: the last page");
@@ -824,20 +814,15 @@ async fn every_page_counts_what_follows_it_without_scanning_the_rest() {
     // A token without a count (one continuing at the latest revision) is
     // still answered with the count of what follows.
     let page = n
-        .kube
-        .list_page(
+        .page(
             rt,
             Some("default"),
-            Freshness::MostRecent,
-            &Selectors::default(),
-            &PageRequest {
-                limit: 2,
-                token: Some(ContinueToken {
-                    revision: None,
-                    start: "cm-1".into(),
-                    remaining: None,
-                }),
-            },
+            2,
+            Some(ContinueToken {
+                revision: None,
+                start: "cm-1".into(),
+                remaining: None,
+            }),
         )
         .await
         .expect("a page at the latest revision");
@@ -853,19 +838,8 @@ async fn a_compacted_page_is_gone_with_a_token_that_continues_at_the_latest_revi
     for name in ["a", "b", "c"] {
         n.create(rt, Some("default"), cm(name, "1")).await;
     }
-    let page = PageRequest {
-        limit: 1,
-        token: None,
-    };
     let first = n
-        .kube
-        .list_page(
-            rt,
-            Some("default"),
-            Freshness::MostRecent,
-            &Selectors::default(),
-            &page,
-        )
+        .page(rt, Some("default"), 1, None)
         .await
         .expect("first page");
     n.update(rt, Some("default"), "b", cm("b", "2"))
@@ -878,21 +852,7 @@ async fn a_compacted_page_is_gone_with_a_token_that_continues_at_the_latest_revi
     let token = ContinueToken::decode(first.continue_token.as_deref().expect("a token"))
         .expect("a valid token");
     let start = token.start.clone();
-    let next = PageRequest {
-        limit: 1,
-        token: Some(token),
-    };
-    match n
-        .kube
-        .list_page(
-            rt,
-            Some("default"),
-            Freshness::MostRecent,
-            &Selectors::default(),
-            &next,
-        )
-        .await
-    {
+    match n.page(rt, Some("default"), 1, Some(token)).await {
         Err(KubeError::ExpiredContinue {
             token: Some(fresh), ..
         }) => {
