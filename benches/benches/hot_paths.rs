@@ -1,6 +1,8 @@
 //! Criterion micro-benchmarks of kubestore's hot paths: MVCC apply of a
 //! batch of entries, a range at an old revision, watch-cache fan-out to
-//! many watchers, list JSON encoding, and selector matching.
+//! many watchers, list JSON encoding, selector matching (on objects and on
+//! the cache's rendered attributes), and decoding a stored object into the
+//! watch cache.
 //!
 //! `cargo bench -p kubestore-benches --bench hot_paths`
 
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use kubestore_benches::configmap;
-use kubestore_server::kube::cache::{CacheLimits, CachedObject, WatchCache};
+use kubestore_server::kube::cache::{CacheLimits, CachedObject, WatchCache, WatchEventType};
 use kubestore_server::kube::resources::{self, ResourceType};
 use kubestore_server::kube::selectors::Selectors;
 use kubestore_storage::{
@@ -156,8 +158,14 @@ fn list_encoding(c: &mut Criterion) {
         .map(|i| {
             let key = rt.key(Some("default"), &format!("cm-{i:05}"));
             Arc::new(
-                CachedObject::decode(rt, key.as_bytes(), configmap(i).to_string().as_bytes(), 7)
-                    .expect("an object"),
+                CachedObject::decode(
+                    rt,
+                    key.as_bytes(),
+                    configmap(i).to_string().as_bytes(),
+                    7,
+                    WatchEventType::Added,
+                )
+                .expect("an object"),
             )
         })
         .collect();
@@ -170,15 +178,16 @@ fn list_encoding(c: &mut Criterion) {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(&o.json);
+                out.extend_from_slice(o.json());
             }
             out.extend_from_slice(b"]}");
             black_box(out)
         })
     });
+    let values: Vec<serde_json::Value> = objects.iter().map(|o| o.to_value()).collect();
     group.bench_function("serialize values with serde_json", |b| {
         b.iter(|| {
-            let items: Vec<&serde_json::Value> = objects.iter().map(|o| &o.object).collect();
+            let items: Vec<&serde_json::Value> = values.iter().collect();
             black_box(serde_json::to_vec(
                 &json!({ "kind": "ConfigMapList", "items": items }),
             ))
@@ -196,10 +205,48 @@ fn selector_matching(c: &mut Criterion) {
     )
     .expect("valid selectors");
     let objects: Vec<serde_json::Value> = (0..1000).map(configmap).collect();
+    let cached: Vec<CachedObject> = objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let key = rt.key(Some("default"), &format!("cm-{i:05}"));
+            let stored = o.to_string();
+            CachedObject::decode(
+                rt,
+                key.as_bytes(),
+                stored.as_bytes(),
+                7,
+                WatchEventType::Added,
+            )
+            .expect("an object")
+        })
+        .collect();
     let mut group = c.benchmark_group("selectors");
     group.throughput(Throughput::Elements(1000));
     group.bench_function("label and field selector over 1000 objects", |b| {
         b.iter(|| objects.iter().filter(|o| selectors.matches(o)).count())
+    });
+    group.bench_function("the same over 1000 cached objects' attributes", |b| {
+        b.iter(|| cached.iter().filter(|o| o.matches(&selectors)).count())
+    });
+    group.finish();
+}
+
+fn cache_decode(c: &mut Criterion) {
+    let rt = configmaps();
+    let key = rt.key(Some("default"), "cm-00001");
+    let stored = configmap(1).to_string();
+    let mut group = c.benchmark_group("watch cache feed");
+    group.bench_function("decode one stored 1 KiB ConfigMap", |b| {
+        b.iter(|| {
+            black_box(CachedObject::decode(
+                rt,
+                key.as_bytes(),
+                stored.as_bytes(),
+                7,
+                WatchEventType::Modified,
+            ))
+        })
     });
     group.finish();
 }
@@ -210,6 +257,7 @@ criterion_group!(
     mvcc_range,
     watch_cache_fan_out,
     list_encoding,
-    selector_matching
+    selector_matching,
+    cache_decode
 );
 criterion_main!(benches);

@@ -192,8 +192,8 @@ async fn dispatch(
             let fresh = freshness(&q, false)?;
             let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
             let resp = match rendering {
-                Rendering::Json => json_bytes_response(StatusCode::OK, obj.json.clone()),
-                _ => render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q),
+                Rendering::Json => json_bytes_response(StatusCode::OK, obj.json_bytes()),
+                _ => render_object(rt, obj.to_value(), StatusCode::OK, rendering, &q),
             };
             Ok(with_read_path(resp, served))
         }
@@ -280,7 +280,7 @@ async fn status_subresource(
         Method::GET => {
             let fresh = freshness(&q, false)?;
             let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
-            let resp = render_object(rt, obj.object.clone(), StatusCode::OK, rendering, &q);
+            let resp = render_object(rt, obj.to_value(), StatusCode::OK, rendering, &q);
             Ok(with_read_path(resp, served))
         }
         Method::PUT => update(&state, &target, UpdateScope::Status, rendering, req, &q).await,
@@ -416,7 +416,7 @@ async fn scale_subresource(
     if method == Method::GET {
         let fresh = freshness(&q, false)?;
         let (obj, served) = state.kube.get(rt, ns, name, fresh).await?;
-        let scale = scale::scale_of(rt, &obj.object)?;
+        let scale = scale::scale_of(rt, &obj.to_value())?;
         let resp = render_object(&view, scale, StatusCode::OK, rendering, &q);
         return Ok(with_read_path(resp, served));
     }

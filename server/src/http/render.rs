@@ -89,7 +89,7 @@ fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObje
     // The exact length, known before the first byte: the head, each item
     // with the comma before it (none before the first), and `]}`.
     let length = head.len()
-        + items.iter().map(|o| o.json.len()).sum::<usize>()
+        + items.iter().map(|o| o.json().len()).sum::<usize>()
         + items.len().saturating_sub(1)
         + 2;
     let items = Arc::new(items);
@@ -98,12 +98,12 @@ fn streamed_json_list(rt: &ResourceType, meta: &Value, items: Vec<Arc<CachedObje
         .chain((0..chunks).map(move |c| {
             let from = c * LIST_CHUNK_ITEMS;
             let part = &items[from..(from + LIST_CHUNK_ITEMS).min(items.len())];
-            let mut buf = Vec::with_capacity(part.iter().map(|o| o.json.len() + 1).sum());
+            let mut buf = Vec::with_capacity(part.iter().map(|o| o.json().len() + 1).sum());
             for (i, obj) in part.iter().enumerate() {
                 if from + i > 0 {
                     buf.push(b',');
                 }
-                buf.extend_from_slice(&obj.json);
+                buf.extend_from_slice(obj.json());
             }
             bytes::Bytes::from(buf)
         }))
@@ -187,7 +187,7 @@ pub fn render_list(
                 "kind": rt.list_kind(),
                 "apiVersion": rt.api_version(),
                 "metadata": meta,
-                "items": listed.items.iter().map(|o| &o.object).collect::<Vec<_>>(),
+                "items": listed.items.iter().map(|o| o.to_value()).collect::<Vec<_>>(),
             }),
         ),
         Rendering::Table => match table::render(
@@ -195,7 +195,7 @@ pub fn render_list(
             &listed
                 .items
                 .iter()
-                .map(|o| o.object.clone())
+                .map(|o| o.to_value())
                 .collect::<Vec<_>>(),
             &rv,
             q,

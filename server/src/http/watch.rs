@@ -252,16 +252,17 @@ impl Watcher {
     fn object_line(&self, event: WatchEventType, obj: &CachedObject) -> Bytes {
         match self.rendering {
             Rendering::Table => {
-                let object = table::render(
+                let object = obj.to_value();
+                let row = table::render(
                     self.scope.rt,
-                    std::slice::from_ref(&obj.object),
+                    std::slice::from_ref(&object),
                     &obj.revision.to_string(),
                     &HashMap::new(),
                 )
-                .unwrap_or_else(|_| obj.object.clone());
-                event_line(event.as_str(), object)
+                .unwrap_or(object);
+                event_line(event.as_str(), row)
             }
-            Rendering::Protobuf { .. } => protobuf_frame(event.as_str(), &obj.object),
+            Rendering::Protobuf { .. } => protobuf_frame(event.as_str(), &obj.to_value()),
             Rendering::Json | Rendering::Yaml => obj.watch_line(event),
         }
     }
@@ -421,7 +422,7 @@ impl Watcher {
                     .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
                     .take_while(|(k, _)| k.starts_with(&prefix))
                     .map(|(_, o)| o)
-                    .filter(|o| self.scope.selectors.matches(&o.object));
+                    .filter(|o| o.matches(&self.scope.selectors));
                 let mut lines = Vec::new();
                 for obj in matching {
                     lines.push(self.object_line(WatchEventType::Added, obj));
@@ -447,7 +448,7 @@ impl Scope {
     /// at the revision of the change; a deletion shows its tombstone).
     fn cached(&self, event: &CachedEvent) -> Option<(WatchEventType, Arc<CachedObject>)> {
         let in_scope = |o: &&Arc<CachedObject>| o.key.as_bytes().starts_with(&self.prefix);
-        let matches = |o: &&Arc<CachedObject>| self.selectors.matches(&o.object);
+        let matches = |o: &&Arc<CachedObject>| o.matches(&self.selectors);
         let old = event.prev.as_ref().filter(in_scope).filter(matches);
         let new = match event.kind {
             EventKind::Put => event.object.as_ref().filter(in_scope).filter(matches),
@@ -475,14 +476,18 @@ impl Scope {
             return None;
         }
         let rev = event.kv.mod_revision.0;
-        let decode = |kv: &kubestore_storage::KeyValue| {
-            CachedObject::decode(self.rt, &kv.key, &kv.value, rev)
-                .filter(|o| self.selectors.matches(&o.object))
+        let decode = |kv: &kubestore_storage::KeyValue, line| {
+            CachedObject::decode(self.rt, &kv.key, &kv.value, rev, line)
+                .filter(|o| o.matches(&self.selectors))
         };
-        let old = event.prev_kv.as_ref().and_then(decode);
-        let new = match event.kind {
-            EventKind::Put => decode(&event.kv),
-            EventKind::Delete => None,
+        let old = event
+            .prev_kv
+            .as_ref()
+            .and_then(|kv| decode(kv, WatchEventType::Deleted));
+        let new = match (event.kind, &old) {
+            (EventKind::Put, Some(_)) => decode(&event.kv, WatchEventType::Modified),
+            (EventKind::Put, None) => decode(&event.kv, WatchEventType::Added),
+            (EventKind::Delete, _) => None,
         };
         match (old, new) {
             (None, Some(new)) => Some((WatchEventType::Added, new)),
@@ -616,6 +621,7 @@ mod tests {
                 key.as_bytes(),
                 &value(ns, name, app),
                 revision,
+                WatchEventType::Added,
             )
             .expect("an object"),
         )
@@ -638,7 +644,8 @@ mod tests {
         found: Option<(WatchEventType, impl std::ops::Deref<Target = CachedObject>)>,
     ) -> Option<(&'static str, String, String)> {
         found.map(|(event_type, obj)| {
-            let meta = &obj.object["metadata"];
+            let object = obj.to_value();
+            let meta = &object["metadata"];
             (
                 event_type.as_str(),
                 meta["name"].as_str().unwrap_or("").to_string(),

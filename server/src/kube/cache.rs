@@ -38,32 +38,44 @@ use tokio::sync::watch;
 use crate::kube::crd;
 use crate::kube::object;
 use crate::kube::resources::{self, ResourceType, TypeSet};
+use crate::kube::selectors::{Attrs, Selectors};
 
 /// Every key the cache mirrors starts with this.
 const REGISTRY_PREFIX: &str = "/registry/";
 
-/// One object as clients see it: the decoded value with `kind`,
-/// `apiVersion` and `metadata.resourceVersion`, and the same encoded as
-/// JSON once, so lists and watches write bytes instead of re-encoding.
+/// One object as clients see it (`kind`, `apiVersion` and
+/// `metadata.resourceVersion` filled in), held as JSON alone: lists and
+/// watches write its bytes, selectors read its [`Attrs`], and whoever
+/// needs the tree parses it ([`CachedObject::to_value`]).
+///
+/// Why not keep the parsed `serde_json::Value` too: it was 5.5 KB of the
+/// 7.6 KB a 1 KiB ConfigMap cost in the cache (serde_json's `BTreeMap`
+/// allocates a node of about 640 bytes for each small map), and it is
+/// read only by single-object paths (GET in other encodings, patch,
+/// controllers) that can afford a parse of a few microseconds
+/// (`cache_memory` example, BENCHMARKS.md).
+///
+/// The JSON lives inside the object's watch event line
+/// (`{"type":"<T>","object":<json>}\n`) for the event type it entered
+/// the cache with (`ADDED` for a create or a load, `MODIFIED` for an
+/// update, `DELETED` for a tombstone): the line every watcher sends for
+/// that event is shared, and costs no second copy of the object.
 #[derive(Debug)]
 pub struct CachedObject {
     pub key: String,
     /// The revision that last modified it (its resourceVersion).
     pub revision: u64,
-    pub object: Value,
-    pub json: Bytes,
-    /// Its watch event lines (`{"type":..,"object":..}\n`), encoded once
-    /// on first use and shared by every watcher that sends them.
-    lines: WatchLines,
+    /// The watch event line of `line_type`; the JSON is
+    /// `line[prefix_len(line_type)..line.len() - 2]`.
+    line: Bytes,
+    line_type: WatchEventType,
+    /// Its labels and field label values, for selectors.
+    attrs: Attrs,
     /// Its message in a binary wire form (protobuf), made by the front end
     /// that first needs it ([`CachedObject::encoded_with`]) and kept, so
     /// every later list splices the bytes instead of encoding it again.
     encoded: std::sync::OnceLock<Bytes>,
 }
-
-/// The three watch event lines of one object, each built at most once.
-#[derive(Debug, Default)]
-struct WatchLines([std::sync::OnceLock<Bytes>; 3]);
 
 /// The type of a watch event carrying an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,43 +93,148 @@ impl WatchEventType {
             WatchEventType::Deleted => "DELETED",
         }
     }
-}
 
-impl CachedObject {
-    /// The JSON watch event line for this object, shared between watchers.
-    pub fn watch_line(&self, event: WatchEventType) -> Bytes {
-        self.lines.0[event as usize]
-            .get_or_init(|| {
-                let kind = event.as_str();
-                let mut line = Vec::with_capacity(self.json.len() + kind.len() + 24);
-                line.extend_from_slice(br#"{"type":""#);
-                line.extend_from_slice(kind.as_bytes());
-                line.extend_from_slice(br#"","object":"#);
-                line.extend_from_slice(&self.json);
-                line.extend_from_slice(b"}\n");
-                Bytes::from(line)
-            })
-            .clone()
+    /// What a watch event line of this type holds before the object.
+    fn line_prefix(self) -> &'static [u8] {
+        match self {
+            WatchEventType::Added => br#"{"type":"ADDED","object":"#,
+            WatchEventType::Modified => br#"{"type":"MODIFIED","object":"#,
+            WatchEventType::Deleted => br#"{"type":"DELETED","object":"#,
+        }
     }
 }
 
+/// What a watch event line holds after the object.
+const LINE_SUFFIX: &[u8] = b"}\n";
+
 impl CachedObject {
-    /// Decodes a stored value; `None` (logged) when it is not an object.
-    pub fn decode(rt: &ResourceType, key: &[u8], value: &[u8], revision: u64) -> Option<Self> {
+    /// Decodes a stored value (`None`, logged, when it is not an object)
+    /// into an object whose shared line is a `line_type` event.
+    pub fn decode(
+        rt: &'static ResourceType,
+        key: &[u8],
+        value: &[u8],
+        revision: u64,
+        line_type: WatchEventType,
+    ) -> Option<Self> {
         let object = object::from_stored(rt, key, value, revision)?;
-        let json = Bytes::from(serde_json::to_vec(&object).ok()?);
-        Some(Self {
-            key: String::from_utf8_lossy(key).into_owned(),
+        Self::build(
+            String::from_utf8_lossy(key).into_owned(),
+            revision,
+            &object,
+            Attrs::of(rt, &object),
+            line_type,
+        )
+    }
+
+    /// Wraps an object already in client form (e.g. a delete's last state)
+    /// of type `rt`, as an `ADDED` line.
+    pub fn from_value(rt: &'static ResourceType, object: &Value) -> Option<Self> {
+        let meta = |f: &str| {
+            object
+                .pointer(&format!("/metadata/{f}"))
+                .and_then(Value::as_str)
+        };
+        let revision = meta("resourceVersion")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let key = meta("name")
+            .map(|name| rt.key(meta("namespace"), name))
+            .unwrap_or_default();
+        Self::build(
+            key,
             revision,
             object,
-            json,
-            lines: WatchLines::default(),
+            Attrs::of(rt, object),
+            WatchEventType::Added,
+        )
+    }
+
+    fn build(
+        key: String,
+        revision: u64,
+        object: &Value,
+        attrs: Attrs,
+        line_type: WatchEventType,
+    ) -> Option<Self> {
+        let prefix = line_type.line_prefix();
+        let mut line = Vec::with_capacity(1024);
+        line.extend_from_slice(prefix);
+        serde_json::to_writer(&mut line, object).ok()?;
+        line.extend_from_slice(LINE_SUFFIX);
+        // Exactly the bytes: the cache holds one of these per object.
+        line.shrink_to_fit();
+        Some(Self {
+            key,
+            revision,
+            line: Bytes::from(line),
+            line_type,
+            attrs,
             encoded: std::sync::OnceLock::new(),
         })
     }
-}
 
-impl CachedObject {
+    /// The object as JSON.
+    pub fn json(&self) -> &[u8] {
+        let start = self.line_type.line_prefix().len();
+        &self.line[start..self.line.len() - LINE_SUFFIX.len()]
+    }
+
+    /// The object as JSON, sharing the cache's bytes.
+    pub fn json_bytes(&self) -> Bytes {
+        let start = self.line_type.line_prefix().len();
+        self.line.slice(start..self.line.len() - LINE_SUFFIX.len())
+    }
+
+    /// The object as a tree, parsed from its JSON on every call: a few
+    /// microseconds for a 1 KiB object. Lists and watches never need it.
+    pub fn to_value(&self) -> Value {
+        // The bytes were written by serde_json from a `Value`.
+        serde_json::from_slice(self.json()).unwrap_or(Value::Null)
+    }
+
+    /// Whether `selectors` select this object: from its rendered
+    /// attributes, or (rendered for another definition of its type) from
+    /// the object itself.
+    pub fn matches(&self, selectors: &Selectors) -> bool {
+        if selectors.is_empty() {
+            return true;
+        }
+        selectors
+            .matches_attrs(&self.attrs)
+            .unwrap_or_else(|| selectors.matches(&self.to_value()))
+    }
+
+    /// The JSON watch event line of `event` for this object: the shared
+    /// line when it is the type the object entered the cache with, else
+    /// built now (an initial `ADDED` of an updated object, a `DELETED`
+    /// when it stops matching a selector).
+    pub fn watch_line(&self, event: WatchEventType) -> Bytes {
+        if event == self.line_type {
+            return self.line.clone();
+        }
+        let mut line = Vec::with_capacity(self.line.len() + 3);
+        self.write_watch_line(event, &mut line);
+        Bytes::from(line)
+    }
+
+    /// Appends the JSON watch event line of `event` to `out`.
+    pub fn write_watch_line(&self, event: WatchEventType, out: &mut Vec<u8>) {
+        if event == self.line_type {
+            out.extend_from_slice(&self.line);
+            return;
+        }
+        out.extend_from_slice(event.line_prefix());
+        out.extend_from_slice(self.json());
+        out.extend_from_slice(LINE_SUFFIX);
+    }
+
+    /// The heap bytes this object holds (its line and its attributes; not
+    /// the protobuf form some front ends keep beside it).
+    pub fn heap_bytes(&self) -> usize {
+        self.key.capacity() + self.line.len() + self.attrs.heap_bytes()
+    }
+
     /// The object in a binary wire form: `encode`'s bytes, made on the
     /// first call and kept with the object. Every caller must encode the
     /// same way (the cache holds one encoding per object); an error is
@@ -129,53 +246,28 @@ impl CachedObject {
         if let Some(bytes) = self.encoded.get() {
             return Ok(bytes.clone());
         }
-        let bytes = encode(&self.object)?;
+        let bytes = encode(&self.to_value())?;
         Ok(self.encoded.get_or_init(|| bytes).clone())
     }
-}
 
-impl CachedObject {
-    /// Wraps an object already in client form (e.g. a delete's last state).
-    pub fn from_value(object: Value) -> Option<Self> {
-        let json = Bytes::from(serde_json::to_vec(&object).ok()?);
-        let meta = |f: &str| {
-            object
-                .pointer(&format!("/metadata/{f}"))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let revision = meta("resourceVersion")
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
-        Some(Self {
-            key: meta("name").unwrap_or_default(),
-            revision,
-            object,
-            json,
-            lines: WatchLines::default(),
-            encoded: std::sync::OnceLock::new(),
-        })
-    }
-
-    /// The same object shown at another revision: a DELETED event carries
-    /// the last state with the revision that removed it.
+    /// The same object shown at another revision, as a `DELETED` line: a
+    /// deletion (or an object leaving a selector) shows the last state
+    /// with the revision that removed it.
     pub fn at_revision(&self, revision: u64) -> Option<Self> {
-        let mut object = self.object.clone();
+        let mut object = self.to_value();
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert(
                 "resourceVersion".into(),
                 Value::String(revision.to_string()),
             );
         }
-        let json = Bytes::from(serde_json::to_vec(&object).ok()?);
-        Some(Self {
-            key: self.key.clone(),
+        Self::build(
+            self.key.clone(),
             revision,
-            object,
-            json,
-            lines: WatchLines::default(),
-            encoded: std::sync::OnceLock::new(),
-        })
+            &object,
+            self.attrs.clone(),
+            WatchEventType::Deleted,
+        )
     }
 }
 
@@ -307,7 +399,12 @@ impl TypeCache {
         let prev = self.objects.get(&key).cloned();
         let object = match event.kind {
             EventKind::Put => {
-                CachedObject::decode(self.rt, &event.kv.key, &event.kv.value, revision)
+                let line = if prev.is_some() {
+                    WatchEventType::Modified
+                } else {
+                    WatchEventType::Added
+                };
+                CachedObject::decode(self.rt, &event.kv.key, &event.kv.value, revision, line)
                     .map(Arc::new)
             }
             EventKind::Delete => None,
@@ -402,7 +499,10 @@ impl CacheState {
     fn defined_types(&self) -> TypeSet {
         let definitions = resources::custom_resource_definitions();
         match self.find(definitions) {
-            Some(t) => crd::type_set(t.objects.values().map(|o| &o.object)),
+            Some(t) => {
+                let definitions: Vec<Value> = t.objects.values().map(|o| o.to_value()).collect();
+                crd::type_set(&definitions)
+            }
             None => TypeSet::builtin(),
         }
     }
@@ -753,9 +853,13 @@ fn load(store: &Store) -> Result<Loaded, StoreError> {
         let revision = view.scan(&range, None, |kv| {
             for (i, p) in prefixes.iter().enumerate() {
                 if kv.key.starts_with(p.as_bytes()) {
-                    if let Some(obj) =
-                        CachedObject::decode(types[i], &kv.key, &kv.value, kv.mod_revision.0)
-                    {
+                    if let Some(obj) = CachedObject::decode(
+                        types[i],
+                        &kv.key,
+                        &kv.value,
+                        kv.mod_revision.0,
+                        WatchEventType::Added,
+                    ) {
                         maps[i].insert(obj.key.clone(), Arc::new(obj));
                     }
                 }
@@ -771,12 +875,18 @@ fn load(store: &Store) -> Result<Loaded, StoreError> {
 }
 
 /// One type's objects as storage holds them at `revision`.
-fn load_type(store: &Store, rt: &ResourceType, revision: u64) -> Result<Objects, StoreError> {
+fn load_type(
+    store: &Store,
+    rt: &'static ResourceType,
+    revision: u64,
+) -> Result<Objects, StoreError> {
     let mut objects = Objects::new();
     let range = KeyRange::prefix(rt.collection_prefix(None).into_bytes());
     store.read_view(|view| {
         view.scan(&range, Some(Revision(revision)), |kv| {
-            if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0) {
+            let line = WatchEventType::Added;
+            if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0, line)
+            {
                 objects.insert(obj.key.clone(), Arc::new(obj));
             }
             Ok(std::ops::ControlFlow::Continue(()))
@@ -815,7 +925,7 @@ mod tests {
         objects
             .values()
             .map(|o| {
-                o.object["metadata"]["name"]
+                o.to_value()["metadata"]["name"]
                     .as_str()
                     .unwrap_or("")
                     .to_string()
@@ -955,7 +1065,7 @@ mod tests {
         /// complete to.
         fn events_after(&self, rt: &ResourceType, after: u64, limit: usize) -> Drain {
             let name = |o: &Arc<CachedObject>| {
-                o.object["metadata"]["name"]
+                o.to_value()["metadata"]["name"]
                     .as_str()
                     .unwrap_or("")
                     .to_string()
@@ -1186,8 +1296,11 @@ mod tests {
     fn objects_count_each_namespace_and_a_snapshot_keeps_its_counts() {
         let object = |name: &str| {
             Arc::new(
-                CachedObject::from_value(serde_json::json!({"metadata": {"name": name}}))
-                    .expect("object"),
+                CachedObject::from_value(
+                    configmaps(),
+                    &serde_json::json!({"metadata": {"name": name}}),
+                )
+                .expect("object"),
             )
         };
         let mut objects = Objects::new();
@@ -1217,24 +1330,56 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_shared_watch_line_is_the_event_and_the_object_as_json() {
+    async fn an_objects_json_is_its_shared_watch_line_for_the_event_it_came_with() {
         let mut f = Fixture::new(100);
         f.put(configmaps(), "a", serde_json::json!({"app": "x"}))
-            .await; // 1
+            .await; // 1: created
+        f.put(configmaps(), "b", serde_json::json!({"app": "y"}))
+            .await; // 2: created
+        f.put(configmaps(), "b", serde_json::json!({"app": "z"}))
+            .await; // 3: updated
         f.catch_up();
         let (objects, _) = f.cache.current(configmaps());
-        let obj = objects.values().next().expect("a").clone();
-        let line = obj.watch_line(WatchEventType::Modified);
-        assert!(line.ends_with(b"\n"));
-        let parsed: Value = serde_json::from_slice(&line).expect("json line");
-        assert_eq!(parsed["type"], "MODIFIED");
-        assert_eq!(parsed["object"], obj.object);
-        assert_eq!(parsed["object"]["metadata"]["resourceVersion"], "1");
-        assert_eq!(parsed["object"]["kind"], "ConfigMap");
-        assert_eq!(
-            line.as_ptr(),
-            obj.watch_line(WatchEventType::Modified).as_ptr(),
-            "encoded once, shared"
+        let object = |key: &str| objects.get(key).expect("cached").clone();
+        let (created, updated) = (
+            object("/registry/configmaps/default/a"),
+            object("/registry/configmaps/default/b"),
         );
+        for (obj, came_with, other) in [
+            (&created, WatchEventType::Added, WatchEventType::Modified),
+            (&updated, WatchEventType::Modified, WatchEventType::Added),
+        ] {
+            let line = obj.watch_line(came_with);
+            let parsed: Value = serde_json::from_slice(&line).expect("json line");
+            assert_eq!(parsed["type"], came_with.as_str());
+            assert_eq!(parsed["object"], obj.to_value());
+            assert_eq!(parsed["object"]["kind"], "ConfigMap");
+            assert_eq!(
+                parsed["object"]["metadata"]["resourceVersion"],
+                obj.revision.to_string()
+            );
+            // One allocation: the line every watcher shares holds the JSON.
+            let json = obj.json_bytes();
+            assert_eq!(json.as_ptr(), line[line.len() - json.len() - 2..].as_ptr());
+            assert_eq!(line.as_ptr(), obj.watch_line(came_with).as_ptr(), "shared");
+            // Another event type is built, with the same object.
+            let built = obj.watch_line(other);
+            assert_ne!(built.as_ptr(), line.as_ptr());
+            let parsed: Value = serde_json::from_slice(&built).expect("json line");
+            assert_eq!(parsed["type"], other.as_str());
+            assert_eq!(parsed["object"], obj.to_value());
+            let mut written = b"x".to_vec();
+            obj.write_watch_line(other, &mut written);
+            assert_eq!(&written[1..], &built[..]);
+        }
+        assert_eq!(updated.to_value()["metadata"]["labels"]["app"], "z");
+
+        // A tombstone is a DELETED line at the deletion's revision.
+        let tombstone = updated.at_revision(4).expect("encodes");
+        let parsed: Value =
+            serde_json::from_slice(&tombstone.watch_line(WatchEventType::Deleted)).expect("json");
+        assert_eq!(parsed["type"], "DELETED");
+        assert_eq!(parsed["object"]["metadata"]["resourceVersion"], "4");
+        assert_eq!(parsed["object"]["metadata"]["labels"]["app"], "z");
     }
 }

@@ -1,5 +1,6 @@
 //! Label and field selectors, parsed as kube parses them and matched
-//! against JSON objects.
+//! against JSON objects, or against the [`Attrs`] the watch cache renders
+//! once per object so that matching a cached object parses nothing.
 //!
 //! Hand-written: there is no maintained Rust crate for kube's selector
 //! grammar, and the grammar is small (comma-separated requirements).
@@ -274,10 +275,27 @@ fn custom_fields(rt: &'static ResourceType) -> &'static [FieldLabel] {
         })
 }
 
+/// The field labels of `rt`, in its table's order, and the old names it
+/// accepts for some of them. Custom types have no aliases.
+fn fields_of(
+    rt: &'static ResourceType,
+) -> (
+    &'static [FieldLabel],
+    &'static [(&'static str, &'static str)],
+) {
+    if rt.custom.is_some() {
+        return (custom_fields(rt), &[]);
+    }
+    TYPE_FIELDS
+        .iter()
+        .find(|t| t.group == rt.group && t.plural == rt.plural)
+        .map_or((DEFAULT_FIELDS, &[]), |t| (t.fields, t.aliases))
+}
+
 /// The field label `label` of `rt` (an alias resolved), or kube's `400`.
 fn field_label(rt: &'static ResourceType, label: &str) -> Result<&'static FieldLabel, KubeError> {
+    let (fields, aliases) = fields_of(rt);
     if rt.custom.is_some() {
-        let fields = custom_fields(rt);
         return fields.iter().find(|f| f.label == label).ok_or_else(|| {
             let known: Vec<String> = fields.iter().map(|f| format!("{:?}", f.label)).collect();
             KubeError::BadRequest(format!(
@@ -286,30 +304,117 @@ fn field_label(rt: &'static ResourceType, label: &str) -> Result<&'static FieldL
             ))
         });
     }
-    let own = TYPE_FIELDS
+    let own = !std::ptr::eq(fields, DEFAULT_FIELDS);
+    let label = aliases
         .iter()
-        .find(|t| t.group == rt.group && t.plural == rt.plural);
-    let (fields, label) = match own {
-        Some(t) => (
-            t.fields,
-            t.aliases
-                .iter()
-                .find(|(from, _)| *from == label)
-                .map_or(label, |(_, to)| *to),
-        ),
-        None => (DEFAULT_FIELDS, label),
-    };
-    fields
-        .iter()
-        .find(|f| f.label == label)
-        .ok_or_else(|| {
-            KubeError::BadRequest(match own {
-                Some(_) => format!("field label not supported: {label}"),
-                None => format!(
-                    "\"{label}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
-                ),
-            })
+        .find(|(from, _)| *from == label)
+        .map_or(label, |(_, to)| *to);
+    fields.iter().find(|f| f.label == label).ok_or_else(|| {
+        KubeError::BadRequest(if own {
+            format!("field label not supported: {label}")
+        } else {
+            format!(
+                "\"{label}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+            )
         })
+    })
+}
+
+/// What selectors read of one object, rendered once when it enters the
+/// watch cache: the values of its type's field labels and its labels, as
+/// kube's watch cache keeps `GetAttrs`' labels and fields beside each
+/// object. Matching a cached object then parses nothing, which is what
+/// lets the cache hold objects as JSON alone (a kubelet's
+/// `spec.nodeName=` watch tests every pod event).
+///
+/// Every cached object carries one, so it is packed: one string holding
+/// the field values in the table's order, then each label's key and value
+/// (sorted by key), and the end offset of each part: two allocations.
+#[derive(Debug, Clone)]
+pub struct Attrs {
+    /// The table the values were rendered for; a selector parsed against
+    /// another (a custom type whose definition changed) cannot use them.
+    fields: &'static [FieldLabel],
+    text: Box<str>,
+    ends: Box<[u32]>,
+}
+
+impl Attrs {
+    /// Renders the field values of `rt`'s labels and collects the labels
+    /// of `obj`.
+    pub fn of(rt: &'static ResourceType, obj: &Value) -> Self {
+        let (fields, _) = fields_of(rt);
+        let mut parts: Vec<std::borrow::Cow<'_, str>> =
+            fields.iter().map(|f| f.render.value(obj).into()).collect();
+        if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
+            // serde_json's map iterates in key order: sorted already.
+            for (k, v) in labels {
+                if let Some(v) = v.as_str() {
+                    parts.push(k.as_str().into());
+                    parts.push(v.into());
+                }
+            }
+        }
+        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let mut ends = Vec::with_capacity(parts.len());
+        for part in &parts {
+            text.push_str(part);
+            match u32::try_from(text.len()) {
+                Ok(end) => ends.push(end),
+                // Beyond 4 GiB of attributes (never, under the body
+                // limit): keep none, so every selector falls back to
+                // the object itself.
+                Err(_) => {
+                    return Self {
+                        fields: &[],
+                        text: Box::default(),
+                        ends: Box::default(),
+                    }
+                }
+            }
+        }
+        Self {
+            fields,
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    fn part(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1] as usize,
+        };
+        &self.text[start..self.ends[i] as usize]
+    }
+
+    /// The rendered value of `field`; `None` when it is not in the table
+    /// these attributes were rendered for.
+    fn field(&self, field: &FieldLabel) -> Option<&str> {
+        let i = self.fields.iter().position(|f| std::ptr::eq(f, field))?;
+        Some(self.part(i))
+    }
+
+    /// The value of label `key`, if the object has it.
+    fn label(&self, key: &str) -> Option<&str> {
+        let n = self.fields.len();
+        let pairs = (self.ends.len().saturating_sub(n)) / 2;
+        let (mut lo, mut hi) = (0, pairs);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.part(n + 2 * mid).cmp(key) {
+                std::cmp::Ordering::Equal => return Some(self.part(n + 2 * mid + 1)),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        None
+    }
+
+    /// The heap bytes these attributes hold.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.len() + self.ends.len() * std::mem::size_of::<u32>()
+    }
 }
 
 /// The selectors of one list, watch or deletecollection request.
@@ -353,28 +458,65 @@ impl Selectors {
             .map(|f| f.value.as_str())
     }
 
+    /// Whether `obj` is selected, read from the object itself.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
         let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        let labels_ok = self.labels.iter().all(|req| match req {
-            LabelReq::Equals(k, v) => label(k) == Some(v.as_str()),
-            LabelReq::NotEquals(k, v) => label(k) != Some(v.as_str()),
-            LabelReq::In(k, vs) => label(k).is_some_and(|l| vs.iter().any(|v| v == l)),
-            LabelReq::NotIn(k, vs) => label(k).is_none_or(|l| !vs.iter().any(|v| v == l)),
-            LabelReq::Exists(k) => label(k).is_some(),
-            LabelReq::NotExists(k) => label(k).is_none(),
-            LabelReq::Greater(k, n) => label(k)
-                .and_then(|l| l.parse::<i64>().ok())
-                .is_some_and(|l| l > *n),
-            LabelReq::Less(k, n) => label(k)
-                .and_then(|l| l.parse::<i64>().ok())
-                .is_some_and(|l| l < *n),
-        });
-        labels_ok
+        self.labels.iter().all(|req| req.matches(label(req.key())))
             && self
                 .fields
                 .iter()
                 .all(|f| (f.field.render.value(obj) == f.value) == f.equal)
+    }
+
+    /// Whether the object `attrs` were rendered from is selected; `None`
+    /// when they were rendered for another table of field labels than
+    /// this selector's (ask [`Selectors::matches`] with the object).
+    pub fn matches_attrs(&self, attrs: &Attrs) -> Option<bool> {
+        let mut fields_ok = true;
+        for f in &self.fields {
+            fields_ok &= (attrs.field(f.field)? == f.value) == f.equal;
+        }
+        Some(
+            fields_ok
+                && self
+                    .labels
+                    .iter()
+                    .all(|req| req.matches(attrs.label(req.key()))),
+        )
+    }
+}
+
+impl LabelReq {
+    fn key(&self) -> &str {
+        match self {
+            LabelReq::Equals(k, _)
+            | LabelReq::NotEquals(k, _)
+            | LabelReq::In(k, _)
+            | LabelReq::NotIn(k, _)
+            | LabelReq::Exists(k)
+            | LabelReq::NotExists(k)
+            | LabelReq::Greater(k, _)
+            | LabelReq::Less(k, _) => k,
+        }
+    }
+
+    /// Whether an object whose label [`LabelReq::key`] is `label` meets it.
+    fn matches(&self, label: Option<&str>) -> bool {
+        match self {
+            LabelReq::Equals(_, v) => label == Some(v.as_str()),
+            LabelReq::NotEquals(_, v) => label != Some(v.as_str()),
+            LabelReq::In(_, vs) => label.is_some_and(|l| vs.iter().any(|v| v == l)),
+            LabelReq::NotIn(_, vs) => label.is_none_or(|l| !vs.iter().any(|v| v == l)),
+            LabelReq::Exists(_) => label.is_some(),
+            LabelReq::NotExists(_) => label.is_none(),
+            LabelReq::Greater(_, n) => label
+                .and_then(|l| l.parse::<i64>().ok())
+                .is_some_and(|l| l > *n),
+            LabelReq::Less(_, n) => label
+                .and_then(|l| l.parse::<i64>().ok())
+                .is_some_and(|l| l < *n),
+        }
     }
 }
 
@@ -560,6 +702,53 @@ mod tests {
             Some(field).filter(|s| !s.is_empty()),
         )
         .expect("parse")
+    }
+
+    #[test]
+    fn rendered_attributes_select_as_the_object_does() {
+        let pods = resources::find("", "v1", "pods").expect("pods");
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns",
+                                       "labels": {"app": "web", "b": "2", "tier": "fe", "z": "", "n": 7}},
+                         "spec": {"nodeName": "node-1", "hostNetwork": true},
+                         "status": {"podIPs": [{"ip": "10.0.0.9"}]}});
+        let attrs = Attrs::of(pods, &pod);
+        for (label, field) in [
+            ("app=web", ""),
+            ("app=db", ""),
+            ("tier in (fe,be),b>1", ""),
+            ("z", ""),
+            ("!z", ""),
+            ("a", ""),
+            ("zz notin (x)", ""),
+            // Not a string: no label at all, as the object reads.
+            ("n", ""),
+            ("", "spec.nodeName=node-1"),
+            ("", "spec.host=node-2"),
+            ("", "spec.hostNetwork=true,status.podIP=10.0.0.9"),
+            ("", "spec.restartPolicy=Always,metadata.namespace!=ns"),
+            (
+                "app=web",
+                "metadata.name=p,spec.schedulerName=default-scheduler",
+            ),
+        ] {
+            let s = sel(label, field);
+            assert_eq!(
+                s.matches_attrs(&attrs),
+                Some(s.matches(&pod)),
+                "{label:?} {field:?}"
+            );
+        }
+        assert_eq!(sel("b=2,app=web", "").matches_attrs(&attrs), Some(true));
+
+        // Attributes rendered for another type's table answer nothing.
+        let cms = resources::find("", "v1", "configmaps").expect("configmaps");
+        let other = Attrs::of(cms, &pod);
+        assert_eq!(sel("", "spec.nodeName=node-1").matches_attrs(&other), None);
+        // A label-only selector needs no table.
+        assert_eq!(sel("app=web", "").matches_attrs(&other), Some(true));
+        // An unlabelled object with empty values holds its two ends alone.
+        let empty = Attrs::of(cms, &json!({"metadata": {}}));
+        assert_eq!(empty.heap_bytes(), 2 * std::mem::size_of::<u32>());
     }
 
     #[test]
@@ -780,7 +969,8 @@ mod proptests {
             for rt in resources::RESOURCES.iter() {
                 match Selectors::parse(rt, label.as_deref(), field.as_deref()) {
                     Ok(s) => {
-                        let _ = s.matches(&obj);
+                        let matched = s.matches(&obj);
+                        prop_assert_eq!(s.matches_attrs(&Attrs::of(rt, &obj)), Some(matched));
                         let _ = s.required_name();
                     }
                     Err(e) => prop_assert!(matches!(e, KubeError::BadRequest(_)), "{e:?}"),

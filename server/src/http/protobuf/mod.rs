@@ -247,7 +247,7 @@ mod tests {
             .map(|name| {
                 let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": name, "resourceVersion": "7"}, "data": {"k": name}});
-                Arc::new(CachedObject::from_value(cm).expect("an object"))
+                Arc::new(CachedObject::from_value(rt, &cm).expect("an object"))
             })
             .collect();
         let meta = json!({"resourceVersion": "9", "continue": "c"});
@@ -269,7 +269,7 @@ mod tests {
             Pb::List(
                 items
                     .iter()
-                    .map(|o| Pb::Message(transcode::from_json(&item, &o.object).expect("item")))
+                    .map(|o| Pb::Message(transcode::from_json(&item, &o.to_value()).expect("item")))
                     .collect(),
             ),
         );

@@ -17,14 +17,16 @@ use crate::kube::store::KubeStore;
 /// How many times a controller's update retries a lost race.
 const RETRIES: usize = 8;
 
-fn name_and_namespace(seen: &CachedObject) -> (String, Option<String>) {
+/// The name, namespace and uid of the object `seen` shows.
+fn identity(seen: &CachedObject) -> (String, Option<String>, Option<String>) {
+    let object = seen.to_value();
     let s = |f: &str| {
-        seen.object
+        object
             .pointer(&format!("/metadata/{f}"))
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    (s("name").unwrap_or_default(), s("namespace"))
+    (s("name").unwrap_or_default(), s("namespace"), s("uid"))
 }
 
 /// Whether a failed write only means the object moved on (changed or
@@ -68,13 +70,9 @@ async fn delete_seen_with(
     seen: &CachedObject,
     mut opts: DeleteOptions,
 ) -> Result<(), KubeError> {
-    let (name, ns) = name_and_namespace(seen);
+    let (name, ns, uid) = identity(seen);
     opts.preconditions = Preconditions {
-        uid: seen
-            .object
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        uid,
         resource_version: Some(seen.revision),
     };
     match kube.delete(rt, ns.as_deref(), &name, &opts).await {
@@ -140,8 +138,8 @@ async fn edit_metadata(
     seen: &CachedObject,
     mut edit: impl FnMut(&mut serde_json::Map<String, Value>),
 ) -> Result<(), KubeError> {
-    let (name, ns) = name_and_namespace(seen);
-    let uid = seen.object.pointer("/metadata/uid").cloned();
+    let (name, ns, uid) = identity(seen);
+    let uid = uid.map(Value::String);
     let result = kube
         .update_with(
             rt,

@@ -37,13 +37,14 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
     let Some(seen) = super::lookup(cache, rt, &rt.key(None, name)) else {
         return Ok(());
     };
-    let Some(def) = seen.object.as_object() else {
+    let seen_value = seen.to_value();
+    let Some(def) = seen_value.as_object() else {
         return Ok(());
     };
     if !is_cleaning_up(def) {
         return Ok(());
     }
-    if !crd::condition_true(&seen.object, "Terminating") {
+    if !crd::condition_true(&seen_value, "Terminating") {
         kube.update_with(
             rt,
             None,
@@ -87,7 +88,11 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
     }
     let to_delete: Vec<_> = objects
         .values()
-        .filter(|o| !o.object.as_object().is_some_and(deletion::is_being_deleted))
+        .filter(|o| {
+            !o.to_value()
+                .as_object()
+                .is_some_and(deletion::is_being_deleted)
+        })
         .cloned()
         .collect();
     tracing::info!(

@@ -249,7 +249,7 @@ impl Controllers {
         };
         let (objects, _) = cache.current(pods_rt);
         for (key, obj) in objects.iter() {
-            let bound_here = as_map(&obj.object)
+            let bound_here = as_map(&obj.to_value())
                 .is_some_and(|p| deletion::is_being_deleted(p) && pods::node_name(p) == Some(node));
             if bound_here {
                 self.enqueue(Work::PodGrace(key.clone()));
@@ -271,7 +271,7 @@ impl Controllers {
             let (objects, revision) = cache.current(rt);
             self.seen[i] = revision;
             for (n, (key, obj)) in objects.iter().enumerate() {
-                self.observe(cache, i, key, Some(&obj.object));
+                self.observe(cache, i, key, Some(&obj.to_value()));
                 if n % OBJECTS_PER_YIELD == OBJECTS_PER_YIELD - 1 {
                     tokio::task::yield_now().await;
                 }
@@ -302,14 +302,15 @@ impl Controllers {
                     };
                     if event.kind == EventKind::Delete {
                         if let Some(last) = &event.object {
-                            self.gone(i, &last.object);
+                            self.gone(i, &last.to_value());
                             if is_nodes(rt) {
                                 self.node_gone(cache, key.rsplit('/').next().unwrap_or_default());
                             }
                         }
                     }
                     let current = lookup(cache, rt, &key);
-                    self.observe(cache, i, &key, current.as_ref().map(|o| &o.object));
+                    let current = current.map(|o| o.to_value());
+                    self.observe(cache, i, &key, current.as_ref());
                 }
                 self.seen[i] = self.seen[i].max(upto);
                 if done {
@@ -393,9 +394,9 @@ impl Controllers {
             for r in refs {
                 if let Some((j, owner_key)) = gc::owner_key(&self.types, &r, ns) {
                     let owner = lookup(cache, self.types[j], &owner_key);
-                    if owner
-                        .is_some_and(|o| as_map(&o.object).is_some_and(deletion::is_being_deleted))
-                    {
+                    if owner.is_some_and(|o| {
+                        as_map(&o.to_value()).is_some_and(deletion::is_being_deleted)
+                    }) {
                         self.enqueue(Work::Owner(j, owner_key));
                     }
                 }
@@ -455,7 +456,8 @@ impl Controllers {
         let Some(current) = lookup(cache, rt, key) else {
             return Ok(());
         };
-        let Some(pod) = as_map(&current.object) else {
+        let current_value = current.to_value();
+        let Some(pod) = as_map(&current_value) else {
             return Ok(());
         };
         match pods::verdict(pod, node_exists(cache, pod), Utc::now()) {
@@ -487,18 +489,18 @@ impl Controllers {
         let Some(current) = lookup(cache, rt, key) else {
             return Ok(());
         };
-        let Some(obj) = as_map(&current.object) else {
+        let current_value = current.to_value();
+        let Some(obj) = as_map(&current_value) else {
             return Ok(());
         };
-        let ns = current
-            .object
+        let ns = current_value
             .pointer("/metadata/namespace")
             .and_then(Value::as_str);
         let mut owners = Vec::new();
-        for r in gc::owner_refs(&current.object) {
+        for r in gc::owner_refs(&current_value) {
             let state = gc::owner_key(&self.types, &r, ns).map(|(j, owner_key)| {
-                let found = lookup(cache, self.types[j], &owner_key);
-                gc::owner_state(&r, found.as_ref().map(|o| &o.object))
+                let found = lookup(cache, self.types[j], &owner_key).map(|o| o.to_value());
+                gc::owner_state(&r, found.as_ref())
             });
             owners.push((r, state));
         }
@@ -542,7 +544,8 @@ impl Controllers {
         let Some(current) = lookup(cache, rt, key) else {
             return Ok(());
         };
-        let Some(obj) = as_map(&current.object) else {
+        let current_value = current.to_value();
+        let Some(obj) = as_map(&current_value) else {
             return Ok(());
         };
         let uid = obj
@@ -557,7 +560,7 @@ impl Controllers {
             .into_iter()
             .filter_map(|(j, k)| lookup(cache, self.types[j], &k).map(|o| (j, o)))
             .collect();
-        let values: Vec<Value> = dependents.iter().map(|(_, o)| o.object.clone()).collect();
+        let values: Vec<Value> = dependents.iter().map(|(_, o)| o.to_value()).collect();
         match gc::owner_step(obj, &uid, &values) {
             gc::OwnerStep::Nothing => Ok(()),
             gc::OwnerStep::Orphan => {

@@ -38,7 +38,8 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
     let Some(ns) = super::lookup(cache, rt, &rt.key(None, name)) else {
         return Ok(());
     };
-    let Some(obj) = ns.object.as_object() else {
+    let ns_value = ns.to_value();
+    let Some(obj) = ns_value.as_object() else {
         return Ok(());
     };
     if !deletion::is_being_deleted(obj) {
@@ -72,7 +73,8 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
             .take_while(|(k, _)| k.starts_with(&prefix))
         {
             left += 1;
-            let Some(item) = o.object.as_object() else {
+            let value = o.to_value();
+            let Some(item) = value.as_object() else {
                 continue;
             };
             remaining.count(member, item);

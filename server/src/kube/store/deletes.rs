@@ -159,7 +159,7 @@ impl KubeStore {
     #[tracing::instrument(level = "debug", skip(self, rt, selectors, opts), fields(resource = rt.plural))]
     pub async fn delete_collection(
         &self,
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         ns: Option<&str>,
         selectors: &Selectors,
         opts: &DeleteOptions,
@@ -171,7 +171,7 @@ impl KubeStore {
             let mut success = Vec::new();
             let mut deleted = Vec::new();
             for cached in listed.items {
-                let item = &cached.object;
+                let item = &cached.to_value();
                 let name = item
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -193,7 +193,8 @@ impl KubeStore {
                     }
                     DeletePlan::Mark(marked) => {
                         deleted.extend(
-                            CachedObject::from_value(Value::Object(marked.clone())).map(Arc::new),
+                            CachedObject::from_value(rt, &Value::Object(marked.clone()))
+                                .map(Arc::new),
                         );
                         put(&key, &marked)
                     }

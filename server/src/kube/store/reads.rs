@@ -10,7 +10,7 @@ use kubestore_raft::RaftNodeError;
 use kubestore_storage::{KeyRange, RangeRequest, Revision};
 
 use super::{Freshness, KubeStore, Listed, ReadPath};
-use crate::kube::cache::{CachedObject, Objects};
+use crate::kube::cache::{CachedObject, Objects, WatchEventType};
 use crate::kube::error::KubeError;
 use crate::kube::paging::{self, ContinueToken, PageRequest};
 use crate::kube::resources::ResourceType;
@@ -59,7 +59,7 @@ fn page_of(
         .range::<_, str>((Bound::Included(start), Bound::Unbounded))
         .take_while(|(k, _)| k.starts_with(prefix))
         .map(|(_, o)| o)
-        .filter(|o| selectors.matches(&o.object));
+        .filter(|o| o.matches(selectors));
     while let Some(obj) = rest.next() {
         if limit > 0 && items.len() as u64 == limit {
             let remaining = selectors.is_empty().then(|| match size {
@@ -152,7 +152,7 @@ impl KubeStore {
     #[tracing::instrument(level = "debug", skip(self, rt), fields(resource = rt.plural))]
     pub async fn get(
         &self,
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         ns: Option<&str>,
         name: &str,
         freshness: Freshness,
@@ -173,7 +173,10 @@ impl KubeStore {
                 })?;
                 resp.kvs
                     .first()
-                    .and_then(|kv| CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0))
+                    .and_then(|kv| {
+                        let line = WatchEventType::Added;
+                        CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0, line)
+                    })
                     .map(|o| (Arc::new(o), ReadPath::History))
                     .ok_or_else(|| KubeError::not_found(rt, name))
             }
@@ -184,7 +187,7 @@ impl KubeStore {
     #[tracing::instrument(level = "debug", skip(self, rt, selectors), fields(resource = rt.plural))]
     pub async fn list(
         &self,
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         ns: Option<&str>,
         freshness: Freshness,
         selectors: &Selectors,
@@ -200,7 +203,7 @@ impl KubeStore {
     #[tracing::instrument(level = "debug", skip(self, rt, selectors, page), fields(resource = rt.plural))]
     pub async fn list_page(
         &self,
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         ns: Option<&str>,
         freshness: Freshness,
         selectors: &Selectors,
@@ -281,7 +284,7 @@ impl KubeStore {
     /// cache no longer retains. `410` once compacted.
     async fn page_from_history(
         &self,
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         prefix: &str,
         start: String,
         rv: u64,
@@ -334,8 +337,10 @@ impl KubeStore {
                     next = Some(String::from_utf8_lossy(&kv.key).into_owned());
                     break;
                 }
-                if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0)
-                    .filter(|o| selectors.matches(&o.object))
+                let line = WatchEventType::Added;
+                if let Some(obj) =
+                    CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0, line)
+                        .filter(|o| o.matches(selectors))
                 {
                     items.push(Arc::new(obj));
                 }

@@ -72,7 +72,7 @@ impl OneNode {
     /// selectors.
     async fn page(
         &self,
-        rt: &ResourceType,
+        rt: &'static ResourceType,
         ns: Option<&str>,
         limit: u64,
         token: Option<ContinueToken>,
@@ -116,14 +116,13 @@ impl OneNode {
             .await
     }
 
-    async fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Value {
+    async fn get(&self, rt: &'static ResourceType, ns: Option<&str>, name: &str) -> Value {
         self.kube
             .get(rt, ns, name, Freshness::MostRecent)
             .await
             .expect("get")
             .0
-            .object
-            .clone()
+            .to_value()
     }
 }
 
@@ -158,7 +157,7 @@ fn names(listed: &Listed) -> Vec<String> {
         .items
         .iter()
         .map(|o| {
-            o.object["metadata"]["name"]
+            o.to_value()["metadata"]["name"]
                 .as_str()
                 .unwrap_or("")
                 .to_string()
@@ -753,7 +752,7 @@ async fn pages_are_read_at_the_first_pages_revision_from_the_cache_or_history() 
             .await
             .expect("second page");
         assert_eq!(names(&second), ["c"], "{max_events}");
-        assert_eq!(second.items[0].object["data"]["v"], "1");
+        assert_eq!(second.items[0].to_value()["data"]["v"], "1");
         assert_eq!(second.revision, first.revision);
         assert_eq!(second.served, later_pages, "{max_events}");
         assert!(second.continue_token.is_none());
@@ -765,7 +764,7 @@ async fn pages_are_read_at_the_first_pages_revision_from_the_cache_or_history() 
             .await
             .expect("old state");
         assert_eq!(
-            (old.object["data"]["v"].as_str(), served),
+            (old.to_value()["data"]["v"].as_str(), served),
             (Some("1"), later_pages)
         );
         n.shutdown().await;
@@ -913,7 +912,7 @@ fn cached(cache: &WatchCache, rt: &ResourceType, ns: Option<&str>, name: &str) -
         .current(rt)
         .0
         .get(&rt.key(ns, name))
-        .map(|o| o.object.clone())
+        .map(|o| o.to_value())
 }
 
 fn owned(name: &str, owner: &Value, block: bool) -> Value {

@@ -403,7 +403,9 @@ impl KubeStore {
         let (objects, _) = self.cache.current(defs);
         let terminating = objects
             .get(&defs.key(None, &custom.definition))
-            .and_then(|d| d.object.as_object())
+            .map(|d| d.to_value())
+            .as_ref()
+            .and_then(Value::as_object)
             .is_some_and(deletion::is_being_deleted);
         if terminating {
             return Err(KubeError::MethodNotAllowed(
