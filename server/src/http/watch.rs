@@ -241,7 +241,9 @@ impl Watcher {
     /// Sends one event of a freshly built object (bookmarks, errors).
     async fn send(&self, event_type: &str, object: Value) {
         let line = match self.rendering {
-            Rendering::Protobuf { .. } => protobuf_frame(event_type, &object),
+            Rendering::Protobuf { .. } => {
+                protobuf_frame(protobuf::watch_frame(event_type, &object))
+            }
             _ => event_line(event_type, object),
         };
         self.send_line(line).await
@@ -262,7 +264,9 @@ impl Watcher {
                 .unwrap_or(object);
                 event_line(event.as_str(), row)
             }
-            Rendering::Protobuf { .. } => protobuf_frame(event.as_str(), &obj.to_value()),
+            Rendering::Protobuf { .. } => {
+                protobuf_frame(protobuf::watch_frame_of(event.as_str(), self.scope.rt, obj))
+            }
             Rendering::Json | Rendering::Yaml => obj.watch_line(event),
         }
     }
@@ -524,8 +528,8 @@ fn event_line(event_type: &str, object: Value) -> Bytes {
 /// One protobuf watch frame. An object with no protobuf form (a field
 /// newer than the descriptors) is logged and sent as an `ERROR` event,
 /// which ends the client's watch: it lists and watches again.
-fn protobuf_frame(event_type: &str, object: &Value) -> Bytes {
-    match protobuf::watch_frame(event_type, object) {
+fn protobuf_frame(frame: Result<Bytes, protobuf::ProtobufError>) -> Bytes {
+    match frame {
         Ok(frame) => frame,
         Err(e) => {
             tracing::warn!(error = %e, "a watch event could not be written as protobuf");

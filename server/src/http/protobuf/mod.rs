@@ -177,9 +177,7 @@ pub fn encode_list(
         // metadata followed by every item's own encoding, made once per
         // object and kept in the watch cache.
         for o in items {
-            let encoded = o.encoded_with(|object| {
-                transcode::from_json(&item, object).map(|m| Bytes::from(m.encode_to_vec()))
-            })?;
+            let encoded = cached_message(&item, o)?;
             prost::encoding::encode_key(
                 field.number(),
                 prost::encoding::WireType::LengthDelimited,
@@ -192,11 +190,41 @@ pub fn encode_list(
     envelope(&api_version, &list_kind, body)
 }
 
+/// The message of a cached object (of type `item`), encoded on first use
+/// and kept with the object ([`CachedObject::encoded_with`]).
+fn cached_message(item: &MessageDescriptor, o: &CachedObject) -> Result<Bytes, ProtobufError> {
+    Ok(o.encoded_with(|object| {
+        transcode::from_json(item, object).map(|m| Bytes::from(m.encode_to_vec()))
+    })?)
+}
+
 /// One frame of a protobuf watch stream: the `WatchEvent` of an event
 /// type and object, behind its length.
 pub fn watch_frame(event_type: &str, object: &Value) -> Result<Bytes, ProtobufError> {
+    frame(event_type, encode_object(object)?)
+}
+
+/// The same for a cached object of `rt`, from its message encoded once
+/// and kept with it: every protobuf watcher (client-go's informers) that
+/// sends the event shares that encoding instead of encoding it again.
+pub fn watch_frame_of(
+    event_type: &str,
+    rt: &ResourceType,
+    o: &CachedObject,
+) -> Result<Bytes, ProtobufError> {
+    let api_version = rt.api_version();
+    let message = cached_message(&message_of(&api_version, rt.kind)?, o)?;
+    frame(
+        event_type,
+        envelope(&api_version, rt.kind, message.to_vec())?,
+    )
+}
+
+/// A `WatchEvent` of `event_type` around an enveloped object, behind its
+/// length.
+fn frame(event_type: &str, object: Vec<u8>) -> Result<Bytes, ProtobufError> {
     let mut raw = DynamicMessage::new(named(names::RAW_EXTENSION)?);
-    raw.set_field_by_name("raw", Pb::Bytes(encode_object(object)?.into()));
+    raw.set_field_by_name("raw", Pb::Bytes(object.into()));
     let mut event = DynamicMessage::new(named(names::WATCH_EVENT)?);
     event.set_field_by_name("type", Pb::String(event_type.into()));
     event.set_field_by_name("object", Pb::Message(raw));
@@ -279,6 +307,27 @@ mod tests {
         // Each item's encoding is kept: asked again, the encoder is not called.
         assert!(items.iter().all(|o| o.encoded_with(|_| Err(())).is_ok()));
         assert_eq!(encode_list(rt, &meta, &items).expect("encodes"), reference);
+    }
+
+    #[test]
+    fn a_cached_objects_watch_frame_is_the_objects_own() {
+        let rt = resources::find("apps", "v1", "deployments").expect("deployments");
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7",
+                         "labels": {"app": "web"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let cached = CachedObject::from_value(rt, &deployment).expect("an object");
+        for event in ["ADDED", "MODIFIED", "DELETED"] {
+            assert_eq!(
+                watch_frame_of(event, rt, &cached).expect("encodes"),
+                watch_frame(event, &deployment).expect("encodes"),
+                "{event}"
+            );
+        }
+        // The object's message was encoded once and kept.
+        assert!(cached.encoded_with(|_| Err(())).is_ok());
     }
 
     #[test]
