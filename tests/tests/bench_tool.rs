@@ -428,6 +428,11 @@ fn bench_scale_measures_every_count_of_both_kinds_and_catches_up_through_a_snaps
                 p["compacted_revisions"].as_u64().is_some_and(|c| c > 0),
                 "{p}"
             );
+            let longest = number("/compaction_longest_step_seconds");
+            assert!(
+                longest > 0.0 && longest <= number("/compaction_seconds"),
+                "{p}"
+            );
             let ready = number("/cold_start/ready_seconds");
             assert!(
                 ready > 0.0 && number("/cold_start/serving_seconds") >= ready,
