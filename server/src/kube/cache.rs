@@ -51,8 +51,9 @@ const REGISTRY_PREFIX: &str = "/registry/";
 /// Why not keep the parsed `serde_json::Value` too: it was 5.5 KB of the
 /// 7.6 KB a 1 KiB ConfigMap cost in the cache (serde_json's `BTreeMap`
 /// allocates a node of about 640 bytes for each small map), and it is
-/// read only by single-object paths (GET in other encodings, patch,
-/// controllers) that can afford a parse of a few microseconds
+/// read only where JSON bytes will not do (GET and lists as YAML or
+/// Table, the first protobuf encoding, patch, scale, deletecollection,
+/// controllers), which can afford a parse of a few microseconds
 /// (`cache_memory` example, BENCHMARKS.md).
 ///
 /// The JSON lives inside the object's watch event line
@@ -65,8 +66,8 @@ pub struct CachedObject {
     pub key: String,
     /// The revision that last modified it (its resourceVersion).
     pub revision: u64,
-    /// The watch event line of `line_type`; the JSON is
-    /// `line[prefix_len(line_type)..line.len() - 2]`.
+    /// The watch event line of `line_type`; the JSON is what lies between
+    /// `line_type.line_prefix()` and [`LINE_SUFFIX`].
     line: Bytes,
     line_type: WatchEventType,
     /// Its labels and field label values, for selectors.
