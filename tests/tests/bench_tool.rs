@@ -406,6 +406,7 @@ fn bench_scale_measures_every_count_of_both_kinds_and_catches_up_through_a_snaps
         .collect();
     assert_eq!(kinds, ["configmaps", "pods"], "{r}");
     for kind in r["kinds"].as_array().expect("kinds") {
+        assert!(kind["error"].is_null(), "{kind}");
         let points = kind["points"].as_array().expect("points");
         let counts: Vec<u64> = points
             .iter()

@@ -27,7 +27,8 @@
 //! Results go to `scale-results.json` and three SVG plots, the nodes'
 //! logs to `logs/<kind>/` (bytes per
 //! object, LIST latency, recovery times, each against the object count on
-//! log axes). Polling the restarted process every 10 ms is the
+//! log axes). A kind that an error stops keeps the counts measured before
+//! it, with the error beside them, and the command then exits non-zero. Polling the restarted process every 10 ms is the
 //! measurement itself (there is no event to await in another process), so
 //! the recovery figures carry up to 10 ms of polling granularity.
 
@@ -659,7 +660,13 @@ fn strip_ansi(text: &str) -> String {
 }
 
 /// Grows one kind's cluster through every count.
-async fn grow_kind(args: &ScaleArgs, kind: Kind, data: &Path) -> anyhow::Result<Vec<Point>> {
+/// Grows one kind through every count: the points measured, and the error
+/// that stopped it early, if one did (the points before it still count).
+async fn grow_kind(
+    args: &ScaleArgs,
+    kind: Kind,
+    data: &Path,
+) -> anyhow::Result<(Vec<Point>, Option<anyhow::Error>)> {
     let dir = data.join(kind.plural());
     let logs = args.out.join("logs").join(kind.plural());
     std::fs::create_dir_all(&dir)?;
@@ -688,6 +695,7 @@ async fn grow_kind(args: &ScaleArgs, kind: Kind, data: &Path) -> anyhow::Result<
         compacted: 0,
         baseline_rss: 0.0,
     };
+    let mut points = Vec::new();
     let outcome = async {
         grown.wait_ready().await?;
         let r = grown
@@ -701,7 +709,6 @@ async fn grow_kind(args: &ScaleArgs, kind: Kind, data: &Path) -> anyhow::Result<
         }
         let rss = grown.rss();
         grown.baseline_rss = rss.iter().sum::<u64>() as f64 / rss.len().max(1) as f64;
-        let mut points = Vec::new();
         for &n in &args.objects {
             if n <= grown.created {
                 bail!("--objects must be ascending: {n} after {}", grown.created);
@@ -711,7 +718,7 @@ async fn grow_kind(args: &ScaleArgs, kind: Kind, data: &Path) -> anyhow::Result<
             println!("{}", summary(kind, &p));
             points.push(p);
         }
-        anyhow::Ok(points)
+        anyhow::Ok(())
     }
     .await;
     for c in &mut grown.children {
@@ -720,7 +727,7 @@ async fn grow_kind(args: &ScaleArgs, kind: Kind, data: &Path) -> anyhow::Result<
     // Measured: its data goes, so a run's disk peaks at one kind's (a
     // million objects are several GB per node).
     std::fs::remove_dir_all(&dir).ok();
-    outcome
+    Ok((points, outcome.err()))
 }
 
 /// One line per count for the terminal.
@@ -863,8 +870,13 @@ fn plots(out: &Path, runs: &[(Kind, Vec<Point>)]) -> anyhow::Result<()> {
 pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     let data = fresh_data_dir(&args.out)?;
     let mut runs = Vec::new();
+    let mut errors = Vec::new();
     for &kind in &args.kinds {
-        let points = grow_kind(&args, kind, &data).await?;
+        let (points, error) = grow_kind(&args, kind, &data).await?;
+        if let Some(e) = error {
+            eprintln!("{}: stopped early: {e:#}", kind.plural());
+            errors.push((kind, format!("{e:#}")));
+        }
         runs.push((kind, points));
     }
     let results = json!({
@@ -874,15 +886,28 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         "catch_up_writes": args.catch_up_writes,
         "snapshot_after_entries": args.snapshot_after_entries,
         "snapshot_catch_up_entries": args.snapshot_catch_up_entries,
-        "kinds": runs.iter().map(|(k, pts)| json!({ "kind": k, "points": pts })).collect::<Vec<_>>(),
+        "kinds": runs.iter().map(|(k, pts)| json!({
+            "kind": k,
+            "points": pts,
+            "error": errors.iter().find(|(e, _)| e == k).map(|(_, e)| e),
+        })).collect::<Vec<_>>(),
     });
     std::fs::write(
         args.out.join("scale-results.json"),
         serde_json::to_vec_pretty(&results)?,
     )?;
-    plots(&args.out, &runs)?;
+    if runs.iter().any(|(_, points)| !points.is_empty()) {
+        plots(&args.out, &runs)?;
+    }
     std::fs::remove_dir_all(&data).ok();
     println!("results and plots in {}", args.out.display());
+    if let Some((kind, e)) = errors.first() {
+        bail!(
+            "{} stopped early ({e}); the counts measured before are in {}",
+            kind.plural(),
+            args.out.join("scale-results.json").display()
+        );
+    }
     Ok(())
 }
 
