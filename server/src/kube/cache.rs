@@ -67,7 +67,7 @@ pub struct CachedObject {
     /// The revision that last modified it (its resourceVersion).
     pub revision: u64,
     /// The watch event line of `line_type`; the JSON is what lies between
-    /// `line_type.line_prefix()` and [`LINE_SUFFIX`].
+    /// its prefix and [`LINE_SUFFIX`] ([`CachedObject::json`]).
     line: Bytes,
     line_type: WatchEventType,
     /// Its labels and field label values, for selectors.
@@ -175,16 +175,19 @@ impl CachedObject {
         })
     }
 
+    /// Where the JSON lies in the line.
+    fn json_range(&self) -> std::ops::Range<usize> {
+        self.line_type.line_prefix().len()..self.line.len() - LINE_SUFFIX.len()
+    }
+
     /// The object as JSON.
     pub fn json(&self) -> &[u8] {
-        let start = self.line_type.line_prefix().len();
-        &self.line[start..self.line.len() - LINE_SUFFIX.len()]
+        &self.line[self.json_range()]
     }
 
     /// The object as JSON, sharing the cache's bytes.
     pub fn json_bytes(&self) -> Bytes {
-        let start = self.line_type.line_prefix().len();
-        self.line.slice(start..self.line.len() - LINE_SUFFIX.len())
+        self.line.slice(self.json_range())
     }
 
     /// The object as a tree, parsed from its JSON on every call: a few
@@ -219,12 +222,9 @@ impl CachedObject {
         Bytes::from(line)
     }
 
-    /// Appends the JSON watch event line of `event` to `out`.
-    pub fn write_watch_line(&self, event: WatchEventType, out: &mut Vec<u8>) {
-        if event == self.line_type {
-            out.extend_from_slice(&self.line);
-            return;
-        }
+    /// Appends a JSON watch event line of `event` for this object to `out`,
+    /// built anew.
+    fn write_watch_line(&self, event: WatchEventType, out: &mut Vec<u8>) {
         out.extend_from_slice(event.line_prefix());
         out.extend_from_slice(self.json());
         out.extend_from_slice(LINE_SUFFIX);

@@ -328,8 +328,8 @@ fn field_label(rt: &'static ResourceType, label: &str) -> Result<&'static FieldL
 /// `spec.nodeName=` watch tests every pod event).
 ///
 /// Every cached object carries one, so it is packed: one string holding
-/// the field values in the table's order, then each label's key and value
-/// (sorted by key), and the end offset of each part: two allocations.
+/// the field values in the table's order, then each label's key and value,
+/// and the end offset of each part: two allocations.
 #[derive(Debug, Clone)]
 pub struct Attrs {
     /// The table the values were rendered for; a selector parsed against
@@ -344,39 +344,36 @@ impl Attrs {
     /// of `obj`.
     pub fn of(rt: &'static ResourceType, obj: &Value) -> Self {
         let (fields, _) = fields_of(rt);
-        let mut parts: Vec<std::borrow::Cow<'_, str>> =
-            fields.iter().map(|f| f.render.value(obj).into()).collect();
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        let mut push = |part: &str| {
+            text.push_str(part);
+            ends.push(text.len());
+        };
+        for f in fields {
+            push(&f.render.value(obj));
+        }
         if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
-            // serde_json's map iterates in key order: sorted already.
             for (k, v) in labels {
                 if let Some(v) = v.as_str() {
-                    parts.push(k.as_str().into());
-                    parts.push(v.into());
+                    push(k);
+                    push(v);
                 }
             }
         }
-        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-        let mut ends = Vec::with_capacity(parts.len());
-        for part in &parts {
-            text.push_str(part);
-            match u32::try_from(text.len()) {
-                Ok(end) => ends.push(end),
-                // Beyond 4 GiB of attributes (never, under the body
-                // limit): keep none, so every selector falls back to
-                // the object itself.
-                Err(_) => {
-                    return Self {
-                        fields: &[],
-                        text: Box::default(),
-                        ends: Box::default(),
-                    }
-                }
-            }
-        }
-        Self {
-            fields,
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
+        match ends.iter().map(|&e| u32::try_from(e)).collect() {
+            Ok(ends) => Self {
+                fields,
+                text: text.into_boxed_str(),
+                ends,
+            },
+            // Beyond 4 GiB of attributes (never, under the body limit):
+            // keep none, so every selector falls back to the object itself.
+            Err(_) => Self {
+                fields: &[],
+                text: Box::default(),
+                ends: Box::default(),
+            },
         }
     }
 
@@ -395,20 +392,13 @@ impl Attrs {
         Some(self.part(i))
     }
 
-    /// The value of label `key`, if the object has it.
+    /// The value of label `key`, if the object has it (objects carry few
+    /// labels: a scan).
     fn label(&self, key: &str) -> Option<&str> {
-        let n = self.fields.len();
-        let pairs = (self.ends.len().saturating_sub(n)) / 2;
-        let (mut lo, mut hi) = (0, pairs);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match self.part(n + 2 * mid).cmp(key) {
-                std::cmp::Ordering::Equal => return Some(self.part(n + 2 * mid + 1)),
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-            }
-        }
-        None
+        (self.fields.len()..self.ends.len())
+            .step_by(2)
+            .find(|&i| self.part(i) == key)
+            .map(|i| self.part(i + 1))
     }
 
     /// The heap bytes these attributes hold.
@@ -461,29 +451,32 @@ impl Selectors {
     /// Whether `obj` is selected, read from the object itself.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
-        let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        self.labels.iter().all(|req| req.matches(label(req.key())))
-            && self
-                .fields
-                .iter()
-                .all(|f| (f.field.render.value(obj) == f.value) == f.equal)
+        self.select(
+            |k| labels.and_then(|l| l.get(k)).and_then(Value::as_str),
+            |f| Some(f.render.value(obj).into()),
+        )
+        .unwrap_or(false)
     }
 
     /// Whether the object `attrs` were rendered from is selected; `None`
     /// when they were rendered for another table of field labels than
     /// this selector's (ask [`Selectors::matches`] with the object).
     pub fn matches_attrs(&self, attrs: &Attrs) -> Option<bool> {
+        self.select(|k| attrs.label(k), |f| attrs.field(f).map(Into::into))
+    }
+
+    /// Every requirement against an object's labels (`label`) and field
+    /// values (`field`; `None` when it cannot say).
+    fn select<'a>(
+        &self,
+        label: impl Fn(&str) -> Option<&'a str>,
+        field: impl Fn(&FieldLabel) -> Option<std::borrow::Cow<'a, str>>,
+    ) -> Option<bool> {
         let mut fields_ok = true;
         for f in &self.fields {
-            fields_ok &= (attrs.field(f.field)? == f.value) == f.equal;
+            fields_ok &= (field(f.field)? == f.value.as_str()) == f.equal;
         }
-        Some(
-            fields_ok
-                && self
-                    .labels
-                    .iter()
-                    .all(|req| req.matches(attrs.label(req.key()))),
-        )
+        Some(fields_ok && self.labels.iter().all(|req| req.matches(label(req.key()))))
     }
 }
 

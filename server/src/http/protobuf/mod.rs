@@ -131,13 +131,13 @@ pub fn delete_options_to_json(body: &[u8]) -> Result<Map<String, Value>, ApiErro
     }
 }
 
-fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Result<Vec<u8>, ProtobufError> {
+fn envelope(api_version: &str, kind: &str, raw: Bytes) -> Result<Vec<u8>, ProtobufError> {
     let mut type_meta = DynamicMessage::new(named(names::TYPE_META)?);
     type_meta.set_field_by_name("apiVersion", Pb::String(api_version.into()));
     type_meta.set_field_by_name("kind", Pb::String(kind.into()));
     let mut unknown = DynamicMessage::new(named(names::UNKNOWN)?);
     unknown.set_field_by_name("typeMeta", Pb::Message(type_meta));
-    unknown.set_field_by_name("raw", Pb::Bytes(raw.into()));
+    unknown.set_field_by_name("raw", Pb::Bytes(raw));
     unknown.set_field_by_name("contentEncoding", Pb::String(String::new()));
     unknown.set_field_by_name("contentType", Pb::String(String::new()));
     let mut body = MAGIC.to_vec();
@@ -150,7 +150,7 @@ pub fn encode_object(object: &Value) -> Result<Vec<u8>, ProtobufError> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
     let msg = transcode::from_json(&message_of(api_version, kind)?, object)?;
-    envelope(api_version, kind, msg.encode_to_vec())
+    envelope(api_version, kind, msg.encode_to_vec().into())
 }
 
 /// The protobuf body of a list of `rt`: its `metadata` (a `ListMeta`'s
@@ -187,7 +187,7 @@ pub fn encode_list(
             body.extend_from_slice(&encoded);
         }
     }
-    envelope(&api_version, &list_kind, body)
+    envelope(&api_version, &list_kind, body.into())
 }
 
 /// The message of a cached object (of type `item`), encoded on first use
@@ -214,10 +214,7 @@ pub fn watch_frame_of(
 ) -> Result<Bytes, ProtobufError> {
     let api_version = rt.api_version();
     let message = cached_message(&message_of(&api_version, rt.kind)?, o)?;
-    frame(
-        event_type,
-        envelope(&api_version, rt.kind, message.to_vec())?,
-    )
+    frame(event_type, envelope(&api_version, rt.kind, message)?)
 }
 
 /// A `WatchEvent` of `event_type` around an enveloped object, behind its
@@ -301,7 +298,8 @@ mod tests {
                     .collect(),
             ),
         );
-        let reference = envelope("v1", "ConfigMapList", whole.encode_to_vec()).expect("reference");
+        let reference =
+            envelope("v1", "ConfigMapList", whole.encode_to_vec().into()).expect("reference");
         assert_eq!(body, reference);
         // A second list splices the kept encodings: the same bytes.
         // Each item's encoding is kept: asked again, the encoder is not called.
@@ -341,7 +339,7 @@ mod tests {
         let raw = transcode::from_json(&desc, &opts)
             .expect("encodes")
             .encode_to_vec();
-        let body = envelope("meta.k8s.io/v1", "DeleteOptions", raw).expect("envelope");
+        let body = envelope("meta.k8s.io/v1", "DeleteOptions", raw.into()).expect("envelope");
         let fields = delete_options_to_json(&body).expect("decoded");
         assert_eq!(
             Value::Object(fields),
