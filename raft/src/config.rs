@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kubestore_storage::{Limits, NodeId};
+use kubestore_storage::{DiskFaults, Limits, NodeId};
 
 use crate::propose::{MAX_BATCH, MAX_BATCH_BYTES};
 
@@ -54,6 +54,9 @@ pub struct RaftNodeConfig {
     /// through a front end). Front ends with tighter rules (the etcd API's
     /// [`Limits::ETCD`]) check those themselves first.
     pub command_limits: Limits,
+    /// The disk faults the node's store obeys from its first moment
+    /// (tests; the fault-injection endpoint changes them at run time).
+    pub disk_faults: DiskFaults,
 }
 
 /// Most operations per txn branch [`command_limits`] allows: the
@@ -95,6 +98,7 @@ impl RaftNodeConfig {
             request_timeout: Duration::from_secs(10),
             read_lease: Duration::from_millis(150),
             command_limits: command_limits(Limits::ETCD.max_command_bytes),
+            disk_faults: DiskFaults::default(),
         }
     }
 }

@@ -21,6 +21,17 @@
 //! stays on beside it (candidates that split a vote, followers that know no
 //! leader). Starting an election is always safe in Raft; this only changes
 //! when.
+//!
+//! While this node installs a snapshot it does not campaign, by either
+//! timer: the leader that sent the snapshot does not reach it with
+//! heartbeats until the install is done, so it sounds silent for as long
+//! as the install takes. An election then deposes that leader, and the
+//! next one sends another snapshot: a follower with 1M objects to install
+//! called an election every timeout and never caught up; with a 6 s
+//! install, a follower raised the term from 2 to 13 (the cluster test
+//! `a_follower_slow_to_install_a_snapshot_catches_up_without_calling_an_election`).
+//! openraft's own timer stays off until one election timeout after the
+//! install, time for the leader's heartbeats to land again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +39,7 @@ use std::time::Duration;
 
 use kubestore_storage::{NodeId, TypeConfig};
 use openraft::{Raft, ServerState};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -65,18 +77,66 @@ impl LeaderContact {
 
 /// Starts the timer for node `id`: an election once the leader has been
 /// silent for `silence` (the node's own lease plus its minimum election
-/// timeout). Ends when Raft shuts down.
-pub(crate) fn spawn(id: NodeId, raft: Raft<TypeConfig>, contact: LeaderContact, silence: Duration) {
+/// timeout), none while `installing` says a snapshot install runs. Ends
+/// when Raft shuts down. Holds no handle on the store (a restarted node
+/// reopens the database at once).
+pub(crate) fn spawn(
+    id: NodeId,
+    raft: Raft<TypeConfig>,
+    installing: watch::Receiver<bool>,
+    contact: LeaderContact,
+    silence: Duration,
+) {
     let span = tracing::info_span!("election_timer", node = id);
-    tokio::spawn(run(id, raft, contact, silence).instrument(span));
+    tokio::spawn(
+        hold_during_installs(raft.clone(), installing.clone(), silence).instrument(span.clone()),
+    );
+    tokio::spawn(run(id, raft, installing, contact, silence).instrument(span));
 }
 
-async fn run(id: NodeId, raft: Raft<TypeConfig>, contact: LeaderContact, silence: Duration) {
+/// Keeps openraft's own election timer off while this node installs a
+/// snapshot, and for `silence` after (time for the leader's heartbeats,
+/// held during the install, to land again). Ends when the store does.
+async fn hold_during_installs(
+    raft: Raft<TypeConfig>,
+    mut installing: watch::Receiver<bool>,
+    silence: Duration,
+) {
+    loop {
+        if *installing.borrow_and_update() {
+            tracing::info!("installing a snapshot: no elections until it is done");
+            raft.runtime_config().elect(false);
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(silence) => raft.runtime_config().elect(true),
+                // Another install began first: stay off.
+                _ = installing.changed() => continue,
+            }
+        }
+        if installing.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn run(
+    id: NodeId,
+    raft: Raft<TypeConfig>,
+    installing: watch::Receiver<bool>,
+    contact: LeaderContact,
+    silence: Duration,
+) {
     let metrics = raft.metrics();
     loop {
         tokio::time::sleep_until(contact.last() + silence).await;
         if contact.last() + silence > Instant::now() {
             // Heard from the leader meanwhile.
+            continue;
+        }
+        if *installing.borrow() {
+            // Silence while a snapshot from the leader is installed is not a
+            // lost leader (see the module's doc).
+            contact.touch();
             continue;
         }
         let leader = {

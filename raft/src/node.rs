@@ -23,7 +23,7 @@ use openraft::error::RaftError;
 use openraft::metrics::RaftServerMetrics;
 use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
-use tracing::instrument;
+use tracing::{instrument, Instrument};
 
 use crate::config::{election_window, RaftNodeConfig};
 use crate::election::{self, LeaderContact};
@@ -136,6 +136,8 @@ pub(crate) struct Inner {
     pub(crate) session: ClientSession,
     /// [`RaftNodeConfig::command_limits`].
     pub(crate) command_limits: Limits,
+    /// The store's background compactor, awaited by [`RaftNode::shutdown`].
+    compactor: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// The proposer's handle on its node ([`crate::propose::Submit`] is
@@ -188,7 +190,13 @@ impl RaftNode {
             // Entries are batches of up to 1 MiB (plus one command of up
             // to 1.5 MiB): 32 of them stay under MAX_MESSAGE_BYTES.
             max_payload_entries: 32,
-            install_snapshot_timeout: 5_000,
+            // Bounds each snapshot chunk RPC, and the last one returns only
+            // once the follower has installed the snapshot (many seconds at
+            // a million objects). At 5 s that last chunk timed out, and the
+            // leader sent the whole snapshot again. A dead follower fails a
+            // chunk at once (connection refused); only a paused one holds a
+            // chunk this long, and then nothing else waits on it.
+            install_snapshot_timeout: 120_000,
             ..Default::default()
         };
         let raft_config = Arc::new(
@@ -196,16 +204,25 @@ impl RaftNode {
                 .validate()
                 .map_err(|e| RaftNodeError::Config(ConfigError::Openraft(Arc::new(e))))?,
         );
-        let (log_store, state_machine, store) = kubestore_storage::open(&config.data_dir)?;
+        let (log_store, state_machine, store) =
+            kubestore_storage::open_with_faults(&config.data_dir, config.disk_faults.clone())?;
         let session = ClientSession::new(config.id, store.boot_epoch());
         let faults = Faults::default();
         let network = NetworkFactory::new(faults.clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
         tokio::spawn(log_role_changes(config.id, raft.server_metrics()));
+        // Stopped and awaited by `shutdown`: it holds the database open.
+        let compactor = tokio::spawn(
+            store
+                .clone()
+                .run_compactor()
+                .instrument(tracing::info_span!("compactor", node = config.id)),
+        );
         let leader_contact = LeaderContact::new();
         election::spawn(
             config.id,
             raft.clone(),
+            store.subscribe_installing(),
             leader_contact.clone(),
             own_max + own_min,
         );
@@ -240,6 +257,7 @@ impl RaftNode {
                 proposer,
                 session,
                 command_limits: config.command_limits,
+                compactor: Mutex::new(Some(compactor)),
             }
         });
         let node = RaftNode { inner: node };
@@ -267,6 +285,12 @@ impl RaftNode {
     /// This node's member id.
     pub fn id(&self) -> NodeId {
         self.inner.id
+    }
+
+    /// How long a request may wait on this node for the cluster (a
+    /// proposal, a read index, a forward) before it fails.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
     }
 
     /// The read handle on this node's store.
@@ -606,13 +630,28 @@ impl RaftNode {
             .map_err(RaftNodeError::from)
     }
 
-    /// Stops openraft. Storage is closed when the last handle is dropped.
+    /// Stops openraft and the store's compactor. Storage is closed when the
+    /// last handle is dropped.
     pub async fn shutdown(&self) -> Result<(), RaftNodeError> {
-        self.inner
+        let stopped = self
+            .inner
             .raft
             .shutdown()
             .await
-            .map_err(|e| ProtocolError::Shutdown(Arc::new(e)).into())
+            .map_err(|e| ProtocolError::Shutdown(Arc::new(e)).into());
+        self.inner.store.stop_compactor();
+        let compactor = self
+            .inner
+            .compactor
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(task) = compactor {
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "the compactor task failed");
+            }
+        }
+        stopped
     }
 }
 

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use kubestore_storage::NodeId;
+use kubestore_storage::{DiskFaults, NodeId};
 
 /// Default body limit: kube's own limit for a request body is 3 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -171,6 +171,12 @@ pub struct ServeConfig {
     /// never on a production node.
     #[arg(long, env = "KUBESTORE_FAULT_INJECTION")]
     pub fault_injection: bool,
+
+    /// The disk faults the node's store obeys from its first moment: for
+    /// nodes a test starts in its own process (not a flag; a `serve`
+    /// process starts without and takes them from `/debug/faults`).
+    #[arg(skip)]
+    pub disk_faults: DiskFaults,
 }
 
 impl ServeConfig {
@@ -202,6 +208,7 @@ impl ServeConfig {
             max_requests_inflight: DEFAULT_MAX_REQUESTS_INFLIGHT,
             max_mutating_requests_inflight: DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
             fault_injection: false,
+            disk_faults: DiskFaults::default(),
         }
     }
 
@@ -238,6 +245,8 @@ impl ServeConfig {
             max_requests_inflight,
             max_mutating_requests_inflight,
             fault_injection,
+            // In-process only: a process cannot be handed a live handle.
+            disk_faults: _,
         } = self;
         let mut args = vec![OsString::from("serve")];
         let mut flag = |name: &str, value: OsString| {

@@ -76,6 +76,7 @@ impl RunningNode {
         raft_config.election_timeout_min = Duration::from_millis(config.election_timeout);
         raft_config.election_timeout_max = Duration::from_millis(config.election_timeout * 2);
         raft_config.read_lease = Duration::from_millis(config.read_lease_ms);
+        raft_config.disk_faults = config.disk_faults.clone();
         raft_config.command_limits =
             kubestore_raft::command_limits(max_command_bytes(config.max_body_bytes));
         let raft = RaftNode::start(raft_config).await?;

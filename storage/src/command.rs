@@ -488,7 +488,8 @@ pub enum Command {
 
 impl Command {
     /// Whether the command may ride in a [`Command::Batch`]. A compaction
-    /// reads and rewrites history on disk and so goes alone.
+    /// goes alone: a batch's members are applied against one view whose
+    /// compaction point does not move.
     pub fn is_batchable(&self) -> bool {
         match self {
             Command::Compact { .. } | Command::Batch(_) => false,
@@ -498,8 +499,8 @@ impl Command {
     }
 
     /// Whether applying the command may scan a range of the store rather
-    /// than read a few keys: a compaction, a lease revoke or expiry (the
-    /// lease's keys), a transaction with a multi-key compare, range or
+    /// than read a few keys: a lease revoke or expiry (the lease's keys), a
+    /// transaction with a multi-key compare, range or
     /// delete. The state machine applies such entries off the async
     /// workers.
     pub fn may_scan(&self) -> bool {
@@ -513,13 +514,14 @@ impl Command {
                 })
         }
         match self {
-            Command::Compact { .. } | Command::LeaseRevoke { .. } | Command::LeaseExpire { .. } => {
-                true
-            }
+            Command::LeaseRevoke { .. } | Command::LeaseExpire { .. } => true,
             Command::Txn(txn) => txn_scans(txn),
             Command::Batch(cmds) => cmds.iter().any(Command::may_scan),
             Command::Tagged { cmd, .. } => cmd.may_scan(),
-            Command::LeaseGrant { .. } | Command::LeaseKeepAlive { .. } => false,
+            // A compaction's apply moves the compaction point only.
+            Command::Compact { .. }
+            | Command::LeaseGrant { .. }
+            | Command::LeaseKeepAlive { .. } => false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Disk fault injection, for the fault-schedule checker and tests: a slow
-//! disk (every log fsync takes longer) and a slow state machine (every
-//! apply waits before it writes). Both are off unless set; the server only
+//! disk (every log fsync takes longer), a slow state machine (every apply
+//! waits before it writes) and a slow snapshot install (as a snapshot of
+//! millions of rows takes). All are off unless set; the server only
 //! exposes them when started with fault injection enabled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +18,7 @@ pub struct DiskFaults {
 struct Delays {
     fsync_ms: AtomicU64,
     apply_ms: AtomicU64,
+    install_ms: AtomicU64,
 }
 
 impl DiskFaults {
@@ -30,6 +32,12 @@ impl DiskFaults {
         self.inner.apply_ms.store(millis(delay), Ordering::SeqCst);
     }
 
+    /// Every snapshot install from now on takes `delay` longer, counted as
+    /// part of the install (the store reports it installing meanwhile).
+    pub fn set_install_delay(&self, delay: Duration) {
+        self.inner.install_ms.store(millis(delay), Ordering::SeqCst);
+    }
+
     /// The delay every log fsync waits now (zero: none).
     pub fn fsync_delay(&self) -> Duration {
         Duration::from_millis(self.inner.fsync_ms.load(Ordering::SeqCst))
@@ -38,6 +46,11 @@ impl DiskFaults {
     /// The delay every apply waits now (zero: none).
     pub fn apply_delay(&self) -> Duration {
         Duration::from_millis(self.inner.apply_ms.load(Ordering::SeqCst))
+    }
+
+    /// The delay every snapshot install takes now (zero: none).
+    pub fn install_delay(&self) -> Duration {
+        Duration::from_millis(self.inner.install_ms.load(Ordering::SeqCst))
     }
 }
 

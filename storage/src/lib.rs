@@ -52,7 +52,7 @@
 //!   sizes, lease TTLs), run before it is proposed.
 //! - `engine`: the only module that names RocksDB (and `Source`: rows read
 //!   from the live engine or a point-in-time view).
-//! - [`faults`]: disk fault injection (slow fsync, slow apply) for the
+//! - [`faults`]: disk fault injection (slow fsync, apply, install) for the
 //!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
 //! - [`session`]: the rules and rows of the proposal session table behind
 //!   exactly-once apply.
@@ -63,7 +63,9 @@
 //!   batch command by command).
 //! - `session_table`: the state machine's in-memory mirror of the session
 //!   table, and the view apply sees it through.
-//! - [`mvcc`]: ranges at a revision, the event log, staging writes, compaction.
+//! - [`mvcc`]: ranges at a revision, the event log, staging writes, and
+//!   the rows a compaction deletes.
+//! - `compactor`: physical compaction, in bounded background steps.
 //! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
 //!   event log for watches and the watch cache: batched, and reporting
 //!   compaction as an outcome of its own.
@@ -79,6 +81,7 @@
 
 pub mod apply;
 pub mod command;
+mod compactor;
 pub mod cursor;
 mod engine;
 pub mod error;
@@ -108,6 +111,7 @@ pub use command::{
     OpResponse, ProposalId, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn,
     TxnResponse, MAX_TXN_DEPTH,
 };
+pub use compactor::{PurgeStep, PURGE_STEP_REVISIONS};
 pub use cursor::{EventCursor, EventStep, EVENT_BATCH};
 pub use error::StoreError;
 pub use faults::DiskFaults;
@@ -128,6 +132,7 @@ pub struct Store {
     installs: state_machine::InstallGeneration,
     faults: DiskFaults,
     boot_epoch: u64,
+    compactor: compactor::Compactor,
 }
 
 impl std::fmt::Debug for Store {
@@ -262,6 +267,17 @@ impl Store {
         self.engine.write(batch, true)
     }
 
+    /// Whether a snapshot install is replacing the state machine now.
+    pub fn installing(&self) -> bool {
+        self.installs.stable().is_none()
+    }
+
+    /// A receiver of [`Store::installing`], changed as an install starts
+    /// and as it ends.
+    pub fn subscribe_installing(&self) -> watch::Receiver<bool> {
+        self.installs.subscribe()
+    }
+
     /// The disk faults this store's log flusher and state machine obey.
     pub fn faults(&self) -> &DiskFaults {
         &self.faults
@@ -272,6 +288,52 @@ impl Store {
     /// The `epoch` of the [`ProposalId`]s this node hands out.
     pub fn boot_epoch(&self) -> u64 {
         self.boot_epoch
+    }
+
+    /// How far compacted history is physically deleted: at most
+    /// [`AppliedState::compacted`], below it while a purge is under way.
+    pub fn purged(&self) -> Revision {
+        self.compactor.purged()
+    }
+
+    /// Waits until compacted history is physically deleted up to
+    /// `revision` (etcd's `physical` compaction: this node applied a
+    /// compaction to at least `revision` and purged it), for as long as
+    /// the purge keeps moving: `false` once it has not moved for `stall`.
+    pub async fn wait_purged(&self, revision: Revision, stall: std::time::Duration) -> bool {
+        let mut purged = self.compactor.subscribe();
+        loop {
+            if *purged.borrow_and_update() >= revision {
+                return true;
+            }
+            match tokio::time::timeout(stall, purged.changed()).await {
+                Ok(Ok(())) => {}
+                // The sender lives as long as the compactor: never closed.
+                Ok(Err(_)) | Err(_) => return false,
+            }
+        }
+    }
+
+    /// One step of the physical compaction: deletes the history of at most
+    /// `max_revisions` revisions below the compaction point. Blocking
+    /// (RocksDB scans); [`Store::run_compactor`] runs it in the background.
+    pub fn purge_compacted_history(&self, max_revisions: u64) -> Result<PurgeStep, StoreError> {
+        self.compactor.step(&self.engine, max_revisions)
+    }
+
+    /// Ends [`Store::run_compactor`] after the step it is in, if any.
+    pub fn stop_compactor(&self) {
+        self.compactor.close();
+    }
+
+    /// Runs the physical compaction for as long as the state machine lives:
+    /// whenever a compaction is applied (or a snapshot installed), purges
+    /// what it left in steps of [`PURGE_STEP_REVISIONS`] revisions, each
+    /// its own atomic batch, until [`Store::stop_compactor`] (or the state
+    /// machine's drop). Spawn it once per opened store; it holds the
+    /// database open until it ends.
+    pub async fn run_compactor(self) {
+        self.compactor.clone().run(self.engine.clone()).await
     }
 
     /// Approximate bytes the database takes on disk.
@@ -313,11 +375,24 @@ impl ReadView<'_> {
 /// openraft, and a [`Store`] read handle for everything else. Each open
 /// starts a new boot epoch ([`Store::boot_epoch`]).
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
+    open_with_faults(dir, DiskFaults::default())
+}
+
+/// [`open`], with the disk faults the store obeys from its first moment
+/// (tests that need a fault in place before the node can be reached).
+pub fn open_with_faults(
+    dir: &Path,
+    faults: DiskFaults,
+) -> Result<(LogStore, StateMachine, Store), StoreError> {
     let engine = engine::Engine::open(&dir.join("db"))?;
     let installs = state_machine::InstallGeneration::default();
-    let faults = DiskFaults::default();
-    let (sm, applied) =
-        StateMachine::open(engine.clone(), dir.join("snapshots"), installs.clone())?;
+    let compactor = compactor::Compactor::open(&engine)?;
+    let (sm, applied) = StateMachine::open(
+        engine.clone(),
+        dir.join("snapshots"),
+        installs.clone(),
+        compactor.clone(),
+    )?;
     let boot_epoch = session::raise_boot_epoch(&engine)?;
     Ok((
         LogStore::new(engine.clone(), faults.clone(), sm.purge_horizon()),
@@ -328,6 +403,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, Store), StoreError> {
             installs,
             faults,
             boot_epoch,
+            compactor,
         },
     ))
 }

@@ -10,7 +10,9 @@
 //!
 //! Compaction to `r` keeps every `history` row an event at or after `r`
 //! points at: besides each key's last live row at or below `r`, that is the
-//! previous state of every key changed exactly at `r`.
+//! previous state of every key changed exactly at `r`. The apply only moves
+//! the compaction point; [`stage_purge`] deletes the rows, run in bounded
+//! steps by the [`compactor`](crate::compactor).
 //!
 //! Range semantics: a [`RangeRequest`](crate::RangeRequest) without a revision reads the current
 //! state; with revision `r` it reads each key's last row at or below `r`.
@@ -349,14 +351,10 @@ fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
 }
 
 /// Stages the writes, history rows, events, revision and session change of
-/// `applied` into `batch`. Compaction, if asked for, is staged too (it
-/// reads the engine).
-pub(crate) fn stage_applied(
-    engine: &Engine,
-    batch: &mut Batch<'_>,
-    applied: &Applied,
-    compacted: Revision,
-) -> Result<(), StoreError> {
+/// `applied` into `batch`. A compaction is staged as the new compaction
+/// point alone: the rows it makes unreachable are purged later, off the
+/// apply path ([`crate::compactor`]).
+pub(crate) fn stage_applied(batch: &mut Batch<'_>, applied: &Applied) -> Result<(), StoreError> {
     let revision = applied.response.revision;
     if !applied.writes.is_empty() {
         for (key, state) in &applied.writes {
@@ -403,11 +401,14 @@ pub(crate) fn stage_applied(
         session::stage_update(batch, update)?;
     }
     if let Some(to) = applied.compact_to {
-        stage_compaction(engine, batch, compacted, to)?;
+        batch.put(Cf::SmMeta, schema::SM_COMPACTED, &schema::u64_key(to.0))?;
     }
     Ok(())
 }
 
+/// Stages the physical part of a compaction from `from` to `to` (the
+/// history a compaction to `to` makes unreachable, given that one to
+/// `from` was purged already), returning how many keys it looked at.
 /// Drops history below `to`: for every key changed in `[from, to)`, every
 /// row but its last at or below `to` goes, and that one too if it is a
 /// deletion; except the previous state of a key changed exactly at `to`,
@@ -415,12 +416,12 @@ pub(crate) fn stage_applied(
 /// if it is a deletion (the next compaction drops both, as that key is then
 /// among those changed since). Events of revisions below
 /// `to` go. Reads and events at `to` stay whole.
-fn stage_compaction(
+pub(crate) fn stage_purge(
     engine: &Engine,
     batch: &mut Batch<'_>,
     from: Revision,
     to: Revision,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     let mut touched = BTreeSet::new();
     let mut pointed_at = HashSet::new();
     let start = schema::u64_key(from.0);
@@ -465,20 +466,13 @@ fn stage_compaction(
         }
     }
     batch.delete_range(Cf::Events, &schema::u64_key(0), &end)?;
-    batch.put(Cf::SmMeta, schema::SM_COMPACTED, &schema::u64_key(to.0))?;
-    tracing::info!(
-        from = from.0,
-        to = to.0,
-        keys = touched.len(),
-        "compacted history"
-    );
-    Ok(())
+    Ok(touched.len())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Command, KeyRange, RangeRequest};
+    use crate::command::{KeyRange, RangeRequest};
     use crate::test_fixture::{delete, put, Fixture};
 
     impl Fixture {
@@ -557,10 +551,7 @@ mod tests {
         f.txn(vec![put("b", "1")]).await; // 4
         f.txn(vec![put("c", "1")]).await; // 5
         f.txn(vec![delete("c")]).await; // 6
-        f.apply(Command::Compact {
-            revision: Revision(3),
-        })
-        .await;
+        f.compact(3).await;
         assert_eq!(
             f.history_of("a"),
             vec![2, 3],
@@ -572,10 +563,7 @@ mod tests {
             (3, EventKind::Put, s("a"), s("3"), Some(s("2")))
         );
 
-        f.apply(Command::Compact {
-            revision: Revision(4),
-        })
-        .await;
+        f.compact(4).await;
         assert_eq!(
             f.history_of("a"),
             vec![3],
@@ -586,10 +574,7 @@ mod tests {
 
         // A deletion at the compaction revision keeps its previous state
         // for its event, and its own row so that reads at 6 do not see it.
-        f.apply(Command::Compact {
-            revision: Revision(6),
-        })
-        .await;
+        f.compact(6).await;
         assert_eq!(f.history_of("c"), vec![5, 6]);
         assert_eq!(
             f.events_after(5),
@@ -606,10 +591,7 @@ mod tests {
         assert!(at_6.kvs.is_empty(), "{at_6:?}");
 
         f.txn(vec![put("d", "1")]).await; // 7
-        f.apply(Command::Compact {
-            revision: Revision(7),
-        })
-        .await;
+        f.compact(7).await;
         assert!(f.history_of("c").is_empty(), "both rows of c go next time");
     }
 }

@@ -22,6 +22,7 @@ use tracing::instrument;
 
 use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
+use crate::compactor::Compactor;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
@@ -69,6 +70,15 @@ pub struct StateMachine {
     /// The file of the snapshot stream begun last, which its install
     /// renames into place instead of copying.
     receiving: Option<PathBuf>,
+    /// Purges what compactions leave behind; woken by every compaction
+    /// and install, held off during an install, closed with this.
+    compactor: Compactor,
+}
+
+impl Drop for StateMachine {
+    fn drop(&mut self) {
+        self.compactor.close();
+    }
 }
 
 impl std::fmt::Debug for StateMachine {
@@ -93,6 +103,7 @@ impl StateMachine {
         engine: Engine,
         snapshot_dir: PathBuf,
         installs: InstallGeneration,
+        compactor: Compactor,
     ) -> Result<(Self, watch::Receiver<AppliedState>), StoreError> {
         std::fs::create_dir_all(&snapshot_dir)
             .map_err(|e| StoreError::Io(snapshot_dir.display().to_string(), e))?;
@@ -146,6 +157,7 @@ impl StateMachine {
                 sessions,
                 horizon,
                 receiving: None,
+                compactor,
             },
             applied_rx,
         ))
@@ -173,15 +185,16 @@ impl StateMachine {
     fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
         let mut batch = self.engine.batch();
         let mut session_updates = Vec::new();
+        let mut compacted = false;
         let response = match &entry.payload {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
                 let reader = MvccReader::new(&self.engine)?;
-                let compacted = crate::view::MvccRead::compacted_revision(&reader);
                 let view = WithSessions::new(&reader, &self.sessions);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 for one in &applied {
-                    mvcc::stage_applied(&self.engine, &mut batch, one, compacted)?;
+                    mvcc::stage_applied(&mut batch, one)?;
+                    compacted |= one.compact_to.is_some();
                 }
                 session_updates.extend(applied.into_iter().filter_map(|one| one.session));
                 tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
@@ -206,6 +219,9 @@ impl StateMachine {
         // from the last applied id that did reach the disk.
         self.engine.write(batch, false)?;
         self.last_applied = Some(entry.log_id);
+        if compacted {
+            self.compactor.wake();
+        }
         // In the order they were staged, now that they are written.
         for update in &session_updates {
             self.sessions.absorb(update);
@@ -370,11 +386,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let meta_owned = own.clone();
         let (installs, files) = (self.installs.clone(), self.files.clone());
         let horizon = self.horizon.clone();
+        let compactor = self.compactor.clone();
+        let slow_install = self.faults.install_delay();
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            // No purge step may run on the rows this replaces.
+            let _no_purge = compactor.exclusive();
             let mut marker = engine.batch();
             marker.put(Cf::SmMeta, schema::SM_INSTALLING, b"1")?;
             engine.write(marker, true)?;
             installs.bump();
+            if !slow_install.is_zero() {
+                std::thread::sleep(slow_install);
+            }
             let installed = install_from_file(&engine, &dir.join(STAGED_SNAPSHOT), &meta_owned)
                 .and_then(|()| finish_install(&engine, &dir, &files));
             installs.bump();
@@ -395,6 +418,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = own.last_membership.clone();
         self.sessions = SessionTable::load(&self.engine).map_err(|e| sm_err(e, ErrorVerb::Read))?;
         self.publish(true).map_err(|e| sm_err(e, ErrorVerb::Read))?;
+        // The snapshot may carry history its builder had not purged yet.
+        self.compactor.wake();
         tracing::info!(
             bytes,
             staged_ms = staged_after.as_millis() as u64,
@@ -481,19 +506,38 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 }
 
 /// Counts snapshot installs: odd while one is running. Readers compare it
-/// before and after a read so they never return a half-installed state.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct InstallGeneration(Arc<AtomicU64>);
+/// before and after a read so they never return a half-installed state;
+/// [`InstallGeneration::subscribe`] tells when an install starts and ends.
+#[derive(Debug, Clone)]
+pub(crate) struct InstallGeneration {
+    count: Arc<AtomicU64>,
+    installing: Arc<watch::Sender<bool>>,
+}
+
+impl Default for InstallGeneration {
+    fn default() -> Self {
+        Self {
+            count: Arc::default(),
+            installing: Arc::new(watch::Sender::new(false)),
+        }
+    }
+}
 
 impl InstallGeneration {
     /// The current generation, or `None` while an install runs.
     pub(crate) fn stable(&self) -> Option<u64> {
-        let g = self.0.load(Ordering::Acquire);
+        let g = self.count.load(Ordering::Acquire);
         g.is_multiple_of(2).then_some(g)
     }
 
+    /// A receiver of whether an install runs, changed as one starts and ends.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<bool> {
+        self.installing.subscribe()
+    }
+
     fn bump(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        let g = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+        self.installing.send_replace(!g.is_multiple_of(2));
     }
 }
 

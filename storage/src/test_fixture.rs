@@ -48,11 +48,41 @@ impl Fixture {
         .await;
     }
 
+    /// Compacts to `revision` and purges what that leaves behind, as the
+    /// background compactor would.
     pub(crate) async fn compact(&mut self, revision: u64) {
+        self.compact_logically(revision).await;
+        self.store
+            .purge_compacted_history(u64::MAX)
+            .expect("purge compacted history");
+    }
+
+    /// Applies a compaction to `revision` and nothing more: the rows it
+    /// makes unreachable stay until a purge.
+    pub(crate) async fn compact_logically(&mut self, revision: u64) {
         self.apply(Command::Compact {
             revision: Revision(revision),
         })
         .await;
+    }
+
+    /// Closes the store and opens it again from the same directory, as a
+    /// restart would; the next entry follows the last one applied.
+    pub(crate) fn reopen(self) -> Self {
+        let Fixture {
+            _dir,
+            sm,
+            store,
+            next,
+        } = self;
+        drop((sm, store));
+        let (_log, sm, store) = crate::open(_dir.path()).expect("reopen");
+        Self {
+            _dir,
+            sm,
+            store,
+            next,
+        }
     }
 }
 

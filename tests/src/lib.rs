@@ -581,6 +581,33 @@ impl TestCluster {
         Ok(())
     }
 
+    /// Starts a stopped in-process node again on the same addresses and
+    /// data, its store obeying `faults` from its first moment (before any
+    /// peer can reach it).
+    pub async fn restart_with_faults(
+        &mut self,
+        id: u64,
+        faults: kubestore_storage::DiskFaults,
+    ) -> anyhow::Result<()> {
+        let s = self.slot(id)?;
+        if !matches!(s.slot, Slot::InProcess(None)) {
+            bail!("node {id} is not a stopped in-process node");
+        }
+        let addrs = NodeAddrs {
+            rest: s.rest_addr,
+            grpc: s.grpc_addr,
+            peer: s.peer_addr,
+        };
+        let mut config = self.config(id, &s.data_dir.clone(), addrs);
+        config.disk_faults = faults;
+        let rest = bind_again(addrs.rest).await?;
+        let grpc = bind_again(addrs.grpc).await?;
+        let peer = bind_again(addrs.peer).await?;
+        let node = RunningNode::start(config, rest, grpc, peer).await?;
+        self.slot_mut(id)?.slot = Slot::InProcess(Some(node));
+        Ok(())
+    }
+
     /// Starts a stopped node again on the same addresses and data.
     pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
         let (addrs, data_dir, in_process) = {

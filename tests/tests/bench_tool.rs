@@ -429,11 +429,8 @@ fn bench_scale_measures_every_count_of_both_kinds_and_catches_up_through_a_snaps
                 p["compacted_revisions"].as_u64().is_some_and(|c| c > 0),
                 "{p}"
             );
-            let longest = number("/compaction_longest_step_seconds");
-            assert!(
-                longest > 0.0 && longest <= number("/compaction_seconds"),
-                "{p}"
-            );
+            assert!(number("/compaction_seconds") > 0.0, "{p}");
+            assert!(number("/compaction_slowest_write_ms") > 0.0, "{p}");
             let ready = number("/cold_start/ready_seconds");
             assert!(
                 ready > 0.0 && number("/cold_start/serving_seconds") >= ready,

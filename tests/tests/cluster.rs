@@ -233,6 +233,66 @@ async fn a_stopped_follower_catches_up_by_snapshot() {
     .await;
 }
 
+/// A snapshot whose install outlasts the election timeout many times over
+/// and the leader's snapshot RPC timeout (as a million objects' does)
+/// still catches a follower up, and the follower leaves the leader that
+/// sent it in place meanwhile: no election, the same term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_slow_to_install_a_snapshot_catches_up_without_calling_an_election() {
+    let mut c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            snapshot_after_entries: 100,
+            snapshot_catch_up_entries: 50,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c.follower().await.expect("a follower");
+    let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
+    let stopped_at = c.status(follower).await.expect("status")["applied_index"]
+        .as_u64()
+        .expect("applied");
+    c.kill(follower).await.expect("kill");
+    write_many(&c, &others, "slow-install", 1000, 8).await;
+    let before = c.status(leader).await.expect("leader status");
+    assert!(
+        before["purged_index"]
+            .as_u64()
+            .is_some_and(|p| p > stopped_at),
+        "only a snapshot can catch the follower up: {before}"
+    );
+
+    let faults = kubestore_storage::DiskFaults::default();
+    faults.set_install_delay(Duration::from_secs(6));
+    c.restart_with_faults(follower, faults)
+        .await
+        .expect("restart");
+    let revision = c
+        .wait_converged(Duration::from_secs(60))
+        .await
+        .expect("converged");
+    let after = c.status(follower).await.expect("status");
+    assert!(
+        after["snapshot_index"]
+            .as_u64()
+            .is_some_and(|s| s > stopped_at),
+        "caught up by snapshot: {after}"
+    );
+    let leader_now = c.status(leader).await.expect("leader status");
+    assert_eq!(leader_now["leader_id"], before["leader_id"], "{leader_now}");
+    assert_eq!(
+        leader_now["term"], before["term"],
+        "no election: {leader_now}"
+    );
+    let reference = snapshot_of(&c.kube(leader), "default").await;
+    assert_eq!(reference.0, revision);
+    assert_eq!(snapshot_of(&c.kube(follower), "default").await, reference);
+    c.shutdown().await;
+}
+
 /// A most-recent read of configmap `name` through `node`, cut off from the
 /// quorum, must fail with a `Status` rather than answer stale data; once
 /// reconnected, the same read succeeds.

@@ -13,9 +13,10 @@
 //!   `--samples`;
 //! - **paginated LIST**: the first page of 500 (median of `4 × --samples`)
 //!   and a whole traversal page by page (time per page);
-//! - **compaction**: all history up to the current revision, through the
-//!   etcd API's physical Compact, at most 100,000 revisions per request
-//!   (the total, and the slowest request: a node's apply waits for it);
+//! - **compaction**: all history up to the current revision, through one
+//!   etcd API physical Compact (until its history is purged), and the
+//!   slowest of one client's back-to-back puts meanwhile (a write would
+//!   wait for a compaction done inside the apply);
 //! - **cold start**: a follower killed (SIGKILL) and started again on its
 //!   data: to `/readyz`, and to its watch cache serving every object;
 //! - **snapshot catch-up**: the same follower stopped while the cluster
@@ -33,14 +34,14 @@
 //! the recovery figures carry up to 10 ms of polling granularity.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
-use kubestore_proto::etcd::etcdserverpb::{CompactionRequest, RangeRequest};
+use kubestore_proto::etcd::etcdserverpb::{CompactionRequest, PutRequest, RangeRequest};
 use plotters::prelude::*;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -59,11 +60,8 @@ const PAGE: u64 = 500;
 const RECOVERY_DEADLINE: Duration = Duration::from_secs(300);
 /// Polling interval of the recovery measurements.
 const POLL: Duration = Duration::from_millis(10);
-/// The most revisions one Compact request asks to remove. A node compacts
-/// inside one apply, in time linear in the revisions removed: 1,000,000
-/// at once outlasted the request deadline ("etcdserver: request timed
-/// out", 2026-11-26), so the bench steps through history.
-const COMPACTION_STEP: i64 = 100_000;
+/// The key the writer probing the compaction writes to.
+const COMPACTION_PROBE_KEY: &[u8] = b"/kubestore-bench/compaction-probe";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -217,10 +215,11 @@ struct Point {
     paginated_pages: u64,
     paginated_ms_per_page: f64,
     compacted_revisions: u64,
+    /// From the Compact request to its history purged on the node asked.
     compaction_seconds: f64,
-    /// The slowest of the compaction's requests (each at most
-    /// [`COMPACTION_STEP`] revisions): how long the store's apply stalled.
-    compaction_longest_step_seconds: f64,
+    /// The slowest of one client's back-to-back puts during the
+    /// compaction: how long a write waited for it.
+    compaction_slowest_write_ms: f64,
     cold_start: Recovery,
     catch_up: CatchUp,
 }
@@ -388,15 +387,17 @@ impl Grown {
         Ok((pages, started.elapsed().as_secs_f64() * 1e3 / pages as f64))
     }
 
-    /// Compacts all history up to the current revision, at most
-    /// [`COMPACTION_STEP`] revisions per request: revisions, seconds, and
-    /// the slowest request's seconds.
+    /// Compacts all history up to the current revision with one physical
+    /// Compact request while one client writes a key in a loop (etcd puts,
+    /// one at a time): the revisions compacted, the seconds until they were
+    /// purged, and the slowest write meanwhile, in milliseconds (a write
+    /// would wait for a compaction done inside the apply).
     async fn compact(&mut self) -> anyhow::Result<(u64, f64, f64)> {
-        let mut kv = KvClient::new(
+        let channel =
             tonic::transport::Channel::from_shared(format!("http://{}", self.specs[0].grpc))?
                 .connect()
-                .await?,
-        );
+                .await?;
+        let mut kv = KvClient::new(channel.clone());
         let revision = kv
             .range(RangeRequest {
                 key: b"scale".to_vec(),
@@ -406,33 +407,28 @@ impl Grown {
             .into_inner()
             .header
             .map_or(0, |h| h.revision);
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = tokio::spawn(write_until(KvClient::new(channel), done.clone()));
         let started = Instant::now();
-        let (mut at, mut longest) = (self.compacted, 0f64);
-        while at < revision {
-            let to = (at + COMPACTION_STEP).min(revision);
-            let step = Instant::now();
-            match kv
-                .compact(CompactionRequest {
-                    revision: to,
-                    physical: true,
-                })
-                .await
-            {
-                Ok(_) => {}
-                // The nodes' own compaction (five minutes of history kept)
-                // got there first.
-                Err(e) if e.message().contains("compacted") => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("compacting to revision {to}"));
-                }
-            }
-            longest = longest.max(step.elapsed().as_secs_f64());
-            at = to;
-        }
+        let compacted = kv
+            .compact(CompactionRequest {
+                revision,
+                physical: true,
+            })
+            .await;
         let seconds = started.elapsed().as_secs_f64();
+        done.store(true, Ordering::Release);
+        let slowest_write = writer.await.context("the writer task failed")??;
+        match compacted {
+            Ok(_) => {}
+            // The nodes' own compaction (five minutes of history kept) got
+            // there first.
+            Err(e) if e.message().contains("compacted") => {}
+            Err(e) => return Err(e).with_context(|| format!("compacting to revision {revision}")),
+        }
         let revisions = (revision - self.compacted).max(0) as u64;
         self.compacted = revision;
-        Ok((revisions, seconds, longest))
+        Ok((revisions, seconds, slowest_write.as_secs_f64() * 1e3))
     }
 
     /// The follower to restart: the node after the leader.
@@ -569,7 +565,7 @@ impl Grown {
             .timing(&format!("{base}?limit={PAGE}&resourceVersion=0"), first)
             .await?;
         let (pages, ms_per_page) = self.traverse().await?;
-        let (compacted_revisions, compaction_seconds, compaction_longest_step_seconds) =
+        let (compacted_revisions, compaction_seconds, compaction_slowest_write_ms) =
             self.compact().await?;
         let cold_start = self.cold_start().await?;
         let catch_up = self.catch_up(args.catch_up_writes, args.clients).await?;
@@ -594,7 +590,7 @@ impl Grown {
             paginated_ms_per_page: ms_per_page,
             compacted_revisions,
             compaction_seconds,
-            compaction_longest_step_seconds,
+            compaction_slowest_write_ms,
             cold_start,
             catch_up,
         })
@@ -730,12 +726,36 @@ async fn grow_kind(
     Ok((points, outcome.err()))
 }
 
+/// Puts one key back to back until `done` is set, finishing the put in
+/// flight (the slowest one may be the last): the slowest put.
+async fn write_until(
+    mut kv: KvClient<tonic::transport::Channel>,
+    done: Arc<AtomicBool>,
+) -> anyhow::Result<Duration> {
+    let mut slowest = Duration::ZERO;
+    for i in 0u64.. {
+        let started = Instant::now();
+        kv.put(PutRequest {
+            key: COMPACTION_PROBE_KEY.to_vec(),
+            value: i.to_be_bytes().to_vec(),
+            ..Default::default()
+        })
+        .await
+        .context("a put during the compaction")?;
+        slowest = slowest.max(started.elapsed());
+        if done.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    Ok(slowest)
+}
+
 /// One line per count for the terminal.
 fn summary(kind: Kind, p: &Point) -> String {
     format!(
         "{:>10} {:>8}: create {:>6.0}/s | {:>6.0} B/object in memory ({:.1}x its {:.0} B of JSON), {:>6.0} B on disk | \
          LIST quorum {:.0} ms, rv=0 {:.0} ms | first page of {PAGE} quorum {:.1} ms, rv=0 {:.1} ms, {:.1} ms/page over {} pages | \
-         compaction of {} revisions {:.2} s (slowest request {:.2} s) | cold start ready {:.2} s, serving {:.2} s | catch-up after {} writes {:.2} s{}",
+         compaction of {} revisions {:.2} s (slowest write meanwhile {:.1} ms) | cold start ready {:.2} s, serving {:.2} s | catch-up after {} writes {:.2} s{}",
         kind.plural(),
         p.objects,
         p.create_per_second,
@@ -751,7 +771,7 @@ fn summary(kind: Kind, p: &Point) -> String {
         p.paginated_pages,
         p.compacted_revisions,
         p.compaction_seconds,
-        p.compaction_longest_step_seconds,
+        p.compaction_slowest_write_ms,
         p.cold_start.ready_seconds,
         p.cold_start.serving_seconds,
         p.catch_up.writes,

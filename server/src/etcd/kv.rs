@@ -153,11 +153,21 @@ impl Kv for KvService {
         let _admitted = self.0.admit(RequestClass::Mutating)?;
         let req = request.into_inner();
         let revision = req.revision.max(0) as u64;
-        // Compaction is applied inside the log entry, so it is always
-        // physical by the time the response is sent (`physical` holds).
         compaction::compact(&self.0.node, revision)
             .await
             .map_err(status::compact)?;
+        // Applied, the compaction is logical; `physical` waits until this
+        // node has also deleted the history it made unreachable, which
+        // takes time linear in that history: as long as the purge moves.
+        let node = &self.0.node;
+        if req.physical
+            && !node
+                .store()
+                .wait_purged(Revision(revision), node.request_timeout())
+                .await
+        {
+            return Err(status::timeout());
+        }
         let current = self.0.node.store().applied().revision;
         Ok(Response::new(pb::CompactionResponse {
             header: self.0.header(current.max(Revision(revision)).0),

@@ -5,7 +5,8 @@
 //! `POST` a JSON object with any of `isolated` (cut off from every peer:
 //! no Raft or forwarding RPC in or out, while clients still reach the
 //! node), `fsync_delay_ms` (a slow disk: every log fsync takes that much
-//! longer) and `apply_delay_ms` (a slow state machine); fields left out
+//! longer), `apply_delay_ms` (a slow state machine) and
+//! `install_delay_ms` (a slow snapshot install); fields left out
 //! keep their value. `GET` (and every `POST`) answers the faults in force.
 
 use std::time::Duration;
@@ -25,6 +26,7 @@ pub struct FaultSettings {
     pub isolated: Option<bool>,
     pub fsync_delay_ms: Option<u64>,
     pub apply_delay_ms: Option<u64>,
+    pub install_delay_ms: Option<u64>,
 }
 
 /// `GET /debug/faults`.
@@ -60,6 +62,10 @@ pub async fn inject(State(state): State<AppState>, body: axum::body::Bytes) -> R
         tracing::warn!(ms, "fault injection: apply delay");
         disk.set_apply_delay(Duration::from_millis(ms));
     }
+    if let Some(ms) = change.install_delay_ms {
+        tracing::warn!(ms, "fault injection: snapshot install delay");
+        disk.set_install_delay(Duration::from_millis(ms));
+    }
     in_force(&state)
 }
 
@@ -69,6 +75,7 @@ fn in_force(state: &AppState) -> Response {
         isolated: Some(state.node.faults().is_isolated()),
         fsync_delay_ms: Some(duration_ms(disk.fsync_delay())),
         apply_delay_ms: Some(duration_ms(disk.apply_delay())),
+        install_delay_ms: Some(duration_ms(disk.install_delay())),
     };
     let mut resp = (
         StatusCode::OK,

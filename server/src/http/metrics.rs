@@ -111,6 +111,11 @@ pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Re
             applied.compacted.0 as f64,
         ),
         (
+            "kubestore_store_purged_revision",
+            "The revision compacted history is physically deleted up to (the purge runs behind the compaction).",
+            node.store().purged().0 as f64,
+        ),
+        (
             "kubestore_raft_applied_index",
             "The last log index applied to the state machine.",
             applied.log_index.0 as f64,

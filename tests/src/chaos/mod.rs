@@ -123,6 +123,12 @@ pub async fn run(config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
         // snapshot install, so installs meet every other fault.
         snapshot_after_entries: 2_000,
         snapshot_catch_up_entries: 1_000,
+        // 30 s of history, checked every 5 s: the leader compacts all
+        // through the run, so compactions, and the background purges
+        // that follow them on every node, meet every fault and every
+        // snapshot install (and watches resume into compacted history).
+        history_retention_seconds: 30,
+        compaction_interval_seconds: 5,
         ..ClusterOptions::default()
     };
     let mut cluster = TestCluster::spawn(3, options).await?;
