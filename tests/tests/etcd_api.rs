@@ -1,13 +1,14 @@
 //! The etcd v3 API of a 3-node cluster through the Rust `etcd-client`
 //! crate: KV and Txn through different nodes, the kube-apiserver's
-//! transaction shapes, watches (compacted start, progress), a 10,000-key
+//! transaction shapes, a physical compaction answered once purged,
+//! watches (compacted start, progress), a 10,000-key
 //! range, Maintenance and Cluster, and the keyspace shared with REST.
 
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget,
-    Txn, TxnOp, TxnOpResponse, WatchOptions,
+    CompactionOptions, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use kubestore_tests::{ClusterOptions, TestCluster};
 use reqwest::StatusCode;
@@ -262,6 +263,55 @@ async fn the_kube_apiserver_transaction_shapes() {
             .contains("etcdserver: mvcc: required revision has been compacted"),
         "{err}"
     );
+    c.shutdown().await;
+}
+
+/// Compaction takes effect at once and each node deletes the history
+/// behind it in the background; a physical Compact answers only once the
+/// node asked has deleted it all, however many purge steps that takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_physical_compaction_answers_once_the_history_is_purged() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let ids = c.ids();
+    let mut writers = Vec::new();
+    for w in 0..8usize {
+        let mut e = c.etcd(ids[w % ids.len()]).await.expect("client");
+        writers.push(tokio::spawn(async move {
+            for i in 0..700u32 {
+                e.put(format!("churn/{}", i % 10), format!("{w}-{i}"), None)
+                    .await
+                    .expect("put");
+            }
+        }));
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let asked = ids[1];
+    let mut e = c.etcd(asked).await.expect("client");
+    let revision = rev(e.get("churn/0", None).await.expect("get").header());
+    assert!(
+        revision > 2 * kubestore_storage::PURGE_STEP_REVISIONS as i64,
+        "more history than two purge steps: {revision}"
+    );
+    let store = c.node(asked).expect("an in-process node").raft.store();
+    assert!(store.purged().0 < revision as u64);
+    e.compact(revision, Some(CompactionOptions::new().with_physical()))
+        .await
+        .expect("physical compaction");
+    assert!(
+        store.purged().0 >= revision as u64,
+        "answered with history purged only to {}",
+        store.purged()
+    );
+    let err = e
+        .get(
+            "churn/0",
+            Some(GetOptions::new().with_revision(revision - 1)),
+        )
+        .await
+        .expect_err("compacted");
+    assert!(err.to_string().contains("compacted"), "{err}");
     c.shutdown().await;
 }
 

@@ -347,16 +347,25 @@ impl Grown {
         Ok((started.elapsed().as_secs_f64() * 1e3, body))
     }
 
-    /// `samples` timed GETs of `url` on node 0.
-    async fn timing(&self, url: &str, samples: usize) -> anyhow::Result<(Timing, bytes::Bytes)> {
-        let mut ms = Vec::new();
+    /// `samples` GETs of `first` and of `second`, alternated so that the
+    /// work the cluster still does after the growth (snapshots, RocksDB
+    /// compactions) weighs on both alike: their timings, and the last
+    /// body of `first`.
+    async fn timing_pair(
+        &self,
+        first: &str,
+        second: &str,
+        samples: usize,
+    ) -> anyhow::Result<(Timing, Timing, bytes::Bytes)> {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
         let mut last = bytes::Bytes::new();
         for _ in 0..samples.max(1) {
-            let (t, body) = self.timed_get(url).await?;
-            ms.push(t);
+            let (t, body) = self.timed_get(first).await?;
+            a.push(t);
             last = body;
+            b.push(self.timed_get(second).await?.0);
         }
-        Ok((Timing::of(ms), last))
+        Ok((Timing::of(a), Timing::of(b), last))
     }
 
     /// A whole `limit=500` traversal on node 0: pages and ms per page.
@@ -548,21 +557,23 @@ impl Grown {
         let mean_rss = rss.iter().sum::<u64>() as f64 / rss.len().max(1) as f64;
         let disk: Vec<u64> = self.specs.iter().map(|s| dir_bytes(&s.data_dir)).collect();
         let base = self.collection(0);
-        // The quorum list first: after it node 0's cache holds every
-        // create, so the `resourceVersion=0` lists are complete too.
-        let (list_quorum, body) = self.timing(&base, samples).await?;
+        // Each pair begins with the quorum list: after the first, node
+        // 0's cache holds every create, so the `resourceVersion=0` lists
+        // are complete too.
+        let (list_quorum, list_any, body) = self
+            .timing_pair(&base, &format!("{base}?resourceVersion=0"), samples)
+            .await?;
         let listed: Value = serde_json::from_slice(&body)?;
         let items = listed["items"].as_array().map_or(0, Vec::len) as u64;
         if items != n {
             bail!("a full LIST returned {items} items, expected {n}");
         }
-        let (list_any, _) = self
-            .timing(&format!("{base}?resourceVersion=0"), samples)
-            .await?;
-        let first = 4 * samples;
-        let (first_page_quorum, _) = self.timing(&format!("{base}?limit={PAGE}"), first).await?;
-        let (first_page_any, _) = self
-            .timing(&format!("{base}?limit={PAGE}&resourceVersion=0"), first)
+        let (first_page_quorum, first_page_any, _) = self
+            .timing_pair(
+                &format!("{base}?limit={PAGE}"),
+                &format!("{base}?limit={PAGE}&resourceVersion=0"),
+                4 * samples,
+            )
             .await?;
         let (pages, ms_per_page) = self.traverse().await?;
         let (compacted_revisions, compaction_seconds, compaction_slowest_write_ms) =
