@@ -31,7 +31,12 @@
 //! install, a follower raised the term from 2 to 13 (the cluster test
 //! `a_follower_slow_to_install_a_snapshot_catches_up_without_calling_an_election`).
 //! openraft's own timer stays off until one election timeout after the
-//! install, time for the leader's heartbeats to land again.
+//! install, time for the leader's heartbeats to land again. The same
+//! holds while snapshot chunks arrive: openraft 0.9 hands a chunk to
+//! the state machine without its core seeing it, so its timer took a
+//! follower receiving 595 MB for a silent leader and called an election
+//! every 3 s, each one restarting the transfer; Raft's InstallSnapshot
+//! resets the election timer, and here a chunk does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,7 +44,7 @@ use std::time::Duration;
 
 use kubestore_storage::{NodeId, TypeConfig};
 use openraft::{Raft, ServerState};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -52,6 +57,11 @@ pub(crate) struct LeaderContact {
     origin: Instant,
     /// Milliseconds since `origin` of the latest contact.
     last_ms: Arc<AtomicU64>,
+    /// One more than the milliseconds since `origin` of the latest
+    /// snapshot chunk accepted (0: none yet).
+    snapshot_ms: Arc<AtomicU64>,
+    /// Told on every snapshot chunk accepted.
+    snapshot_chunk: Arc<Notify>,
 }
 
 impl LeaderContact {
@@ -60,6 +70,28 @@ impl LeaderContact {
         Self {
             origin: Instant::now(),
             last_ms: Arc::new(AtomicU64::new(0)),
+            snapshot_ms: Arc::new(AtomicU64::new(0)),
+            snapshot_chunk: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Records a snapshot chunk from the leader, accepted now: a contact,
+    /// and one that openraft's own timer does not see (in openraft 0.9 a
+    /// chunk never reaches the core that keeps the vote's time, as Raft's
+    /// InstallSnapshot should).
+    pub(crate) fn touch_snapshot(&self) {
+        self.touch();
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.snapshot_ms
+            .fetch_max(ms.saturating_add(1), Ordering::Relaxed);
+        self.snapshot_chunk.notify_one();
+    }
+
+    /// The latest snapshot chunk accepted, if any.
+    fn last_snapshot(&self) -> Option<Instant> {
+        match self.snapshot_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.origin + Duration::from_millis(ms - 1)),
         }
     }
 
@@ -89,31 +121,62 @@ pub(crate) fn spawn(
 ) {
     let span = tracing::info_span!("election_timer", node = id);
     tokio::spawn(
-        hold_during_installs(raft.clone(), installing.clone(), silence).instrument(span.clone()),
+        hold_during_snapshots(raft.clone(), installing.clone(), contact.clone(), silence)
+            .instrument(span.clone()),
     );
     tokio::spawn(run(id, raft, installing, contact, silence).instrument(span));
 }
 
-/// Keeps openraft's own election timer off while this node installs a
-/// snapshot, and for `silence` after (time for the leader's heartbeats,
-/// held during the install, to land again). Ends when the store does.
-async fn hold_during_installs(
+/// Keeps openraft's own election timer off while this node receives or
+/// installs a snapshot: from the first chunk until `silence` after the
+/// last one, and from an install's start until `silence` after its end
+/// (time for the leader's heartbeats, held meanwhile, to land again).
+/// Ends when the store does.
+async fn hold_during_snapshots(
     raft: Raft<TypeConfig>,
     mut installing: watch::Receiver<bool>,
+    contact: LeaderContact,
     silence: Duration,
 ) {
+    let mut held = false;
     loop {
-        if *installing.borrow_and_update() {
-            tracing::info!("installing a snapshot: no elections until it is done");
-            raft.runtime_config().elect(false);
-        } else {
-            tokio::select! {
-                _ = tokio::time::sleep(silence) => raft.runtime_config().elect(true),
-                // Another install began first: stay off.
-                _ = installing.changed() => continue,
+        let changed = if *installing.borrow_and_update() {
+            if !held {
+                tracing::info!("installing a snapshot: no elections until it is done");
             }
-        }
-        if installing.changed().await.is_err() {
+            held = true;
+            raft.runtime_config().elect(false);
+            let changed = installing.changed().await;
+            // The quiet time runs from the install's end.
+            contact.touch_snapshot();
+            changed
+        } else {
+            match contact.last_snapshot().map(|at| at + silence) {
+                Some(until) if until > Instant::now() => {
+                    if !held {
+                        tracing::info!("receiving a snapshot: no elections until it is done");
+                    }
+                    held = true;
+                    raft.runtime_config().elect(false);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => Ok(()),
+                        changed = installing.changed() => changed,
+                    }
+                }
+                _ => {
+                    if held {
+                        tracing::info!("snapshot done: elections on again");
+                    }
+                    held = false;
+                    raft.runtime_config().elect(true);
+                    tokio::select! {
+                        _ = contact.snapshot_chunk.notified() => Ok(()),
+                        changed = installing.changed() => changed,
+                    }
+                }
+            }
+        };
+        if changed.is_err() {
             return;
         }
     }

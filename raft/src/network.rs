@@ -277,8 +277,10 @@ impl RaftService for RaftRpcServer {
         let rpc: InstallSnapshotRequest<TypeConfig> = decode(&req.get_ref().data)?;
         let vote = rpc.vote;
         let result = self.raft.install_snapshot(rpc).await;
-        if matches!(&result, Ok(resp) if resp.vote == vote) {
-            self.leader_contact.touch();
+        // The answer carries this node's vote from before the chunk: the
+        // chunk was accepted if the leader's is at least that.
+        if matches!(&result, Ok(resp) if resp.vote <= vote) {
+            self.leader_contact.touch_snapshot();
         }
         encode(&result).map(tonic::Response::new)
     }

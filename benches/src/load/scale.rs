@@ -460,7 +460,8 @@ impl Grown {
         revision: u64,
     ) -> anyhow::Result<Recovery> {
         let started = Instant::now();
-        self.children[at] = self.specs[at].spawn_with_log("warn,kubestore_storage=info")?;
+        self.children[at] =
+            self.specs[at].spawn_with_log("warn,kubestore_storage=info,kubestore_raft=info")?;
         let spec = &self.specs[at];
         let probe = format!("{}?resourceVersion=0&limit=1", self.collection(at));
         let mut ready = None;
