@@ -227,8 +227,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 pub struct RaftRpcServer {
     pub(crate) raft: Raft<TypeConfig>,
     pub(crate) faults: Faults,
-    /// Touched whenever a leader's entries or snapshot are accepted or a
-    /// vote is granted, for the election timer.
+    /// Touched whenever a leader's entries arrive or are accepted, a
+    /// snapshot chunk is accepted or a vote is granted, for the election
+    /// timer.
     pub(crate) leader_contact: LeaderContact,
 }
 
@@ -249,6 +250,13 @@ impl RaftService for RaftRpcServer {
     ) -> Result<tonic::Response<Payload>, tonic::Status> {
         self.admit()?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.get_ref().data)?;
+        // A request from a leader whose vote is at least this node's is
+        // contact on arrival: the core may answer it only seconds later
+        // (replaying entries after a large snapshot install), and the
+        // timer is about whether the leader lives, not about the core.
+        if rpc.vote >= self.raft.metrics().borrow().vote {
+            self.leader_contact.touch();
+        }
         let result = self.raft.append_entries(rpc).await;
         if matches!(&result, Ok(resp) if !matches!(resp, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.touch();
