@@ -42,10 +42,11 @@ use crate::error::StoreError;
 use crate::mvcc;
 use crate::schema::{self, Cf};
 
-/// Revisions purged per step by [`Compactor::run`]: about 20–40 ms of
-/// work on a 2-core machine, so a purge never holds the disk or a core
-/// for long, while a backlog of 100,000 revisions still clears in a few
-/// seconds.
+/// Revisions purged per step by [`Compactor::run`]: about 40 ms of work
+/// for 2,000 creates on a 2-core machine, about 100 ms when the keys have
+/// long histories (`bench scale`, BENCHMARKS.md), so a purge never holds
+/// the disk or a core for long, while a backlog of 100,000 creates still
+/// clears in about 2 s.
 pub const PURGE_STEP_REVISIONS: u64 = 2_000;
 
 /// What one purge step did.
