@@ -88,7 +88,7 @@ impl Compactor {
     /// A compactor for `engine` as it is now (an interrupted purge is
     /// picked up where it stopped).
     pub(crate) fn open(engine: &Engine) -> Result<Self, StoreError> {
-        let purged = purged_to(engine)?;
+        let purged = purged_to(engine, mvcc::read_revision(engine, schema::SM_COMPACTED)?)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 wake: Notify::new(),
@@ -140,7 +140,7 @@ impl Compactor {
     ) -> Result<PurgeStep, StoreError> {
         let _held = self.exclusive();
         let compacted = mvcc::read_revision(engine, schema::SM_COMPACTED)?;
-        let from = purged_to(engine)?;
+        let from = purged_to(engine, compacted)?;
         if from >= compacted {
             self.inner.purged.send_replace(compacted);
             return Ok(PurgeStep::Done { purged: compacted });
@@ -187,10 +187,10 @@ impl Compactor {
     }
 }
 
-/// How far history is physically purged: the lowest revision that still
-/// has events, or the compaction point when none is below it.
-fn purged_to(engine: &Engine) -> Result<Revision, StoreError> {
-    let compacted = mvcc::read_revision(engine, schema::SM_COMPACTED)?;
+/// How far history is physically purged, given the compaction point: the
+/// lowest revision that still has events, or `compacted` when none is
+/// below it.
+fn purged_to(engine: &Engine, compacted: Revision) -> Result<Revision, StoreError> {
     let lowest = match engine.scan(Cf::Events, &[], None)?.next() {
         Some(row) => {
             let (k, _) = row?;

@@ -33,7 +33,8 @@ impl DiskFaults {
     }
 
     /// Every snapshot install from now on takes `delay` longer, counted as
-    /// part of the install (the store reports it installing meanwhile).
+    /// part of the install ([`crate::Store::subscribe_installing`] says
+    /// installing meanwhile).
     pub fn set_install_delay(&self, delay: Duration) {
         self.inner.install_ms.store(millis(delay), Ordering::SeqCst);
     }

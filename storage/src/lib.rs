@@ -267,13 +267,8 @@ impl Store {
         self.engine.write(batch, true)
     }
 
-    /// Whether a snapshot install is replacing the state machine now.
-    pub fn installing(&self) -> bool {
-        self.installs.stable().is_none()
-    }
-
-    /// A receiver of [`Store::installing`], changed as an install starts
-    /// and as it ends.
+    /// A receiver of whether a snapshot install is replacing the state
+    /// machine now, changed as an install starts and as it ends.
     pub fn subscribe_installing(&self) -> watch::Receiver<bool> {
         self.installs.subscribe()
     }

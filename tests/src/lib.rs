@@ -589,10 +589,30 @@ impl TestCluster {
         id: u64,
         faults: kubestore_storage::DiskFaults,
     ) -> anyhow::Result<()> {
-        let s = self.slot(id)?;
-        if !matches!(s.slot, Slot::InProcess(None)) {
+        if !matches!(self.slot(id)?.slot, Slot::InProcess(None)) {
             bail!("node {id} is not a stopped in-process node");
         }
+        self.start_in_process(id, faults).await
+    }
+
+    /// Starts a stopped node again on the same addresses and data.
+    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
+        if matches!(self.slot(id)?.slot, Slot::InProcess(_)) {
+            self.start_in_process(id, kubestore_storage::DiskFaults::default())
+                .await
+        } else {
+            self.start_process(id)
+        }
+    }
+
+    /// Starts in-process node `id` on its addresses and data, its store
+    /// obeying `faults`.
+    async fn start_in_process(
+        &mut self,
+        id: u64,
+        faults: kubestore_storage::DiskFaults,
+    ) -> anyhow::Result<()> {
+        let s = self.slot(id)?;
         let addrs = NodeAddrs {
             rest: s.rest_addr,
             grpc: s.grpc_addr,
@@ -605,33 +625,6 @@ impl TestCluster {
         let peer = bind_again(addrs.peer).await?;
         let node = RunningNode::start(config, rest, grpc, peer).await?;
         self.slot_mut(id)?.slot = Slot::InProcess(Some(node));
-        Ok(())
-    }
-
-    /// Starts a stopped node again on the same addresses and data.
-    pub async fn restart(&mut self, id: u64) -> anyhow::Result<()> {
-        let (addrs, data_dir, in_process) = {
-            let s = self.slot(id)?;
-            (
-                NodeAddrs {
-                    rest: s.rest_addr,
-                    grpc: s.grpc_addr,
-                    peer: s.peer_addr,
-                },
-                s.data_dir.clone(),
-                matches!(s.slot, Slot::InProcess(_)),
-            )
-        };
-        if in_process {
-            let rest = bind_again(addrs.rest).await?;
-            let grpc = bind_again(addrs.grpc).await?;
-            let peer = bind_again(addrs.peer).await?;
-            let node =
-                RunningNode::start(self.config(id, &data_dir, addrs), rest, grpc, peer).await?;
-            self.slot_mut(id)?.slot = Slot::InProcess(Some(node));
-        } else {
-            self.start_process(id)?;
-        }
         Ok(())
     }
 

@@ -124,21 +124,57 @@ enum CatchUp {
     Snapshot,
 }
 
+/// Snapshots every 100 entries with 50 kept behind each: a follower that
+/// misses 1000 writes can only be caught up by a snapshot.
+fn frequent_snapshots() -> ClusterOptions {
+    ClusterOptions {
+        snapshot_after_entries: 100,
+        snapshot_catch_up_entries: 50,
+        ..ClusterOptions::default()
+    }
+}
+
+/// A follower stopped while the others take 1000 writes (objects named
+/// `prefix-*`), on a fresh cluster.
+struct StoppedFollower {
+    leader: u64,
+    follower: u64,
+    /// The follower's applied index when it stopped.
+    stopped_at: u64,
+    /// The leader's `/debug/cluster` after the writes.
+    leader_status: serde_json::Value,
+}
+
+async fn stop_a_follower_and_write(c: &mut TestCluster, prefix: &str) -> StoppedFollower {
+    let leader = c.leader().await.expect("leader");
+    let follower = c.follower().await.expect("a follower");
+    let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
+    let before = c.status(follower).await.expect("status");
+    let stopped_at = before["applied_index"].as_u64().expect("applied");
+    c.kill(follower).await.expect("kill");
+    write_many(c, &others, prefix, 1000, 8).await;
+    let leader_status = c.status(leader).await.expect("leader status");
+    StoppedFollower {
+        leader,
+        follower,
+        stopped_at,
+        leader_status,
+    }
+}
+
 async fn follower_catch_up(options: ClusterOptions, how: CatchUp) {
     let expect_snapshot = how == CatchUp::Snapshot;
     let mut c = TestCluster::with_options(3, options)
         .await
         .expect("cluster");
-    let leader = c.leader().await.expect("leader");
-    let follower = c.follower().await.expect("a follower");
-    let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
 
     // Phase 1: stop a follower, write 1000 objects through the others.
-    let before = c.status(follower).await.expect("status");
-    let stopped_at = before["applied_index"].as_u64().expect("applied");
-    c.kill(follower).await.expect("kill");
-    write_many(&c, &others, "catchup", 1000, 8).await;
-    let leader_status = c.status(leader).await.expect("leader status");
+    let StoppedFollower {
+        leader,
+        follower,
+        stopped_at,
+        leader_status,
+    } = stop_a_follower_and_write(&mut c, "catchup").await;
     let purged = leader_status["purged_index"].as_u64();
     if expect_snapshot {
         assert!(
@@ -222,15 +258,7 @@ async fn a_follower_behind_by_many_snapshot_intervals_catches_up_from_the_kept_l
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_follower_catches_up_by_snapshot() {
-    follower_catch_up(
-        ClusterOptions {
-            snapshot_after_entries: 100,
-            snapshot_catch_up_entries: 50,
-            ..ClusterOptions::default()
-        },
-        CatchUp::Snapshot,
-    )
-    .await;
+    follower_catch_up(frequent_snapshots(), CatchUp::Snapshot).await;
 }
 
 /// A snapshot whose install outlasts the election timeout many times over
@@ -239,25 +267,15 @@ async fn a_stopped_follower_catches_up_by_snapshot() {
 /// sent it in place meanwhile: no election, the same term.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_slow_to_install_a_snapshot_catches_up_without_calling_an_election() {
-    let mut c = TestCluster::with_options(
-        3,
-        ClusterOptions {
-            snapshot_after_entries: 100,
-            snapshot_catch_up_entries: 50,
-            ..ClusterOptions::default()
-        },
-    )
-    .await
-    .expect("cluster");
-    let leader = c.leader().await.expect("leader");
-    let follower = c.follower().await.expect("a follower");
-    let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
-    let stopped_at = c.status(follower).await.expect("status")["applied_index"]
-        .as_u64()
-        .expect("applied");
-    c.kill(follower).await.expect("kill");
-    write_many(&c, &others, "slow-install", 1000, 8).await;
-    let before = c.status(leader).await.expect("leader status");
+    let mut c = TestCluster::with_options(3, frequent_snapshots())
+        .await
+        .expect("cluster");
+    let StoppedFollower {
+        leader,
+        follower,
+        stopped_at,
+        leader_status: before,
+    } = stop_a_follower_and_write(&mut c, "slow-install").await;
     assert!(
         before["purged_index"]
             .as_u64()
@@ -816,16 +834,9 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
 /// node was restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leader_whose_pending_writes_a_snapshot_covered_takes_writes_again() {
-    let c = TestCluster::with_options(
-        3,
-        ClusterOptions {
-            snapshot_after_entries: 100,
-            snapshot_catch_up_entries: 50,
-            ..ClusterOptions::default()
-        },
-    )
-    .await
-    .expect("cluster");
+    let c = TestCluster::with_options(3, frequent_snapshots())
+        .await
+        .expect("cluster");
     let leader = c.leader().await.expect("leader");
     c.isolate(leader, true).expect("isolate");
     // Puts through the cut-off leader (no read before them): the first is
