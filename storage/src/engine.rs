@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBIteratorWithThreadMode, Direction,
-    IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBIteratorWithThreadMode,
+    DBRawIteratorWithThreadMode, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteBufferManager, WriteOptions, DB,
 };
 
 use crate::error::StoreError;
@@ -154,6 +155,14 @@ impl Engine {
         Ok(Scan { iter })
     }
 
+    /// A cursor over `cf` that seeks both ways: one iterator for many
+    /// lookups, each a seek rather than a new iterator.
+    pub fn cursor(&self, cf: Cf) -> Result<Cursor<'_>, StoreError> {
+        Ok(Cursor {
+            iter: self.db.raw_iterator_cf(self.handle(cf)?),
+        })
+    }
+
     /// The last row of `cf`, if any.
     pub fn last(&self, cf: Cf) -> Result<Option<Row>, StoreError> {
         let mut iter = self.db.iterator_cf(self.handle(cf)?, IteratorMode::End);
@@ -235,6 +244,34 @@ impl Iterator for Scan<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.iter.next().map(|row| row.map_err(StoreError::from))
+    }
+}
+
+/// A positioned iterator over one column family ([`Engine::cursor`]).
+pub struct Cursor<'a> {
+    iter: DBRawIteratorWithThreadMode<'a, DB>,
+}
+
+impl Cursor<'_> {
+    /// Moves to the last row whose key is at most `key`.
+    pub fn seek_for_prev(&mut self, key: &[u8]) {
+        self.iter.seek_for_prev(key);
+    }
+
+    /// Moves to the row before the current one.
+    pub fn prev(&mut self) {
+        self.iter.prev();
+    }
+
+    /// The current row, or `None` past either end (or after an error,
+    /// which [`Cursor::status`] tells).
+    pub fn row(&self) -> Option<(&[u8], &[u8])> {
+        self.iter.item()
+    }
+
+    /// The error that ended the cursor early, if any.
+    pub fn status(&self) -> Result<(), StoreError> {
+        Ok(self.iter.status()?)
     }
 }
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apply::Applied;
 use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision};
-use crate::engine::{Batch, Engine, Source};
+use crate::engine::{Batch, Cursor, Engine, Source};
 use crate::error::StoreError;
 use crate::ids::LeaseId;
 use crate::ids::NodeId;
@@ -440,15 +440,9 @@ pub(crate) fn stage_purge(
             touched.extend(events.into_iter().map(|e| e.key));
         }
     }
+    let mut history = engine.cursor(Cf::History)?;
     for key in &touched {
-        let lo = schema::history_key(key, 0);
-        let hi = schema::history_key(key, to.0 + 1);
-        let mut rows: Vec<(Box<[u8]>, bool)> = Vec::new();
-        for row in engine.scan(Cf::History, &lo, Some(&hi))? {
-            let (k, v) = row?;
-            let state: Option<KeyValue> = bincode::deserialize(&v)?;
-            rows.push((k, state.is_some()));
-        }
+        let rows = rows_to_purge_from(&mut history, key, from, to)?;
         if let Some((_, live)) = rows.last() {
             // A deletion at `to` whose previous state stays must stay too,
             // or a read at `to` would find that state.
@@ -467,6 +461,47 @@ pub(crate) fn stage_purge(
     }
     batch.delete_range(Cf::Events, &schema::u64_key(0), &end)?;
     Ok(touched.len())
+}
+
+/// A `history` row's key, and whether the row holds a state (not a
+/// deletion).
+type HistoryRow = (Box<[u8]>, bool);
+
+/// The `history` rows of `key` at or below `to` that a purge from `from`
+/// can find, in revision order, each with whether it holds a state (not a
+/// deletion): every row in `[from, to]`, and the last row below `from`.
+///
+/// The purge to `from` left at most one row of a key below `from` (the
+/// key's last state, or the previous state an event at `from` points at),
+/// so the rows below that one are gone: read backwards from `to`, the
+/// walk stops there instead of crossing the deletion markers of every
+/// earlier step, which a forward scan from the key's first revision read
+/// again on every step that touched the key (a hot key's purge grew with
+/// the square of its history).
+fn rows_to_purge_from(
+    history: &mut Cursor<'_>,
+    key: &[u8],
+    from: Revision,
+    to: Revision,
+) -> Result<Vec<HistoryRow>, StoreError> {
+    let mut own = Vec::with_capacity(key.len() + 2);
+    schema::escape_user_key(key, &mut own);
+    let mut rows: Vec<HistoryRow> = Vec::new();
+    history.seek_for_prev(&schema::history_key(key, to.0));
+    while let Some((k, v)) = history.row() {
+        let Some(revision) = k.strip_prefix(own.as_slice()).and_then(schema::decode_u64) else {
+            break; // another key's row
+        };
+        let state: Option<KeyValue> = bincode::deserialize(v)?;
+        rows.push((k.into(), state.is_some()));
+        if revision < from.0 {
+            break;
+        }
+        history.prev();
+    }
+    history.status()?;
+    rows.reverse();
+    Ok(rows)
 }
 
 #[cfg(test)]
