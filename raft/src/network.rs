@@ -9,12 +9,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kubestore_proto::raft::raft_service_client::RaftServiceClient;
 use kubestore_proto::raft::raft_service_server::RaftService;
 use kubestore_proto::raft::Payload;
-use kubestore_storage::{Node, NodeId, TypeConfig};
+use kubestore_storage::{Node, NodeId, Stage, StageTimes, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -85,13 +85,16 @@ pub(crate) fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::St
 pub struct NetworkFactory {
     pub(crate) faults: Faults,
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// [`Stage::ReplicationRpc`] is timed here.
+    timings: Arc<StageTimes>,
 }
 
 impl NetworkFactory {
-    pub(crate) fn new(faults: Faults) -> Self {
+    pub(crate) fn new(faults: Faults, timings: Arc<StageTimes>) -> Self {
         Self {
             faults,
             channels: Arc::default(),
+            timings,
         }
     }
 
@@ -122,6 +125,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             }),
             addr: node.addr.clone(),
             faults: self.faults.clone(),
+            timings: self.timings.clone(),
         }
     }
 }
@@ -133,6 +137,7 @@ pub struct PeerClient {
     addr: String,
     client: Option<RaftServiceClient<Channel>>,
     faults: Faults,
+    timings: Arc<StageTimes>,
 }
 
 impl PeerClient {
@@ -198,7 +203,13 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(&rpc, option.hard_ttl(), RpcKind::Append).await
+        let started = Instant::now();
+        let answer = self.call(&rpc, option.hard_ttl(), RpcKind::Append).await;
+        if !rpc.entries.is_empty() {
+            // Heartbeats carry no write: only replication is timed.
+            self.timings.record_since(Stage::ReplicationRpc, started);
+        }
+        answer
     }
 
     async fn install_snapshot(
@@ -226,6 +237,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[derive(Clone)]
 pub struct RaftRpcServer {
     pub(crate) raft: Raft<TypeConfig>,
+    /// [`Stage::AppendEntriesHandled`] is timed here.
+    pub(crate) timings: Arc<StageTimes>,
     pub(crate) faults: Faults,
     /// Touched whenever a leader's entries arrive or are accepted, a
     /// snapshot chunk is accepted or a vote is granted, for the election
@@ -249,7 +262,9 @@ impl RaftService for RaftRpcServer {
         req: tonic::Request<Payload>,
     ) -> Result<tonic::Response<Payload>, tonic::Status> {
         self.admit()?;
+        let started = Instant::now();
         let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.get_ref().data)?;
+        let carries_entries = !rpc.entries.is_empty();
         // A request from a leader whose vote is at least this node's is
         // contact on arrival: the core may answer it only seconds later
         // (replaying entries after a large snapshot install), and the
@@ -260,6 +275,10 @@ impl RaftService for RaftRpcServer {
         let result = self.raft.append_entries(rpc).await;
         if matches!(&result, Ok(resp) if !matches!(resp, AppendEntriesResponse::HigherVote(_))) {
             self.leader_contact.touch();
+        }
+        if carries_entries {
+            self.timings
+                .record_since(Stage::AppendEntriesHandled, started);
         }
         encode(&result).map(tonic::Response::new)
     }

@@ -208,7 +208,7 @@ impl RaftNode {
             kubestore_storage::open_with_faults(&config.data_dir, config.disk_faults.clone())?;
         let session = ClientSession::new(config.id, store.boot_epoch());
         let faults = Faults::default();
-        let network = NetworkFactory::new(faults.clone());
+        let network = NetworkFactory::new(faults.clone(), store.timings().clone());
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
         tokio::spawn(log_role_changes(config.id, raft.server_metrics()));
         // Stopped and awaited by `shutdown`: it holds the database open.
@@ -227,8 +227,9 @@ impl RaftNode {
             own_max + own_min,
         );
 
+        let timings = store.timings().clone();
         let node = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
-            let proposer = Proposer::spawn(config.id, WeakNode(weak.clone()));
+            let proposer = Proposer::spawn(config.id, WeakNode(weak.clone()), timings);
             let weak = weak.clone();
             let barrier = ReadBarrier::spawn(move || {
                 let weak = weak.clone();
@@ -307,6 +308,7 @@ impl RaftNode {
     pub fn raft_service(&self) -> RaftServiceServer<RaftRpcServer> {
         RaftServiceServer::new(RaftRpcServer {
             raft: self.inner.raft.clone(),
+            timings: self.inner.store.timings().clone(),
             faults: self.inner.faults.clone(),
             leader_contact: self.inner.leader_contact.clone(),
         })

@@ -32,8 +32,9 @@
 //! entries are what makes the leader fast.
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use kubestore_storage::{Command, CommandResult, NodeId, Response};
+use kubestore_storage::{Command, CommandResult, NodeId, Response, Stage, StageTimes};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::Instrument;
 
@@ -75,6 +76,8 @@ struct Proposal {
     leader: NodeId,
     cmds: Vec<Command>,
     reply: Reply,
+    /// When it joined the queue ([`Stage::ProposeQueue`]).
+    queued_at: Instant,
 }
 
 /// Sends one command (a single one or a batch) to `leader`: proposes it
@@ -94,11 +97,12 @@ pub(crate) struct Proposer {
 }
 
 impl Proposer {
-    /// Starts the batching task of node `local`; it ends when every
-    /// `Proposer` is dropped.
-    pub(crate) fn spawn(local: NodeId, submit: impl Submit) -> Self {
+    /// Starts the batching task of node `local`, which times its queue
+    /// and its batches into `timings`; it ends when every `Proposer` is
+    /// dropped.
+    pub(crate) fn spawn(local: NodeId, submit: impl Submit, timings: Arc<StageTimes>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(local, rx, submit));
+        tokio::spawn(run(local, rx, submit, timings));
         Self { tx }
     }
 
@@ -125,6 +129,7 @@ impl Proposer {
                 leader,
                 cmds,
                 reply,
+                queued_at: Instant::now(),
             })
             .map_err(|_| Redirect::Fail(RaftNodeError::ShuttingDown))?;
         answer
@@ -133,7 +138,12 @@ impl Proposer {
     }
 }
 
-async fn run(local: NodeId, mut rx: mpsc::UnboundedReceiver<Proposal>, submit: impl Submit) {
+async fn run(
+    local: NodeId,
+    mut rx: mpsc::UnboundedReceiver<Proposal>,
+    submit: impl Submit,
+    timings: Arc<StageTimes>,
+) {
     let proposed = Arc::new(Semaphore::new(LOCAL_IN_FLIGHT));
     let forwarded = Arc::new(Semaphore::new(FORWARDED_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
@@ -162,17 +172,26 @@ async fn run(local: NodeId, mut rx: mpsc::UnboundedReceiver<Proposal>, submit: i
         }
         // Almost always one leader; after a leader change, one batch each.
         let mut groups: Vec<(NodeId, Vec<Proposal>)> = Vec::new();
+        let leaving = Instant::now();
         for p in queued {
+            timings.record(Stage::ProposeQueue, leaving - p.queued_at);
             match groups.iter_mut().find(|(l, _)| *l == p.leader) {
                 Some((_, group)) => group.push(p),
                 None => groups.push((p.leader, vec![p])),
             }
         }
-        let submit = submit.clone();
+        let (submit, timings) = (submit.clone(), timings.clone());
         tokio::spawn(async move {
             for (leader, group) in groups {
                 let span = tracing::debug_span!("propose_batch", leader, writes = group.len());
+                let started = Instant::now();
                 commit(&submit, leader, group).instrument(span).await;
+                let stage = if leader == local {
+                    Stage::Commit
+                } else {
+                    Stage::Forward
+                };
+                timings.record_since(stage, started);
             }
             drop(permit);
         });
@@ -308,7 +327,7 @@ mod tests {
     async fn queued_writes_share_one_entry(local: NodeId, slots: usize) {
         let (open, gate) = tokio::sync::watch::channel(false);
         let recorder = Recorder::held_at(gate);
-        let proposer = Proposer::spawn(local, recorder.clone());
+        let proposer = Proposer::spawn(local, recorder.clone(), Arc::default());
         let write = |p: Proposer| async move { p.propose(1, Command::Txn(Txn::default())).await };
 
         // Fill every in-flight slot with a lone write, held at the gate.
@@ -363,7 +382,7 @@ mod tests {
     async fn a_forwarded_group_stays_whole_in_one_entry_and_gets_its_answers_in_order() {
         let (open, gate) = tokio::sync::watch::channel(false);
         let recorder = Recorder::held_at(gate);
-        let proposer = Proposer::spawn(1, recorder.clone());
+        let proposer = Proposer::spawn(1, recorder.clone(), Arc::default());
         let lone = |p: Proposer| async move { p.propose(1, Command::Txn(Txn::default())).await };
         // Hold the leader's one slot, then queue a lone write, a group of
         // MAX_BATCH (a full entry by itself) and another lone write.

@@ -52,6 +52,7 @@
 //!   sizes, lease TTLs), run before it is proposed.
 //! - `engine`: the only module that names RocksDB (and `Source`: rows read
 //!   from the live engine or a point-in-time view).
+//! - [`timings`]: where a node's write time goes, per stage ([`StageTimes`]).
 //! - [`faults`]: disk fault injection (slow fsync, apply, install) for the
 //!   fault-schedule checker; off unless a test or `/debug/faults` sets it.
 //! - [`session`]: the rules and rows of the proposal session table behind
@@ -98,6 +99,7 @@ mod snapshot;
 pub mod state_machine;
 #[cfg(test)]
 mod test_fixture;
+pub mod timings;
 pub mod validate;
 pub mod view;
 
@@ -119,6 +121,7 @@ pub use ids::{LeaseId, LogIndex, NodeId};
 pub use log_store::LogStore;
 pub use raft_types::{Entry, Node, TypeConfig};
 pub use state_machine::{AppliedState, StateMachine};
+pub use timings::{Stage, StageTimes, StageTotal};
 pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
 
 /// A lease and the keys attached to it, in key order.
@@ -133,6 +136,7 @@ pub struct Store {
     faults: DiskFaults,
     boot_epoch: u64,
     compactor: compactor::Compactor,
+    timings: std::sync::Arc<StageTimes>,
 }
 
 impl std::fmt::Debug for Store {
@@ -331,6 +335,12 @@ impl Store {
         self.compactor.clone().run(self.engine.clone()).await
     }
 
+    /// Where this node's write time goes, stage by stage: the log and the
+    /// apply time themselves here; the Raft node and the server add theirs.
+    pub fn timings(&self) -> &std::sync::Arc<StageTimes> {
+        &self.timings
+    }
+
     /// Approximate bytes the database takes on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.engine.approximate_size()
@@ -389,9 +399,15 @@ pub fn open_with_faults(
         compactor.clone(),
     )?;
     let boot_epoch = session::raise_boot_epoch(&engine)?;
+    let timings = std::sync::Arc::new(StageTimes::default());
     Ok((
-        LogStore::new(engine.clone(), faults.clone(), sm.purge_horizon()),
-        sm.with_faults(faults.clone()),
+        LogStore::new(
+            engine.clone(),
+            faults.clone(),
+            sm.purge_horizon(),
+            timings.clone(),
+        ),
+        sm.with_faults(faults.clone()).with_timings(timings.clone()),
         Store {
             engine,
             applied,
@@ -399,6 +415,7 @@ pub fn open_with_faults(
             faults,
             boot_epoch,
             compactor,
+            timings,
         },
     ))
 }

@@ -11,6 +11,7 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::{mpsc, Arc};
+use std::time::Instant;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogId, StorageError, Vote};
@@ -23,6 +24,7 @@ use crate::ids::NodeId;
 use crate::purge::PurgeHorizon;
 use crate::raft_types::{Entry, TypeConfig};
 use crate::schema::{self, Cf};
+use crate::timings::{Stage, StageTimes};
 
 /// openraft's log store over the shared engine. Cheap to clone: openraft
 /// takes one clone as the reader used by replication.
@@ -32,6 +34,8 @@ pub struct LogStore {
     flusher: Arc<Flusher>,
     /// Purges go through it: never past what the current snapshot covers.
     horizon: PurgeHorizon,
+    /// [`Stage::LogAppend`] and [`Stage::LogFsync`] are timed here.
+    timings: Arc<StageTimes>,
 }
 
 /// The flusher thread's queue and handle, shared by the clones. Dropping
@@ -59,15 +63,22 @@ impl Drop for Flusher {
 /// The flusher thread: waits for an append to be queued, takes every other
 /// queued append with it, fsyncs once, and completes them all in order. It
 /// ends when every [`LogStore`] clone is dropped.
-fn run_flusher(engine: Engine, faults: DiskFaults, queue: mpsc::Receiver<LogFlushed<TypeConfig>>) {
+fn run_flusher(
+    engine: Engine,
+    faults: DiskFaults,
+    timings: Arc<StageTimes>,
+    queue: mpsc::Receiver<LogFlushed<TypeConfig>>,
+) {
     while let Ok(first) = queue.recv() {
         let mut done = vec![first];
         done.extend(queue.try_iter());
+        let started = Instant::now();
         let slow_disk = faults.fsync_delay();
         if !slow_disk.is_zero() {
             std::thread::sleep(slow_disk);
         }
         let synced = engine.sync_wal();
+        timings.record_since(Stage::LogFsync, started);
         tracing::trace!(appends = done.len(), ok = synced.is_ok(), "log fsync");
         for callback in done {
             match &synced {
@@ -79,13 +90,18 @@ fn run_flusher(engine: Engine, faults: DiskFaults, queue: mpsc::Receiver<LogFlus
 }
 
 impl LogStore {
-    pub(crate) fn new(engine: Engine, faults: DiskFaults, horizon: PurgeHorizon) -> Self {
+    pub(crate) fn new(
+        engine: Engine,
+        faults: DiskFaults,
+        horizon: PurgeHorizon,
+        timings: Arc<StageTimes>,
+    ) -> Self {
         let (tx, queue) = mpsc::channel();
-        let flushing = engine.clone();
+        let (flushing, flush_timings) = (engine.clone(), timings.clone());
         // A plain thread: fsync blocks, and it must not hold an async worker.
         let thread = std::thread::Builder::new()
             .name("kubestore-log-fsync".into())
-            .spawn(move || run_flusher(flushing, faults, queue))
+            .spawn(move || run_flusher(flushing, faults, flush_timings, queue))
             .map_err(|e| tracing::error!(error = %e, "cannot start the log flusher"))
             .ok();
         Self {
@@ -95,6 +111,7 @@ impl LogStore {
                 thread,
             }),
             horizon,
+            timings,
         }
     }
 
@@ -242,6 +259,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let started = Instant::now();
         let write = || -> Result<usize, StoreError> {
             let mut batch = self.engine.batch();
             let mut n = 0;
@@ -260,6 +278,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         };
         match write() {
             Ok(n) => {
+                self.timings.record_since(Stage::LogAppend, started);
                 tracing::trace!(entries = n, "log appended; fsync queued");
                 let queued = match &self.flusher.queue {
                     Some(queue) => queue.send(callback),

@@ -11,6 +11,7 @@ use std::io::Seek;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -38,6 +39,7 @@ use crate::snapshot::{
     read_snapshot_meta, remove_incoming, snapshot_header, stage_received, unique_suffix,
     SnapshotFiles, CURRENT_SNAPSHOT, INCOMING_PREFIX, STAGED_SNAPSHOT,
 };
+use crate::timings::{Stage, StageTimes};
 
 /// Where the state machine stands, published after every applied batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,6 +75,8 @@ pub struct StateMachine {
     /// Purges what compactions leave behind; woken by every compaction
     /// and install, held off during an install, closed with this.
     compactor: Compactor,
+    /// Where the node's write time goes ([`Stage::Apply`] is timed here).
+    timings: Arc<StageTimes>,
 }
 
 impl Drop for StateMachine {
@@ -158,6 +162,7 @@ impl StateMachine {
                 horizon,
                 receiving: None,
                 compactor,
+                timings: Arc::default(),
             },
             applied_rx,
         ))
@@ -167,6 +172,12 @@ impl StateMachine {
     /// through it.
     pub(crate) fn purge_horizon(&self) -> PurgeHorizon {
         self.horizon.clone()
+    }
+
+    /// Times its applies into `timings` from now on.
+    pub(crate) fn with_timings(mut self, timings: Arc<StageTimes>) -> Self {
+        self.timings = timings;
+        self
     }
 
     /// Obeys `faults` (a slow state machine) from now on.
@@ -272,6 +283,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if !slow_apply.is_zero() {
             tokio::time::sleep(slow_apply).await;
         }
+        let started = Instant::now();
         let entries: Vec<Entry> = entries.into_iter().collect();
         let scans = entries
             .iter()
@@ -300,6 +312,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .map_err(|e| sm_err(e, ErrorVerb::Write))?;
         self.publish(false)
             .map_err(|e| sm_err(e, ErrorVerb::Read))?;
+        self.timings.record_since(Stage::Apply, started);
         Ok(responses)
     }
 

@@ -9,8 +9,10 @@
 //! size, and writes `results.json` (top-level `ratios`: kubestore/etcd
 //! throughput per workload; `rest_ratios`: kubestore's REST write rate over
 //! its own etcd-API put rate at the same clients, the price of the
-//! Kubernetes layer; `runs`: every figure of both stores), plots and the
-//! disk's fsync rate.
+//! Kubernetes layer; `kubestore_stages`: where kubestore's writes spent
+//! their time, stage by stage, on the leader and on the followers, from
+//! the nodes' `/metrics`; `runs`: every figure of both stores), plots and
+//! the disk's fsync rate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
@@ -31,6 +33,7 @@ use super::args::LoadArgs;
 use super::cpu::{CpuSample, CpuSpent};
 use super::plot;
 use super::record::RunResult;
+use super::stages::StageSample;
 use super::workload::{self, Workload};
 
 #[derive(Debug, Args)]
@@ -385,6 +388,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
     let mut runs: Vec<RunResult> = Vec::new();
     // (store, ratio key, CPU spent, requests answered) per workload run.
     let mut cpu: Vec<(&str, &str, CpuSpent, u64)> = Vec::new();
+    // Per write workload's ratio key: kubestore's stage breakdown.
+    let mut stages: Vec<(&str, super::stages::StageBreakdown)> = Vec::new();
     let outcome = match ready {
         Err(e) => Err(e),
         Ok(()) => {
@@ -398,6 +403,11 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                     };
                     for (store, cluster) in [("etcd", &etcd), ("kubestore", &kubestore)] {
                         let pids = cluster.pids();
+                        let timed = store == "kubestore" && name == "put";
+                        let stages_before = match timed {
+                            true => Some(StageSample::take(&cluster.rest).await?),
+                            false => None,
+                        };
                         let before = CpuSample::take(&pids);
                         let mut r = workload::run_etcd(
                             &workload,
@@ -407,7 +417,12 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                         )
                         .await?;
                         let spent = before.until(&CpuSample::take(&pids));
-                        cpu.push((store, key, spent, r.requests.saturating_sub(r.errors)));
+                        let answered = r.requests.saturating_sub(r.errors);
+                        if let Some(s) = stages_before {
+                            let after = StageSample::take(&cluster.rest).await?;
+                            stages.push((key, s.until(&after, answered)));
+                        }
+                        cpu.push((store, key, spent, answered));
                         r.store = store.into();
                         runs.push(r);
                     }
@@ -416,6 +431,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                 for (key, name, clients, _) in REST_PLAN {
                     let workload = Workload::rest(name, REST_SEEDED)?;
                     let pids = kubestore.pids();
+                    let stages_before = StageSample::take(&kubestore.rest).await?;
                     let before = CpuSample::take(&pids);
                     let mut r = workload::run_rest(
                         &workload,
@@ -425,7 +441,10 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                     )
                     .await?;
                     let spent = before.until(&CpuSample::take(&pids));
-                    cpu.push(("kubestore", key, spent, r.requests.saturating_sub(r.errors)));
+                    let answered = r.requests.saturating_sub(r.errors);
+                    let after = StageSample::take(&kubestore.rest).await?;
+                    stages.push((key, stages_before.until(&after, answered)));
+                    cpu.push(("kubestore", key, spent, answered));
                     r.store = "kubestore".into();
                     runs.push(r);
                 }
@@ -477,6 +496,10 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         "ratios": ratios,
         "p99_ratios": p99_ratios,
         "rest_ratios": rest_ratios,
+        "kubestore_stages": stages
+            .iter()
+            .map(|(key, b)| ((*key).to_string(), b.json()))
+            .collect::<serde_json::Map<_, _>>(),
         "cpu": cpu_report.json,
         "cpu_per_request_ratios": cpu_report.ratios,
         "runs": runs,
@@ -515,6 +538,14 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
     }
     println!("{}", cpu_report.table);
+    for (key, b) in &stages {
+        println!(
+            "{}",
+            b.table(&format!(
+                "kubestore's write path, {key} (mean per stage run; runs per acknowledged write):"
+            ))
+        );
+    }
     println!(
         "finished in {:.0} s; results in {}",
         started.elapsed().as_secs_f64(),

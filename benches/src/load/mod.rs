@@ -34,6 +34,7 @@ mod plot;
 mod record;
 mod restart;
 mod scale;
+mod stages;
 mod watch;
 mod workload;
 

@@ -92,6 +92,33 @@ pub async fn track(State(metrics): State<Metrics>, req: Request, next: Next) -> 
     resp
 }
 
+/// Each write-path stage's runs and total seconds on this node
+/// (`kubestore_storage::timings`): a stage's mean is the rate of the one
+/// over the rate of the other.
+fn write_stage_times(out: &mut String, node: &RaftNode) {
+    let totals = node.store().timings().read();
+    let (seconds, runs) = ("kubestore_stage_seconds_total", "kubestore_stage_total");
+    let _ = writeln!(
+        out,
+        "# HELP {seconds} Time spent in each stage of the write path on this node.\n# TYPE {seconds} counter"
+    );
+    for t in &totals {
+        let _ = writeln!(
+            out,
+            "{seconds}{{stage=\"{}\"}} {}",
+            t.stage.name(),
+            t.total.as_secs_f64()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP {runs} Runs of each stage of the write path on this node.\n# TYPE {runs} counter"
+    );
+    for t in &totals {
+        let _ = writeln!(out, "{runs}{{stage=\"{}\"}} {}", t.stage.name(), t.count);
+    }
+}
+
 /// The `/metrics` page: the request series, then the node's Raft, store
 /// and in-flight gauges.
 pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Response {
@@ -142,6 +169,7 @@ pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Re
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
         );
     }
+    write_stage_times(&mut out, node);
     write_per_class(
         &mut out,
         "kubestore_requests_rejected_total",
