@@ -88,6 +88,24 @@ fn bench_compare_writes_ratios_runs_and_plots() {
             r["rest_ratios"]
         );
     }
+    // Where kubestore's writes went: every write workload has the
+    // leader's commit and fsync and the followers' handling of its entries.
+    for key in ["put_c64", "put_c256", "rest_create_c64", "rest_update_c64"] {
+        let stages = &r["kubestore_stages"][key];
+        for (role, stage) in [
+            ("leader", "log_fsync"),
+            ("leader", "replication_rpc"),
+            ("leader", "apply"),
+            ("followers", "append_entries_handled"),
+            ("followers", "apply"),
+        ] {
+            let mean = stages[role][stage]["mean_us"].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                mean.is_finite() && mean > 0.0,
+                "{key} {role} {stage}: {stages}"
+            );
+        }
+    }
     let runs = r["runs"].as_array().expect("runs");
     assert_eq!(
         runs.len(),
@@ -207,6 +225,48 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
         r["delivery_p99_ms"].as_f64().is_some_and(|v| v > 0.0),
         "{r}"
     );
+    c.shutdown().await;
+}
+
+/// Watchers over several HTTP/2 connections per node, each following
+/// one of three namespaces: every event reaches the watchers of its
+/// namespace, and only those are expected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_watch_over_namespaces_and_connections_delivers_each_event_to_its_namespace() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let out = tempfile::tempdir().expect("tempdir");
+    let endpoints = c
+        .ids()
+        .iter()
+        .map(|id| c.rest_url(*id))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bin = kubestore_binary().expect("binary");
+    let out_dir = out.path().to_path_buf();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(["bench", "watch", "--watchers", "7", "--rate", "20"])
+            .args(["--seconds", "2", "--namespaces", "3"])
+            .args(["--http2", "--connections-per-node", "2"])
+            .args(["--endpoints", &endpoints])
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("kubestore bench watch");
+    assert_succeeded(&output, out.path());
+    let r: Value = serde_json::from_slice(
+        &std::fs::read(out.path().join("watch-results.json")).expect("watch-results.json"),
+    )
+    .expect("JSON");
+    assert_eq!(r["write_errors"], 0, "{r}");
+    // 40 writes: 14, 13 and 13 to namespaces 0, 1 and 2, which 3, 2 and
+    // 2 of the 7 watchers follow.
+    assert_eq!(r["events_expected"], 14 * 3 + 13 * 2 + 13 * 2, "{r}");
+    assert_eq!(r["events_lost"], 0, "{r}");
+    assert_eq!(r["connections_per_node"], 2, "{r}");
     c.shutdown().await;
 }
 

@@ -821,6 +821,19 @@ async fn discovery_version_health_openapi_and_debug() {
             metrics.text
         );
     }
+    // The write path's stages this node ran for the create.
+    for stage in ["log_append", "log_fsync", "apply", "cache_feed"] {
+        let runs = metrics
+            .text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("kubestore_stage_total{{stage=\"{stage}\"}} ")))
+            .and_then(|v| v.parse::<u64>().ok());
+        assert!(
+            runs.is_some_and(|n| n > 0),
+            "stage {stage}: {runs:?} runs:\n{}",
+            metrics.text
+        );
+    }
 
     // /debug/cluster on every node.
     let leader = c.leader().await.expect("leader");

@@ -15,9 +15,16 @@
 //! computed after the run, so an event that beats its acknowledgement is
 //! never measured against a send time that was not recorded yet.
 //!
-//! With `--http2` every watcher on a node shares one HTTP/2 connection, as
-//! client-go's watches do; without it each watcher has its own HTTP/1.1
-//! connection.
+//! With `--http2` the watchers on a node share `--connections-per-node`
+//! HTTP/2 connections (one by default, as one client-go process does);
+//! without it each watcher has its own HTTP/1.1 connection.
+//!
+//! With `--namespaces N` the writes go round-robin to N namespaces and
+//! watcher `w` follows namespace `w mod N`, so each event is due to
+//! `watchers / N` watchers: many watchers at a write rate whose full
+//! fan-out (every watcher, every event) would be more events than the
+//! machine can deliver, as with controllers that each watch their own
+//! namespace.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,7 +38,8 @@ use serde_json::json;
 
 use super::cpu::{rss_bytes, CpuSample};
 
-/// The namespace the watch workload writes and watches.
+/// The namespace the watch workload writes and watches (the first of
+/// them with `--namespaces`).
 const NAMESPACE: &str = "bench-watch";
 /// How long opening one watch may take.
 const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,9 +63,17 @@ pub struct WatchArgs {
     /// The nodes' process ids, to report resident memory per idle watcher.
     #[arg(long, value_delimiter = ',')]
     pub pids: Vec<u32>,
-    /// Multiplex the watchers on one HTTP/2 connection per node (h2c).
+    /// Multiplex the watchers on HTTP/2 connections (h2c), one per node
+    /// unless `--connections-per-node` says more.
     #[arg(long)]
     pub http2: bool,
+    /// HTTP/2 connections per node the watchers spread over (with `--http2`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_per_node: u64,
+    /// Namespaces the writes cycle over; watcher `w` follows namespace
+    /// `w mod namespaces`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub namespaces: u64,
     /// Where results.json goes.
     #[arg(long, default_value = "bench-results")]
     pub out: std::path::PathBuf,
@@ -85,25 +101,50 @@ fn sequence_of(line: &[u8]) -> Option<usize> {
     std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
-pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
-    let mut builder = reqwest::Client::builder().tcp_nodelay(true);
-    if args.http2 {
-        builder = builder.http2_prior_knowledge();
+/// Namespace `i` of `namespaces`.
+fn namespace(i: u64, namespaces: u64) -> String {
+    if namespaces == 1 {
+        NAMESPACE.to_string()
+    } else {
+        format!("{NAMESPACE}-{i}")
     }
-    let http = builder.build()?;
+}
+
+pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
+    let client = || {
+        let mut builder = reqwest::Client::builder().tcp_nodelay(true);
+        if args.http2 {
+            builder = builder.http2_prior_knowledge();
+        }
+        builder.build()
+    };
+    let http = client()?;
+    // Each client keeps its own connection per node: watcher `w` uses
+    // client `w / nodes mod connections_per_node` on node `w mod nodes`.
+    let connections = if args.http2 {
+        args.connections_per_node
+    } else {
+        1
+    };
+    let mut watch_clients = vec![http.clone()];
+    for _ in 1..connections {
+        watch_clients.push(client()?);
+    }
     let base = &args.endpoints[0];
-    let r = http
-        .post(format!("{base}/api/v1/namespaces"))
-        .json(&json!({ "metadata": { "name": NAMESPACE } }))
-        .send()
-        .await?;
-    if !(r.status().is_success() || r.status().as_u16() == 409) {
-        bail!("creating namespace {NAMESPACE}: {}", r.status());
+    let namespaces = args.namespaces;
+    for i in 0..namespaces {
+        let name = namespace(i, namespaces);
+        let r = http
+            .post(format!("{base}/api/v1/namespaces"))
+            .json(&json!({ "metadata": { "name": name } }))
+            .send()
+            .await?;
+        if !(r.status().is_success() || r.status().as_u16() == 409) {
+            bail!("creating namespace {name}: {}", r.status());
+        }
     }
     let listed: serde_json::Value = http
-        .get(format!(
-            "{base}/api/v1/namespaces/{NAMESPACE}/configmaps?limit=1"
-        ))
+        .get(format!("{base}/api/v1/configmaps?limit=1"))
         .send()
         .await?
         .json()
@@ -132,14 +173,18 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
     // the connection's stream tables).
     let mut rss_half = None;
     let mut watchers = Vec::new();
+    let nodes = args.endpoints.len();
     for w in 0..args.watchers {
         if w == args.watchers / 2 {
             rss_half = total_rss(&args.pids);
         }
+        let ns = w as u64 % namespaces;
         let url = format!(
-            "{}/api/v1/namespaces/{NAMESPACE}/configmaps?watch=1&resourceVersion={from}",
-            args.endpoints[w % args.endpoints.len()]
+            "{}/api/v1/namespaces/{}/configmaps?watch=1&resourceVersion={from}",
+            args.endpoints[w % nodes],
+            namespace(ns, namespaces),
         );
+        let http = &watch_clients[(w / nodes) % watch_clients.len()];
         // Bounded: over HTTP/2 a watch beyond the server's concurrent
         // stream limit per connection would otherwise wait for a slot forever.
         let resp = match tokio::time::timeout(WATCH_OPEN_TIMEOUT, http.get(url).send()).await {
@@ -161,8 +206,9 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         watchers.push(tokio::spawn(async move {
             let mut body = resp.bytes_stream();
             let mut buf: Vec<u8> = Vec::new();
-            // Receive time of write n (0 = not seen).
-            let mut seen = vec![0u64; total_writes];
+            // Receive time of write n at `n / namespaces` (0 = not seen):
+            // only the writes to this watcher's namespace.
+            let mut seen = vec![0u64; total_writes.div_ceil(namespaces as usize)];
             loop {
                 let chunk = tokio::select! {
                     next = body.next() => match next {
@@ -177,7 +223,9 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
                 while let Some(nl) = buf[consumed..].iter().position(|b| *b == b'\n') {
                     let line = &buf[consumed..consumed + nl + 1];
                     consumed += nl + 1;
-                    if let Some(slot) = sequence_of(line).and_then(|n| seen.get_mut(n)) {
+                    let slot =
+                        sequence_of(line).and_then(|n| seen.get_mut(n / namespaces as usize));
+                    if let Some(slot) = slot {
                         if *slot == 0 {
                             *slot = now;
                             received.fetch_add(1, Ordering::Relaxed);
@@ -203,8 +251,9 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         tick.tick().await;
         let permit = limit.clone().acquire_owned().await?;
         let url = format!(
-            "{}/api/v1/namespaces/{NAMESPACE}/configmaps",
-            args.endpoints[n % args.endpoints.len()]
+            "{}/api/v1/namespaces/{}/configmaps",
+            args.endpoints[n % nodes],
+            namespace(n as u64 % namespaces, namespaces),
         );
         let (http, sent, acked, errors) =
             (http.clone(), sent.clone(), acked.clone(), errors.clone());
@@ -231,7 +280,15 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         w.await?;
     }
     let write_seconds = write_start.elapsed().as_secs_f64();
-    let expected = (total_writes as u64 - errors.load(Ordering::Relaxed)) * args.watchers as u64;
+    // Each acknowledged write is due to the watchers of its namespace.
+    let watchers_of = |ns: u64| {
+        let w = args.watchers as u64;
+        w / namespaces + u64::from(ns < w % namespaces)
+    };
+    let expected: u64 = (0..total_writes)
+        .filter(|n| acked[*n].load(Ordering::Relaxed) != 0)
+        .map(|n| watchers_of(n as u64 % namespaces))
+        .sum();
     // Wait (bounded) for the last events: woken by every chunk a watcher reads.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while received.load(Ordering::Relaxed) < expected {
@@ -249,10 +306,12 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         super::record::latency_histogram()?,
         super::record::latency_histogram()?,
     );
-    for w in watchers {
-        let seen = w.await?;
-        for (n, at) in seen.into_iter().enumerate() {
-            if at == 0 {
+    for (w, watcher) in watchers.into_iter().enumerate() {
+        let seen = watcher.await?;
+        let ns = w as u64 % namespaces;
+        for (i, at) in seen.into_iter().enumerate() {
+            let n = i * namespaces as usize + ns as usize;
+            if at == 0 || n >= total_writes {
                 continue;
             }
             let ack = acked[n].load(Ordering::Relaxed);
@@ -289,6 +348,8 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         "watchers": args.watchers,
         "rate": args.rate,
         "http2": args.http2,
+        "connections_per_node": connections,
+        "namespaces": namespaces,
         "writes": total_writes,
         "write_errors": errors.load(Ordering::Relaxed),
         "write_seconds": write_seconds,
@@ -311,9 +372,9 @@ pub async fn run(args: WatchArgs) -> anyhow::Result<()> {
         "client_cpu_us_per_event": client_us_per_event,
     });
     println!(
-        "watch fan-out: {} watchers ({}), {} writes/s for {} s\n  events {got}/{expected} ({} lost), {:.0} events/s delivered\n  delivery after the ack: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms\n  delivery after the send: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms{}{}",
+        "watch fan-out: {} watchers ({}) over {namespaces} namespace(s), {} writes/s for {} s\n  events {got}/{expected} ({} lost), {:.0} events/s delivered\n  delivery after the ack: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms\n  delivery after the send: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms{}{}",
         args.watchers,
-        if args.http2 { "HTTP/2, one connection per node" } else { "HTTP/1.1, one connection each" },
+        if args.http2 { format!("HTTP/2, {connections} connection(s) per node") } else { "HTTP/1.1, one connection each".to_string() },
         args.rate,
         args.seconds,
         expected.saturating_sub(got),

@@ -306,7 +306,9 @@ impl Watcher {
             return;
         };
         let cache = self.state.kube.cache().clone();
-        let mut cache_revision = cache.subscribe();
+        // Woken only by revisions with events under this watch's prefix
+        // (and by rebuilds): writes elsewhere do not wake it.
+        let mut cache_revision = cache.subscribe_scope(&self.scope.prefix);
         let stopped = shutting_down(self.state.stop.clone());
         tokio::pin!(stopped);
         let bookmark_every = self.state.bookmark_interval;
@@ -325,6 +327,7 @@ impl Watcher {
         let deadline_timer = tokio::time::sleep_until(deadline);
         tokio::pin!(bookmark_timer, deadline_timer);
         let mut lines: Vec<Bytes> = Vec::new();
+        let mut bookmark_due = false;
         loop {
             // Drain everything the cache (or, behind its ring, storage) has.
             loop {
@@ -349,19 +352,25 @@ impl Watcher {
                     },
                 }
             }
+            if bookmark_due {
+                // `last` is the newest revision this stream has fully
+                // delivered, quiet types and namespaces included (the
+                // drain above just moved it to the cache's revision):
+                // never ahead of an event.
+                self.send("BOOKMARK", self.scope.bookmark(last)).await;
+                let next = bookmark_at(tokio::time::Instant::now() + bookmark_every);
+                bookmark_timer.as_mut().reset(next);
+                bookmark_due = false;
+            }
             tokio::select! {
                 changed = cache_revision.changed() => {
                     if changed.is_err() {
                         return;
                     }
                 }
-                () = &mut bookmark_timer, if self.bookmarks => {
-                    // `last` is the newest revision this stream has fully
-                    // delivered (quiet types included): never ahead of an event.
-                    self.send("BOOKMARK", self.scope.bookmark(last)).await;
-                    let next = bookmark_at(tokio::time::Instant::now() + bookmark_every);
-                    bookmark_timer.as_mut().reset(next);
-                }
+                // Drained first: a quiet watch is not woken by the writes
+                // it cannot see, so its `last` moves only when it drains.
+                () = &mut bookmark_timer, if self.bookmarks => bookmark_due = true,
                 () = &mut deadline_timer => return,
                 () = &mut stopped => return,
             }

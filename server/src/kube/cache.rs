@@ -24,14 +24,21 @@
 //!   read of storage and the rings restart at that revision.
 //! - The lock is never held across an await; readers clone a snapshot
 //!   (O(1)) and iterate it unlocked.
+//! - A watcher is woken by the revisions that can change what it sees
+//!   ([`WatchCache::subscribe_scope`]): every revision with an event under
+//!   its key prefix (its type, or its type in one namespace) wakes it, and
+//!   so does every rebuild or change of the served types. Revisions that
+//!   touch only other types or namespaces do not.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use imbl::OrdMap;
-use kubestore_storage::{Event, EventKind, EventStep, KeyRange, Revision, Store, StoreError};
+use kubestore_storage::{
+    Event, EventKind, EventStep, KeyRange, Revision, Stage, Store, StoreError,
+};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -514,8 +521,86 @@ impl CacheState {
 pub struct WatchCache {
     state: Arc<RwLock<CacheState>>,
     revision: watch::Sender<u64>,
+    triggers: Arc<Triggers>,
     store: Store,
     limits: CacheLimits,
+}
+
+/// The wake-ups of watchers, one channel per key prefix watched: a type's
+/// collection prefix (all its namespaces), or one namespace's. Without
+/// them every watcher woke for every revision of every type, and a
+/// thousand watchers of one namespace each woke, locked the cache and
+/// found nothing whenever any other namespace or type was written.
+#[derive(Default)]
+struct Triggers {
+    by_prefix: Mutex<TriggerMap>,
+}
+
+#[derive(Default)]
+struct TriggerMap {
+    channels: HashMap<Vec<u8>, watch::Sender<u64>>,
+    /// Channels are dropped once no watcher holds them, in a sweep when
+    /// the map has doubled since the last one (amortised O(1)).
+    sweep_at: usize,
+}
+
+impl Triggers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TriggerMap> {
+        // Holds only channels: a panic elsewhere leaves nothing half-done.
+        self.by_prefix
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn subscribe(&self, prefix: &[u8], revision: u64) -> watch::Receiver<u64> {
+        let mut map = self.lock();
+        if map.channels.len() >= map.sweep_at {
+            map.channels.retain(|_, tx| tx.receiver_count() > 0);
+            map.sweep_at = (map.channels.len() * 2).max(64);
+        }
+        match map.channels.get(prefix) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = watch::channel(revision);
+                map.channels.insert(prefix.to_vec(), tx);
+                rx
+            }
+        }
+    }
+
+    /// Wakes the watchers of each prefix in `touched` at `revision`.
+    fn wake(&self, touched: &[Vec<u8>], revision: u64) {
+        let map = self.lock();
+        for prefix in touched {
+            if let Some(tx) = map.channels.get(prefix) {
+                tx.send_replace(revision);
+            }
+        }
+    }
+
+    /// Wakes every watcher at `revision`.
+    fn wake_all(&self, revision: u64) {
+        for tx in self.lock().channels.values() {
+            tx.send_replace(revision);
+        }
+    }
+}
+
+/// The prefixes an event under a type's collection `prefix` wakes: the
+/// type's, and for a namespaced type its namespace's.
+fn trigger_prefixes(rt: &ResourceType, prefix: &str, key: &[u8], out: &mut Vec<Vec<u8>>) {
+    let mut push = |p: &[u8]| {
+        if !out.iter().any(|o| o.as_slice() == p) {
+            out.push(p.to_vec());
+        }
+    };
+    push(prefix.as_bytes());
+    if rt.namespaced {
+        let rest = &key[prefix.len().min(key.len())..];
+        if let Some(slash) = rest.iter().position(|b| *b == b'/') {
+            push(&key[..prefix.len() + slash + 1]);
+        }
+    }
 }
 
 impl std::fmt::Debug for WatchCache {
@@ -542,6 +627,7 @@ impl WatchCache {
                 types,
             })),
             revision: watch::channel(0).0,
+            triggers: Arc::default(),
             store,
             limits,
         }
@@ -575,6 +661,15 @@ impl WatchCache {
     /// A receiver that changes whenever the cache's revision moves.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.revision.subscribe()
+    }
+
+    /// A receiver that changes whenever a revision has an event under
+    /// `prefix` (a type's collection prefix, or a namespace's within it),
+    /// and on every rebuild or change of the served types: what a watcher
+    /// of `prefix` waits on. Its value is a revision the cache reached, not
+    /// the cache's own revision.
+    pub fn subscribe_scope(&self, prefix: &[u8]) -> watch::Receiver<u64> {
+        self.triggers.subscribe(prefix, self.revision())
     }
 
     /// Waits until the cache reaches `revision`, at most `wait`; whether it did.
@@ -715,6 +810,8 @@ impl WatchCache {
     fn apply(&self, batch: Vec<(Revision, Vec<Event>)>) {
         let now = Instant::now();
         let mut last = None;
+        let mut woken: Vec<Vec<u8>> = Vec::new();
+        let mut redefined_any = false;
         {
             let mut state = self.write();
             let definitions = resources::custom_resource_definitions().collection_prefix(None);
@@ -726,6 +823,8 @@ impl WatchCache {
                     // Every version of a custom type shares its prefix.
                     for i in 0..state.types.len() {
                         if event.kv.key.starts_with(state.types[i].prefix.as_bytes()) {
+                            let t = &state.types[i];
+                            trigger_prefixes(t.rt, &t.prefix, &event.kv.key, &mut woken);
                             state.types[i].apply(event, now);
                             if !touched.contains(&i) {
                                 touched.push(i);
@@ -737,7 +836,7 @@ impl WatchCache {
                     state.types[i].seal(revision.0, &self.limits, now);
                 }
                 if redefined {
-                    self.redefine(&mut state, revision.0);
+                    redefined_any |= self.redefine(&mut state, revision.0);
                 }
                 state.revision = revision.0;
                 last = Some(revision.0);
@@ -745,18 +844,25 @@ impl WatchCache {
         }
         if let Some(r) = last {
             self.revision.send_replace(r);
+            if redefined_any {
+                self.triggers.wake_all(r);
+            } else {
+                self.triggers.wake(&woken, r);
+            }
         }
+        self.store.timings().record_since(Stage::CacheFeed, now);
     }
 
     /// The definitions changed at `revision`: serve what they define from
     /// it on. A type no longer defined is dropped; a new one starts with
     /// its objects as storage holds them at `revision` (none, unless the
     /// etcd API wrote some before its definition). When storage cannot
-    /// give them, the cache is rebuilt on its next step.
-    fn redefine(&self, state: &mut CacheState, revision: u64) {
+    /// give them, the cache is rebuilt on its next step. Whether the
+    /// served types changed.
+    fn redefine(&self, state: &mut CacheState, revision: u64) -> bool {
         let served = state.defined_types();
         if served == *state.served {
-            return;
+            return false;
         }
         let mut old: Vec<TypeCache> = std::mem::take(&mut state.types);
         let mut types = Vec::with_capacity(served.iter().count());
@@ -782,6 +888,7 @@ impl WatchCache {
         );
         state.types = types;
         state.served = Arc::new(served);
+        true
     }
 
     /// Reloads every type from one consistent read of storage. The read
@@ -818,6 +925,7 @@ impl WatchCache {
         }
         tracing::info!(revision, objects, "watch cache rebuilt");
         self.revision.send_replace(revision);
+        self.triggers.wake_all(revision);
     }
 }
 
@@ -1274,6 +1382,45 @@ mod tests {
         f.put(cm, "d", serde_json::json!({})).await; // 5
         f.catch_up();
         assert_eq!(f.events_after(cm, 4, 100).map(|(e, _)| e.len()), Ok(1));
+    }
+
+    #[tokio::test]
+    async fn a_revision_wakes_the_watchers_of_its_type_and_namespace_and_a_rebuild_wakes_all() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        let scope = |rt: &ResourceType, ns: Option<&str>| {
+            f.cache.subscribe_scope(rt.collection_prefix(ns).as_bytes())
+        };
+        let mut every_configmap = scope(cm, None);
+        let mut in_default = scope(cm, Some("default"));
+        let in_other = scope(cm, Some("other"));
+        let mut every_secret = scope(secrets(), None);
+        let woken = |rx: &watch::Receiver<u64>| rx.has_changed().expect("the cache lives");
+
+        f.put(cm, "a", serde_json::json!({})).await; // 1, in default
+        f.catch_up();
+        assert!(woken(&every_configmap) && woken(&in_default));
+        assert!(!woken(&in_other), "another namespace sleeps");
+        assert!(!woken(&every_secret), "another type sleeps");
+        assert_eq!(*in_default.borrow_and_update(), 1);
+        every_configmap.borrow_and_update();
+        f.put_raw("/not-kube/x", "1").await; // 2
+        f.catch_up();
+        assert!(
+            !woken(&every_configmap),
+            "a write outside the type wakes none"
+        );
+
+        // A rebuild (here: the history the cache needs was compacted)
+        // wakes every watcher, whatever it watches.
+        f.put(cm, "b", serde_json::json!({})).await; // 3
+        f.delete(cm, "a").await; // 4
+        f.compact(4).await;
+        f.catch_up();
+        for rx in [&every_configmap, &in_default, &in_other, &every_secret] {
+            assert!(woken(rx));
+        }
+        assert_eq!(*every_secret.borrow_and_update(), 4);
     }
 
     #[tokio::test]
