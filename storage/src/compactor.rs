@@ -24,6 +24,11 @@
 //!   nothing a read at or above the compaction point reaches; and splitting
 //!   a purge into steps leaves exactly the rows one whole step would (each
 //!   step re-reads the events of its own lower bound).
+//! - **A purged key keeps at most one history row below the purge point**
+//!   (its last state, or the previous state an event at the point refers
+//!   to). A step relies on it: it reads each key it touches backwards from
+//!   its end and stops at that row, so its cost does not grow with what
+//!   earlier steps deleted.
 //! - **Steps and applies never touch the same rows.** A step removes only
 //!   rows at revisions at or below the compaction point, which no later
 //!   apply writes.
