@@ -181,8 +181,9 @@ async fn bench_rest_reports_how_each_read_was_served() {
     c.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bench_watch_delivers_every_event_to_every_watcher() {
+/// Runs `kubestore bench watch` with `args` against a fresh 3-node
+/// cluster and returns its `watch-results.json`.
+async fn bench_watch(args: &'static [&'static str]) -> Value {
     let c = TestCluster::new(3).await.expect("cluster");
     let out = tempfile::tempdir().expect("tempdir");
     let endpoints = c
@@ -195,16 +196,8 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
     let out_dir = out.path().to_path_buf();
     let output = tokio::task::spawn_blocking(move || {
         Command::new(bin)
-            .args([
-                "bench",
-                "watch",
-                "--watchers",
-                "6",
-                "--rate",
-                "20",
-                "--seconds",
-                "2",
-            ])
+            .args(["bench", "watch"])
+            .args(args)
             .args(["--endpoints", &endpoints])
             .arg("--out")
             .arg(&out_dir)
@@ -218,6 +211,13 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
         &std::fs::read(out.path().join("watch-results.json")).expect("watch-results.json"),
     )
     .expect("JSON");
+    c.shutdown().await;
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_watch_delivers_every_event_to_every_watcher() {
+    let r = bench_watch(&["--watchers", "6", "--rate", "20", "--seconds", "2"]).await;
     assert_eq!(r["write_errors"], 0, "{r}");
     assert_eq!(r["events_expected"], 6 * 40, "{r}");
     assert_eq!(r["events_lost"], 0, "{r}");
@@ -225,7 +225,6 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
         r["delivery_p99_ms"].as_f64().is_some_and(|v| v > 0.0),
         "{r}"
     );
-    c.shutdown().await;
 }
 
 /// Watchers over several HTTP/2 connections per node, each following
@@ -233,41 +232,26 @@ async fn bench_watch_delivers_every_event_to_every_watcher() {
 /// namespace, and only those are expected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_watch_over_namespaces_and_connections_delivers_each_event_to_its_namespace() {
-    let c = TestCluster::new(3).await.expect("cluster");
-    let out = tempfile::tempdir().expect("tempdir");
-    let endpoints = c
-        .ids()
-        .iter()
-        .map(|id| c.rest_url(*id))
-        .collect::<Vec<_>>()
-        .join(",");
-    let bin = kubestore_binary().expect("binary");
-    let out_dir = out.path().to_path_buf();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(bin)
-            .args(["bench", "watch", "--watchers", "7", "--rate", "20"])
-            .args(["--seconds", "2", "--namespaces", "3"])
-            .args(["--http2", "--connections-per-node", "2"])
-            .args(["--endpoints", &endpoints])
-            .arg("--out")
-            .arg(&out_dir)
-            .output()
-    })
-    .await
-    .expect("join")
-    .expect("kubestore bench watch");
-    assert_succeeded(&output, out.path());
-    let r: Value = serde_json::from_slice(
-        &std::fs::read(out.path().join("watch-results.json")).expect("watch-results.json"),
-    )
-    .expect("JSON");
+    let r = bench_watch(&[
+        "--watchers",
+        "7",
+        "--rate",
+        "20",
+        "--seconds",
+        "2",
+        "--namespaces",
+        "3",
+        "--http2",
+        "--connections-per-node",
+        "2",
+    ])
+    .await;
     assert_eq!(r["write_errors"], 0, "{r}");
     // 40 writes: 14, 13 and 13 to namespaces 0, 1 and 2, which 3, 2 and
     // 2 of the 7 watchers follow.
     assert_eq!(r["events_expected"], 14 * 3 + 13 * 2 + 13 * 2, "{r}");
     assert_eq!(r["events_lost"], 0, "{r}");
     assert_eq!(r["connections_per_node"], 2, "{r}");
-    c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
