@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
         .context("a stored object decodes")?;
         json_bytes += object.json().len();
         counted += object.heap_bytes();
-        objects.insert(key, Arc::new(object));
+        objects.insert(Arc::new(object));
     }
     let cache = (rss_bytes()? - before) / n;
 

@@ -16,7 +16,7 @@ use tonic::transport::Server;
 use tower_http::trace::TraceLayer;
 
 use crate::config::ServeConfig;
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, SharedState};
 use crate::kube::cache::{CacheLimits, WatchCache};
 use crate::kube::store::KubeStore;
 
@@ -147,7 +147,7 @@ impl RunningNode {
             raft.clone(),
             shutdown.subscribe(),
         )));
-        let state = AppState {
+        let state = AppState::new(SharedState {
             node: raft.clone(),
             kube: kube.clone(),
             max_body_bytes: config.max_body_bytes,
@@ -158,7 +158,7 @@ impl RunningNode {
             stop: shutdown.subscribe(),
             fault_injection: config.fault_injection,
             limits: limits.clone(),
-        };
+        });
         let app = http::router(state).layer(TraceLayer::new_for_http());
         tasks.push(tokio::spawn(http::serve::serve(
             rest,

@@ -67,6 +67,8 @@
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, and
 //!   the rows a compaction deletes.
 //! - `compactor`: physical compaction, in bounded background steps.
+//! - `recent_events`: the newest revisions' events in memory, as applied,
+//!   which serve the event log's readers while they keep up.
 //! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
 //!   event log for watches and the watch cache: batched, and reporting
 //!   compaction as an outcome of its own.
@@ -92,6 +94,7 @@ pub mod log_store;
 pub mod mvcc;
 mod purge;
 pub mod raft_types;
+mod recent_events;
 pub mod schema;
 pub mod session;
 mod session_table;
@@ -137,6 +140,8 @@ pub struct Store {
     boot_epoch: u64,
     compactor: compactor::Compactor,
     timings: std::sync::Arc<StageTimes>,
+    /// The newest revisions' events, as the state machine applied them.
+    recent: recent_events::RecentEvents,
 }
 
 impl std::fmt::Debug for Store {
@@ -222,6 +227,14 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(Revision, Vec<Event>)>, StoreError> {
         self.consistent(|| {
+            // The newest revisions come from memory when it holds them all
+            // (see `recent_events`), anything else from the log.
+            let applied = self.applied();
+            if after.next() >= applied.compacted {
+                if let Some(events) = self.recent.after(after, limit.max(1), applied.revision) {
+                    return Ok(events);
+                }
+            }
             self.engine
                 .with_snapshot(|view| mvcc::MvccReader::new(view)?.events_after(after, limit))
         })
@@ -400,6 +413,7 @@ pub fn open_with_faults(
     )?;
     let boot_epoch = session::raise_boot_epoch(&engine)?;
     let timings = std::sync::Arc::new(StageTimes::default());
+    let recent = sm.recent_events();
     Ok((
         LogStore::new(
             engine.clone(),
@@ -416,6 +430,7 @@ pub fn open_with_faults(
             boot_epoch,
             compactor,
             timings,
+            recent,
         },
     ))
 }

@@ -7,10 +7,16 @@
 //! tells openraft those entries are durable, in order. Under load many
 //! appends share one fsync. The same sync persists any state-machine writes
 //! made before it (one database, one WAL).
+//!
+//! The latest appended entries are also kept decoded in memory
+//! ([`RecentEntries`]): openraft reads each entry back soon after the
+//! append (to apply it, and on the leader once per follower to send it),
+//! and those reads are served without a RocksDB scan and a decode.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -36,6 +42,97 @@ pub struct LogStore {
     horizon: PurgeHorizon,
     /// [`Stage::LogAppend`] and [`Stage::LogFsync`] are timed here.
     timings: Arc<StageTimes>,
+    /// The latest entries, shared by the clones (the reader too).
+    recent: Arc<Mutex<RecentEntries>>,
+}
+
+/// How many bytes of encoded entries [`RecentEntries`] keeps: under load
+/// a few hundred batched entries, more than replication and apply lag by.
+const RECENT_ENTRY_BYTES: usize = 8 << 20;
+
+/// The latest appended entries, decoded, exactly as the log holds them.
+///
+/// Invariant: a contiguous run of indexes ending at the log's last entry
+/// (an append not following it replaces the run; a truncation cuts it
+/// back with the log), at most [`RECENT_ENTRY_BYTES`] of them by encoded
+/// size, oldest dropped first. A read is served from here only when every
+/// entry it asks for is here and above the purge point; anything else
+/// reads RocksDB.
+#[derive(Debug, Default)]
+struct RecentEntries {
+    /// Each entry with its encoded size.
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl RecentEntries {
+    fn index(entry: &Entry) -> u64 {
+        entry.get_log_id().index
+    }
+
+    fn push(&mut self, entry: Entry, size: usize) {
+        if !self.follows(Self::index(&entry)) {
+            self.clear();
+        }
+        self.bytes += size;
+        self.entries.push_back((entry, size));
+        while self.bytes > RECENT_ENTRY_BYTES && self.entries.len() > 1 {
+            if let Some((_, size)) = self.entries.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Whether an entry at `index` continues the run (an empty run is
+    /// continued by anything).
+    fn follows(&self, index: u64) -> bool {
+        match self.entries.back() {
+            Some((last, _)) => Self::index(last).checked_add(1) == Some(index),
+            None => true,
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Drops the entries at `index` and after.
+    fn truncate_from(&mut self, index: u64) {
+        while self
+            .entries
+            .back()
+            .is_some_and(|(last, _)| Self::index(last) >= index)
+        {
+            if let Some((_, size)) = self.entries.pop_back() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// The entries `start..end` (`None`: to the last), if every one is
+    /// here.
+    fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry>> {
+        let first = Self::index(&self.entries.front()?.0);
+        if start < first {
+            return None;
+        }
+        let skip = usize::try_from(start - first).ok()?;
+        let end_index = first + self.entries.len() as u64;
+        let take = match end {
+            Some(end) if end > end_index => return None,
+            Some(end) => usize::try_from(end.saturating_sub(start)).ok()?,
+            None => usize::MAX,
+        };
+        Some(
+            self.entries
+                .iter()
+                .skip(skip)
+                .take(take)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
+    }
 }
 
 /// The flusher thread's queue and handle, shared by the clones. Dropping
@@ -112,7 +209,12 @@ impl LogStore {
             }),
             horizon,
             timings,
+            recent: Arc::default(),
         }
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(
@@ -150,6 +252,12 @@ impl LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
+        let above_purged = self.horizon.purged().is_none_or(|p| p.index < start);
+        if above_purged {
+            if let Some(entries) = self.recent().get(start, end) {
+                return Ok(entries);
+            }
+        }
         let end_key = end.map(schema::u64_key);
         let mut out = Vec::new();
         for row in self.engine.scan(
@@ -168,14 +276,39 @@ impl LogStore {
     #[cfg(test)]
     pub(crate) fn append_synced(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
         let mut batch = self.engine.batch();
+        let mut appended = Vec::new();
         for entry in entries {
+            let bytes = bincode::serialize(&entry)?;
             batch.put(
                 Cf::RaftLog,
                 &schema::u64_key(entry.get_log_id().index),
-                &bincode::serialize(&entry)?,
+                &bytes,
             )?;
+            appended.push((entry, bytes.len()));
         }
-        self.engine.write(batch, true)
+        self.engine.write(batch, true)?;
+        self.remember(appended)
+    }
+
+    /// Keeps entries just written in [`RecentEntries`]. openraft appends
+    /// after the last entry (a conflict is truncated first); should an
+    /// append not follow the run, the run is kept only if the appended
+    /// entries are the log's last, so it never ends short of the log.
+    fn remember(&self, appended: Vec<(Entry, usize)>) -> Result<(), StoreError> {
+        let Some(first) = appended.first().map(|(e, _)| RecentEntries::index(e)) else {
+            return Ok(());
+        };
+        let follows = self.recent().follows(first);
+        let last_appended = appended.last().map(|(e, _)| *e.get_log_id());
+        if !follows && self.last_entry_id()? != last_appended {
+            self.recent().clear();
+            return Ok(());
+        }
+        let mut recent = self.recent();
+        for (entry, size) in appended {
+            recent.push(entry, size);
+        }
+        Ok(())
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StoreError> {
@@ -262,18 +395,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let started = Instant::now();
         let write = || -> Result<usize, StoreError> {
             let mut batch = self.engine.batch();
-            let mut n = 0;
+            let mut appended = Vec::new();
             for entry in entries {
                 let index = entry.get_log_id().index;
-                batch.put(
-                    Cf::RaftLog,
-                    &schema::u64_key(index),
-                    &bincode::serialize(&entry)?,
-                )?;
-                n += 1;
+                let bytes = bincode::serialize(&entry)?;
+                batch.put(Cf::RaftLog, &schema::u64_key(index), &bytes)?;
+                appended.push((entry, bytes.len()));
             }
             // Not synced here: the flusher's fsync makes it durable.
             self.engine.write(batch, false)?;
+            let n = appended.len();
+            self.remember(appended)?;
             Ok(n)
         };
         match write() {
@@ -305,6 +437,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     #[instrument(level = "debug", skip(self))]
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.recent().truncate_from(log_id.index);
         let mut batch = self.engine.batch();
         let end = self
             .engine
@@ -331,5 +464,66 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.horizon
             .request(log_id)
             .map_err(|e| log_err(e, ErrorVerb::Delete))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn indexes(entries: Option<Vec<Entry>>) -> Option<Vec<u64>> {
+        entries.map(|e| e.iter().map(RecentEntries::index).collect())
+    }
+
+    #[test]
+    fn recent_entries_serve_only_a_whole_contiguous_range_and_follow_the_log() {
+        let mut recent = RecentEntries::default();
+        assert_eq!(indexes(recent.get(1, None)), None);
+        for i in 5..=9 {
+            recent.push(entry(i), 10);
+        }
+        assert_eq!(indexes(recent.get(5, Some(8))), Some(vec![5, 6, 7]));
+        assert_eq!(indexes(recent.get(7, None)), Some(vec![7, 8, 9]));
+        assert_eq!(indexes(recent.get(10, None)), Some(vec![]));
+        // Partly below the run, or past its end: not here.
+        assert_eq!(indexes(recent.get(4, Some(6))), None);
+        assert_eq!(indexes(recent.get(8, Some(11))), None);
+
+        // A truncation cuts the run back with the log; appends follow on.
+        recent.truncate_from(8);
+        assert_eq!(indexes(recent.get(5, None)), Some(vec![5, 6, 7]));
+        recent.push(entry(8), 10);
+        assert_eq!(indexes(recent.get(7, None)), Some(vec![7, 8]));
+
+        // An append that does not follow (after a snapshot's purge)
+        // replaces the run.
+        recent.push(entry(20), 10);
+        assert_eq!(indexes(recent.get(5, None)), None);
+        assert_eq!(indexes(recent.get(20, None)), Some(vec![20]));
+    }
+
+    #[test]
+    fn recent_entries_drop_the_oldest_past_their_byte_budget() {
+        let mut recent = RecentEntries::default();
+        let size = RECENT_ENTRY_BYTES / 4;
+        for i in 1..=6 {
+            recent.push(entry(i), size);
+        }
+        assert_eq!(indexes(recent.get(3, None)), Some(vec![3, 4, 5, 6]));
+        assert_eq!(indexes(recent.get(2, None)), None);
+        assert_eq!(recent.bytes, 4 * size);
+        // One entry larger than the budget is still kept, alone.
+        recent.push(entry(7), 2 * RECENT_ENTRY_BYTES);
+        assert_eq!(indexes(recent.get(7, None)), Some(vec![7]));
+        assert_eq!(indexes(recent.get(6, None)), None);
     }
 }

@@ -87,6 +87,17 @@ impl Cf {
     /// the MVCC store, the leases and the proposal sessions.
     pub const STATE_MACHINE: [Cf; 5] = [Cf::Kv, Cf::History, Cf::Events, Cf::Leases, Cf::Sessions];
 
+    /// Whether the column family serves reads of one whole key, where a
+    /// Bloom filter pays: the current values (a guard or a put reads its
+    /// key), the bookkeeping rows, the leases and the sessions. The log,
+    /// the history and the events are read by range or seek.
+    pub fn read_by_key(self) -> bool {
+        matches!(
+            self,
+            Cf::Kv | Cf::RaftMeta | Cf::SmMeta | Cf::Leases | Cf::Sessions
+        )
+    }
+
     /// The column family's RocksDB name (`CF_*`).
     pub fn name(self) -> &'static str {
         match self {

@@ -32,6 +32,7 @@ use crate::mvcc::{self, MvccReader};
 use crate::purge::PurgeHorizon;
 pub use crate::raft_types::SmMembership;
 use crate::raft_types::{Entry, Node, TypeConfig};
+use crate::recent_events::RecentEvents;
 use crate::schema::{self, Cf};
 use crate::session_table::{SessionTable, WithSessions};
 use crate::snapshot::{
@@ -77,6 +78,8 @@ pub struct StateMachine {
     compactor: Compactor,
     /// Where the node's write time goes ([`Stage::Apply`] is timed here).
     timings: Arc<StageTimes>,
+    /// Each revision's events once written, for the log's readers.
+    recent: RecentEvents,
 }
 
 impl Drop for StateMachine {
@@ -163,9 +166,16 @@ impl StateMachine {
                 receiving: None,
                 compactor,
                 timings: Arc::default(),
+                recent: RecentEvents::default(),
             },
             applied_rx,
         ))
+    }
+
+    /// The ring of the newest revisions' events it fills; the store's
+    /// readers read it.
+    pub(crate) fn recent_events(&self) -> RecentEvents {
+        self.recent.clone()
     }
 
     /// The purge horizon this state machine moves; the log store purges
@@ -197,6 +207,7 @@ impl StateMachine {
         let mut batch = self.engine.batch();
         let mut session_updates = Vec::new();
         let mut compacted = false;
+        let mut revisions = Vec::new();
         let response = match &entry.payload {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
@@ -207,7 +218,13 @@ impl StateMachine {
                     mvcc::stage_applied(&mut batch, one)?;
                     compacted |= one.compact_to.is_some();
                 }
-                session_updates.extend(applied.into_iter().filter_map(|one| one.session));
+                for one in applied {
+                    // Exactly the revisions `stage_applied` wrote events for.
+                    if !one.writes.is_empty() {
+                        revisions.push((one.response.revision, one.events));
+                    }
+                    session_updates.extend(one.session);
+                }
                 tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
                 response
             }
@@ -230,6 +247,9 @@ impl StateMachine {
         // from the last applied id that did reach the disk.
         self.engine.write(batch, false)?;
         self.last_applied = Some(entry.log_id);
+        for (revision, events) in revisions {
+            self.recent.push(revision, events);
+        }
         if compacted {
             self.compactor.wake();
         }
@@ -361,6 +381,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         use tokio::io::AsyncWriteExt;
         let started = std::time::Instant::now();
+        // The whole state is replaced: no revision before it follows.
+        self.recent.clear();
         let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
         let received = self.receiving.take();
         let dir = self.snapshot_dir.clone();

@@ -13,7 +13,7 @@ use kubestore_proto::raft::raft_service_client::RaftServiceClient;
 use kubestore_proto::raft::{ForwardRequest, Payload, ReadIndexRequest};
 use kubestore_tests::{ClusterOptions, KubeClient, TestCluster};
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 /// The configmaps of `ns` as (name, resourceVersion) pairs, read through `n`.
@@ -885,5 +885,106 @@ async fn a_deposed_leader_whose_pending_writes_a_snapshot_covered_takes_writes_a
         .await
         .expect("create");
     assert_eq!(w.status, StatusCode::CREATED, "{}", w.text);
+    c.shutdown().await;
+}
+
+/// An update sent to a follower is computed from the follower's own state
+/// without a read barrier; the write's guard, and a barrier before any
+/// answer given without a write, keep it as correct as a barrier first.
+/// The follower applies every batch 1.5 s late here, so its state is
+/// behind each acknowledged write when the next request reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_through_a_lagging_follower_are_decided_on_the_current_state() {
+    let c = TestCluster::with_options(
+        3,
+        ClusterOptions {
+            fault_injection: true,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let (leader, follower) = (
+        c.leader().await.expect("leader"),
+        c.follower().await.expect("follower"),
+    );
+    let (lead, lag) = (c.kube(leader), c.kube(follower));
+    let path = "/api/v1/namespaces/default/configmaps/lag";
+    let cm = |v: &str, rv: Option<u64>| {
+        let mut meta = json!({ "name": "lag" });
+        if let Some(rv) = rv {
+            meta["resourceVersion"] = json!(rv.to_string());
+        }
+        json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": { "v": v } })
+    };
+    let created = lead
+        .create_configmap("default", "lag", "x")
+        .await
+        .expect("create");
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let old = lead.put(path, &cm("old", None)).await.expect("put old");
+    assert_eq!(old.status, StatusCode::OK, "{}", old.text);
+    c.wait_converged(Duration::from_secs(30))
+        .await
+        .expect("converged");
+    let slow = reqwest::Client::new()
+        .post(format!("{}/debug/faults", c.rest_url(follower)))
+        .json(&json!({ "apply_delay_ms": 1500 }))
+        .send()
+        .await
+        .expect("set the apply delay");
+    assert!(slow.status().is_success(), "{}", slow.status());
+
+    let new = lead.put(path, &cm("new", None)).await.expect("put new");
+    assert_eq!(new.status, StatusCode::OK, "{}", new.text);
+    let behind = |s: Option<Value>| s.and_then(|s| s["revision"].as_u64()).unwrap_or(0);
+    assert!(
+        behind(c.status(follower).await) < new.rv(),
+        "the follower is behind the acknowledged write"
+    );
+    // The follower still holds "old": to it, this update changes nothing.
+    // It must be written all the same, over "new".
+    let back = lag
+        .put(path, &cm("old", None))
+        .await
+        .expect("put old again");
+    assert_eq!(back.status, StatusCode::OK, "{}", back.text);
+    assert!(back.rv() > new.rv(), "written after \"new\": {}", back.text);
+    let current = lead.get(path).await.expect("get");
+    assert_eq!(current.body["data"]["v"], "old", "{}", current.text);
+    assert_eq!(current.rv(), back.rv());
+
+    // A precondition naming the current revision holds, although the
+    // follower has not applied it yet.
+    let third = lead.put(path, &cm("second", None)).await.expect("put");
+    assert_eq!(third.status, StatusCode::OK, "{}", third.text);
+    let guarded = lag
+        .put(path, &cm("third", Some(third.rv())))
+        .await
+        .expect("guarded put");
+    assert_eq!(guarded.status, StatusCode::OK, "{}", guarded.text);
+    assert_eq!(guarded.body["data"]["v"], "third", "{}", guarded.text);
+    // And one naming an older revision is a conflict.
+    let stale = lag
+        .put(path, &cm("fourth", Some(third.rv())))
+        .await
+        .expect("stale put");
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{}", stale.text);
+
+    // An object the follower has not applied yet is found, not a 404.
+    let fresh = lead
+        .create_configmap("default", "fresh", "1")
+        .await
+        .expect("create fresh");
+    assert_eq!(fresh.status, StatusCode::CREATED, "{}", fresh.text);
+    let found = lag
+        .put(
+            "/api/v1/namespaces/default/configmaps/fresh",
+            &json!({ "metadata": { "name": "fresh" }, "data": { "value": "2" } }),
+        )
+        .await
+        .expect("update fresh");
+    assert_eq!(found.status, StatusCode::OK, "{}", found.text);
+    assert!(found.rv() > fresh.rv(), "{}", found.text);
     c.shutdown().await;
 }

@@ -41,7 +41,7 @@ use axum::Router;
 
 use crate::limits::RequestClass;
 
-pub use state::AppState;
+pub use state::{AppState, SharedState};
 
 /// The whole REST surface of a node.
 pub fn router(state: AppState) -> Router {

@@ -1,14 +1,36 @@
 //! What every request handler of the REST front end shares.
 
+use std::sync::Arc;
+
 use kubestore_raft::RaftNode;
 
 use crate::http::metrics::Metrics;
 use crate::kube::store::KubeStore;
 use crate::limits::InflightLimits;
 
-/// Everything a request handler may touch.
+/// Everything a request handler may touch, behind one `Arc`: axum clones
+/// the state for every handler and middleware layer a request passes, so a
+/// clone is one reference count, not one per shared part.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<SharedState>);
+
+impl AppState {
+    pub fn new(shared: SharedState) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+#[derive(Debug)]
+pub struct SharedState {
     pub node: RaftNode,
     pub kube: KubeStore,
     /// Largest request body accepted; larger ones get `413`.

@@ -70,7 +70,8 @@ const REGISTRY_PREFIX: &str = "/registry/";
 /// that event is shared, and costs no second copy of the object.
 #[derive(Debug)]
 pub struct CachedObject {
-    pub key: String,
+    /// Its etcd key, shared with the cache's maps that index it.
+    pub key: Arc<str>,
     /// The revision that last modified it (its resourceVersion).
     pub revision: u64,
     /// The watch event line of `line_type`; the JSON is what lies between
@@ -125,9 +126,28 @@ impl CachedObject {
         revision: u64,
         line_type: WatchEventType,
     ) -> Option<Self> {
+        let shared_key: Arc<str> = Arc::from(String::from_utf8_lossy(key));
+        // The line straight from the stored bytes, parsing only what the
+        // selectors read; what cannot be copied is parsed whole.
+        if let Some((members, metadata)) = Attrs::reads(rt) {
+            let prefix = line_type.line_prefix();
+            let mut line = Vec::with_capacity(prefix.len() + value.len() + 96);
+            line.extend_from_slice(prefix);
+            let wanted = object::Wanted {
+                members: &members,
+                metadata: &metadata,
+            };
+            if let Some(read) = object::write_client_json(rt, value, revision, wanted, &mut line) {
+                line.extend_from_slice(LINE_SUFFIX);
+                let attrs = Attrs::of(rt, &read);
+                return Some(Self::with_line(
+                    shared_key, revision, line, attrs, line_type,
+                ));
+            }
+        }
         let object = object::from_stored(rt, key, value, revision)?;
         Self::build(
-            String::from_utf8_lossy(key).into_owned(),
+            shared_key,
             revision,
             &object,
             Attrs::of(rt, &object),
@@ -148,7 +168,8 @@ impl CachedObject {
             .unwrap_or(0);
         let key = meta("name")
             .map(|name| rt.key(meta("namespace"), name))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into();
         Self::build(
             key,
             revision,
@@ -159,7 +180,7 @@ impl CachedObject {
     }
 
     fn build(
-        key: String,
+        key: Arc<str>,
         revision: u64,
         object: &Value,
         attrs: Attrs,
@@ -170,16 +191,27 @@ impl CachedObject {
         line.extend_from_slice(prefix);
         serde_json::to_writer(&mut line, object).ok()?;
         line.extend_from_slice(LINE_SUFFIX);
+        Some(Self::with_line(key, revision, line, attrs, line_type))
+    }
+
+    /// The object whose watch event line of `line_type` is `line`.
+    fn with_line(
+        key: Arc<str>,
+        revision: u64,
+        mut line: Vec<u8>,
+        attrs: Attrs,
+        line_type: WatchEventType,
+    ) -> Self {
         // Exactly the bytes: the cache holds one of these per object.
         line.shrink_to_fit();
-        Some(Self {
+        Self {
             key,
             revision,
             line: Bytes::from(line),
             line_type,
             attrs,
             encoded: std::sync::OnceLock::new(),
-        })
+        }
     }
 
     /// Where the JSON lies in the line.
@@ -240,7 +272,7 @@ impl CachedObject {
     /// The heap bytes this object holds (its line and its attributes; not
     /// the protobuf form some front ends keep beside it).
     pub fn heap_bytes(&self) -> usize {
-        self.key.capacity() + self.line.len() + self.attrs.heap_bytes()
+        self.key.len() + self.line.len() + self.attrs.heap_bytes()
     }
 
     /// The object in a binary wire form: `encode`'s bytes, made on the
@@ -283,14 +315,17 @@ impl CachedObject {
 /// under each parent key (`/registry/<type>/<namespace>/`, or the type's
 /// own prefix for cluster-scoped types), so a list knows its size without
 /// a scan. Both maps are persistent: a clone is O(1) and shares structure.
+/// Keys are shared (`Arc<str>`): the object's own key indexes it, and the
+/// copy of a map node that a change of a snapshotted map makes copies
+/// pointers, not strings.
 #[derive(Debug, Clone, Default)]
 pub struct Objects {
-    by_key: OrdMap<String, Arc<CachedObject>>,
-    per_parent: imbl::HashMap<String, usize>,
+    by_key: OrdMap<Arc<str>, Arc<CachedObject>>,
+    per_parent: imbl::HashMap<Arc<str>, usize>,
 }
 
 impl std::ops::Deref for Objects {
-    type Target = OrdMap<String, Arc<CachedObject>>;
+    type Target = OrdMap<Arc<str>, Arc<CachedObject>>;
 
     fn deref(&self) -> &Self::Target {
         &self.by_key
@@ -307,18 +342,21 @@ impl Objects {
         Self::default()
     }
 
-    /// Adds or replaces the object at `key`. A replacement, the common
-    /// case on the feed, leaves the counts alone and allocates nothing.
-    pub fn insert(&mut self, key: String, object: Arc<CachedObject>) {
-        if let Some(current) = self.by_key.get_mut(&key) {
+    /// Adds or replaces the object at its key. A replacement leaves the
+    /// counts alone; neither allocates a key.
+    pub fn insert(&mut self, object: Arc<CachedObject>) {
+        if let Some(current) = self.by_key.get_mut(&*object.key) {
             *current = object;
             return;
         }
-        *self
-            .per_parent
-            .entry(parent_of(&key).to_string())
-            .or_insert(0) += 1;
-        self.by_key.insert(key, object);
+        let parent = parent_of(&object.key);
+        match self.per_parent.get_mut(parent) {
+            Some(n) => *n += 1,
+            None => {
+                self.per_parent.insert(Arc::from(parent), 1);
+            }
+        }
+        self.by_key.insert(object.key.clone(), object);
     }
 
     /// Removes the object at `key`, if there is one.
@@ -327,10 +365,8 @@ impl Objects {
             return;
         }
         let parent = parent_of(key);
-        match self.per_parent.get(parent).copied() {
-            Some(n) if n > 1 => {
-                self.per_parent.insert(parent.to_string(), n - 1);
-            }
+        match self.per_parent.get_mut(parent) {
+            Some(n) if *n > 1 => *n -= 1,
             _ => {
                 self.per_parent.remove(parent);
             }
@@ -403,8 +439,8 @@ impl TypeCache {
 
     fn apply(&mut self, event: &Event, now: Instant) {
         let revision = event.kv.mod_revision.0;
-        let key = String::from_utf8_lossy(&event.kv.key).into_owned();
-        let prev = self.objects.get(&key).cloned();
+        let key = String::from_utf8_lossy(&event.kv.key);
+        let prev = self.objects.get(&*key).cloned();
         let object = match event.kind {
             EventKind::Put => {
                 let line = if prev.is_some() {
@@ -418,12 +454,8 @@ impl TypeCache {
             EventKind::Delete => None,
         };
         match &object {
-            Some(obj) => {
-                self.objects.insert(key, obj.clone());
-            }
-            None => {
-                self.objects.remove(&key);
-            }
+            Some(obj) => self.objects.insert(obj.clone()),
+            None => self.objects.remove(&key),
         }
         // A delete shows the last state at the deletion's revision.
         let object = match event.kind {
@@ -969,7 +1001,7 @@ fn load(store: &Store) -> Result<Loaded, StoreError> {
                         kv.mod_revision.0,
                         WatchEventType::Added,
                     ) {
-                        maps[i].insert(obj.key.clone(), Arc::new(obj));
+                        maps[i].insert(Arc::new(obj));
                     }
                 }
             }
@@ -996,7 +1028,7 @@ fn load_type(
             let line = WatchEventType::Added;
             if let Some(obj) = CachedObject::decode(rt, &kv.key, &kv.value, kv.mod_revision.0, line)
             {
-                objects.insert(obj.key.clone(), Arc::new(obj));
+                objects.insert(Arc::new(obj));
             }
             Ok(std::ops::ControlFlow::Continue(()))
         })
@@ -1442,25 +1474,27 @@ mod tests {
 
     #[test]
     fn objects_count_each_namespace_and_a_snapshot_keeps_its_counts() {
-        let object = |name: &str| {
+        let object = |ns: &str, name: &str, v: &str| {
             Arc::new(
                 CachedObject::from_value(
                     configmaps(),
-                    &serde_json::json!({"metadata": {"name": name}}),
+                    &serde_json::json!({"metadata": {"name": name, "namespace": ns}, "data": {"v": v}}),
                 )
                 .expect("object"),
             )
         };
         let mut objects = Objects::new();
-        for key in [
-            "/registry/configmaps/a/x",
-            "/registry/configmaps/a/y",
-            "/registry/configmaps/b/x",
-        ] {
-            objects.insert(key.into(), object(key));
+        for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x")] {
+            objects.insert(object(ns, name, "1"));
         }
         // Replacing an object does not count it twice.
-        objects.insert("/registry/configmaps/a/x".into(), object("x2"));
+        objects.insert(object("a", "x", "2"));
+        assert_eq!(
+            objects
+                .get("/registry/configmaps/a/x")
+                .map(|o| o.to_value()["data"]["v"].clone()),
+            Some(serde_json::json!("2"))
+        );
         let snapshot = objects.clone();
         objects.remove("/registry/configmaps/a/y");
         objects.remove("/registry/configmaps/a/absent");

@@ -57,6 +57,16 @@ enum Render {
 }
 
 impl Render {
+    /// The JSON pointers it reads.
+    fn paths(&'static self) -> &'static [&'static str] {
+        match self {
+            Render::Text(paths, _) => paths,
+            Render::Boolean(path) | Render::Integer(path) | Render::Scalar(path) => {
+                std::slice::from_ref(path)
+            }
+        }
+    }
+
     fn value(self, obj: &Value) -> String {
         match self {
             Render::Text(paths, default) => paths
@@ -375,6 +385,30 @@ impl Attrs {
                 ends: Box::default(),
             },
         }
+    }
+
+    /// The members of an object of `rt` that [`Attrs::of`] reads: its
+    /// top-level ones and `metadata`'s own (`labels` among them), so a
+    /// caller may parse those alone. `None` when a field label's path
+    /// cannot be named so (a pointer segment with an escape).
+    pub fn reads(rt: &'static ResourceType) -> Option<(Vec<&'static str>, Vec<&'static str>)> {
+        let (fields, _) = fields_of(rt);
+        let mut members = vec!["metadata"];
+        let mut metadata = vec!["labels"];
+        for path in fields.iter().flat_map(|f| f.render.paths()) {
+            let mut segments = path.strip_prefix('/')?.split('/');
+            let first = segments.next().filter(|s| !s.contains('~'))?;
+            let (list, member) = if first == "metadata" {
+                let second = segments.next().filter(|s| !s.contains('~'))?;
+                (&mut metadata, second)
+            } else {
+                (&mut members, first)
+            };
+            if !list.contains(&member) {
+                list.push(member);
+            }
+        }
+        Some((members, metadata))
     }
 
     fn part(&self, i: usize) -> &str {

@@ -252,7 +252,7 @@ impl Controllers {
             let bound_here = as_map(&obj.to_value())
                 .is_some_and(|p| deletion::is_being_deleted(p) && pods::node_name(p) == Some(node));
             if bound_here {
-                self.enqueue(Work::PodGrace(key.clone()));
+                self.enqueue(Work::PodGrace(key.to_string()));
             }
         }
     }
@@ -578,7 +578,7 @@ impl Controllers {
             }
             gc::OwnerStep::Foreground { blocking } => {
                 for (j, dep) in dependents {
-                    self.enqueue(Work::Dependent(j, dep.key.clone()));
+                    self.enqueue(Work::Dependent(j, dep.key.to_string()));
                 }
                 if blocking == 0 {
                     tracing::info!(key, "no blocking dependents left: foreground deletion ends");

@@ -69,7 +69,10 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
         let prefix = member.collection_prefix(Some(name));
         let (objects, _) = cache.current(member);
         for (_, o) in objects
-            .range(prefix.clone()..)
+            .range::<_, str>((
+                std::ops::Bound::Included(prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(&prefix))
         {
             left += 1;

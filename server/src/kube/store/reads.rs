@@ -66,7 +66,7 @@ fn page_of(
                 CollectionSize::From(from) => from.saturating_sub(limit),
                 CollectionSize::Unknown => 1 + rest.count() as u64,
             });
-            return (items, Some(obj.key.clone()), remaining);
+            return (items, Some(obj.key.to_string()), remaining);
         }
         items.push(obj.clone());
     }
@@ -162,7 +162,7 @@ impl KubeStore {
             View::Cached {
                 objects, served, ..
             } => objects
-                .get(&key)
+                .get(key.as_str())
                 .map(|o| (o.clone(), served))
                 .ok_or_else(|| KubeError::not_found(rt, name)),
             View::History(rv) => {

@@ -911,7 +911,7 @@ fn cached(cache: &WatchCache, rt: &ResourceType, ns: Option<&str>, name: &str) -
     cache
         .current(rt)
         .0
-        .get(&rt.key(ns, name))
+        .get(rt.key(ns, name).as_str())
         .map(|o| o.to_value())
 }
 

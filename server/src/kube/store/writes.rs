@@ -3,10 +3,11 @@
 //! its namespace as read (so a namespace that started terminating
 //! meanwhile fails the guard and the create is refused); every change of
 //! one existing object (update, status update, patch, delete) goes through
-//! [`KubeStore::read_modify_write`]: after a read barrier, read the key,
-//! compute the change, and write it guarded by the client's precondition
-//! or else by the revision read, retrying a lost race on the state the
-//! guard saw.
+//! [`KubeStore::read_modify_write`]: read the key from this node's state,
+//! compute the change, and write it guarded by the revision read,
+//! retrying a lost race on the state the guard saw; an answer without a
+//! write (`404`, a failed precondition, nothing to write) is decided on a
+//! state read after a read barrier.
 //!
 //! `dryRun` is decided here (and, for deletes, in `deletes`, through the
 //! same guarded change) and nowhere else: a dry run takes the same
@@ -115,21 +116,36 @@ impl Current<'_> {
 /// the bytes already stored (so a no-op patch keeps the resourceVersion
 /// and kubectl says "patched (no change)").
 fn unchanged(stored: &Map<String, Value>, new: &Map<String, Value>) -> bool {
-    fn comparable(o: &Map<String, Value>) -> Map<String, Value> {
-        let mut o = o.clone();
-        o.remove("kind");
-        o.remove("apiVersion");
-        if let Some(Value::Object(meta)) = o.get_mut("metadata") {
-            meta.remove("resourceVersion");
-            if let Some(Value::Array(entries)) = meta.get_mut("managedFields") {
-                for e in entries.iter_mut().filter_map(Value::as_object_mut) {
-                    e.remove("time");
-                }
-            }
-        }
-        o
+    // Compared in place, member by member (both maps iterate in key
+    // order), skipping what is not compared: no copy of either object.
+    fn same_except<'a>(
+        a: &'a Map<String, Value>,
+        b: &'a Map<String, Value>,
+        skip: &'a [&str],
+    ) -> bool {
+        let kept =
+            |m: &'a Map<String, Value>| m.iter().filter(|(k, _)| !skip.contains(&k.as_str()));
+        kept(a).eq(kept(b))
     }
-    comparable(stored) == comparable(new)
+    fn same_entries(a: &[Value], b: &[Value]) -> bool {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|pair| match pair {
+                (Value::Object(x), Value::Object(y)) => same_except(x, y, &["time"]),
+                (x, y) => x == y,
+            })
+    }
+    fn same_metadata(a: Option<&Value>, b: Option<&Value>) -> bool {
+        let (Some(Value::Object(a)), Some(Value::Object(b))) = (a, b) else {
+            return a == b;
+        };
+        same_except(a, b, &["resourceVersion", "managedFields"])
+            && match (a.get("managedFields"), b.get("managedFields")) {
+                (Some(Value::Array(x)), Some(Value::Array(y))) => same_entries(x, y),
+                (x, y) => x == y,
+            }
+    }
+    same_except(stored, new, &["kind", "apiVersion", "metadata"])
+        && same_metadata(stored.get("metadata"), new.get("metadata"))
 }
 
 /// Whether a stored namespace is terminating (its value is not an object:
@@ -170,19 +186,28 @@ impl KubeStore {
 
     /// The one guarded read-modify-write of an existing object.
     ///
-    /// After a read barrier (the most recent state, so a follower that
-    /// lags does not answer `404` for an object it has not applied yet),
-    /// reads `key` and lets `change` turn its current state into the ops
-    /// to run. They run in `Txn[MOD(key) == guard → ops, else Range(key)]`,
-    /// the guard being the change's precondition or else the revision
-    /// read. A failed guard is a `409` when the precondition was the
-    /// client's; otherwise a lost race, retried (at most `attempts` times
-    /// in all) on the state the guard saw. A key that is or becomes absent
-    /// is `404`. Returns the change's answer and the write's revision.
+    /// Reads `key` from this node's applied state and lets `change` turn
+    /// it into the ops to run, in `Txn[MOD(key) == revision read → ops,
+    /// else Range(key)]`. The guard makes the write linearizable whatever
+    /// the state read: a write computed from a state that is no longer
+    /// current fails it, and the failure's Range returns the current state
+    /// (read at the write's place in the log), on which `change` runs
+    /// again: at most `attempts` writes in all.
     ///
-    /// A dry run stops before the write: the guard is checked against the
-    /// state read (a client's precondition that does not hold is the same
-    /// `409`) and the answer stands at the revision read.
+    /// An answer decided without a write (`404` for an absent key, an
+    /// error from `change`, the client's precondition not holding (`409`),
+    /// a change with nothing to write, a dry run) must rest on the most
+    /// recent state: when the state it rests on was read locally, it is
+    /// read again after a read barrier (so a follower that lags answers
+    /// neither a `404` for an object it has not applied yet nor a stale
+    /// "unchanged"), and it stands only if the key did not move; otherwise
+    /// `change` runs on the newer state. So the common update (a
+    /// change to write, a precondition that holds) costs no barrier, as
+    /// kube's `GuaranteedUpdate` from its watch cache; the same answers
+    /// as with a barrier first.
+    ///
+    /// Returns the change's answer and the write's revision (for an answer
+    /// without a write, the key's revision).
     pub(super) async fn read_modify_write<T, E>(
         &self,
         rt: &ResourceType,
@@ -195,32 +220,60 @@ impl KubeStore {
     where
         E: From<KubeError>,
     {
-        self.node
-            .linearizable_barrier()
-            .await
-            .map_err(KubeError::from)?;
         let mut next = self.read_key(key)?.0;
-        for _ in 0..attempts {
-            let Some(current) = next.take() else {
+        // Whether `next` is at least as recent as this call: read after a
+        // barrier, or returned by a write's failed guard.
+        let mut fresh = false;
+        let mut writes = 0;
+        loop {
+            let outcome = next
+                .as_ref()
+                .map(|current| change(Current { rt, kv: current }));
+            let read_at = next.as_ref().map(|kv| kv.mod_revision.0);
+            let decided_without_write = match &outcome {
+                None | Some(Err(_)) => true,
+                Some(Ok(c)) => {
+                    dry_run.is_dry_run()
+                        || c.ops.is_empty()
+                        || c.precondition.is_some_and(|p| Some(p) != read_at)
+                }
+            };
+            if decided_without_write && !fresh {
+                self.node
+                    .linearizable_barrier()
+                    .await
+                    .map_err(KubeError::from)?;
+                fresh = true;
+                let again = self.read_key(key)?.0;
+                if again.as_ref().map(|kv| kv.mod_revision.0) != read_at {
+                    // The key moved since the local read: decide again.
+                    next = again;
+                    continue;
+                }
+            }
+            let (Some(current), Some(outcome)) = (next.take(), outcome) else {
                 return Err(KubeError::not_found(rt, name).into());
             };
             let Change {
                 ops,
                 precondition,
                 answer,
-            } = change(Current { rt, kv: &current })?;
-            let guard = precondition.unwrap_or(current.mod_revision.0);
+            } = outcome?;
+            if precondition.is_some_and(|p| p != current.mod_revision.0) {
+                return Err(KubeError::conflict(rt, name).into());
+            }
             if dry_run.is_dry_run() || ops.is_empty() {
-                if guard != current.mod_revision.0 {
-                    return Err(KubeError::conflict(rt, name).into());
-                }
                 return Ok((answer, current.mod_revision));
             }
+            if writes == attempts {
+                return Err(KubeError::conflict(rt, name).into());
+            }
+            writes += 1;
             let txn = Txn {
                 compare: vec![Compare::mod_revision(
                     key.to_string(),
                     CompareOp::Equal,
-                    guard,
+                    current.mod_revision.0,
                 )],
                 success: ops,
                 failure: vec![range_one(key)],
@@ -229,15 +282,13 @@ impl KubeStore {
             if resp.succeeded {
                 return Ok((answer, revision));
             }
-            let seen = range_kvs(&resp, 0).first().cloned();
-            if precondition.is_some() && seen.is_some() {
-                return Err(KubeError::conflict(rt, name).into());
-            }
-            // Lost a race with another writer: retry on the state the guard
-            // saw (absent = deleted meanwhile = 404).
-            next = seen;
+            // Lost a race with another writer, or read a state this node
+            // had not caught up from: decide again on the state the guard
+            // saw (absent = deleted meanwhile = 404; the client's
+            // precondition against it = 409).
+            next = range_kvs(&resp, 0).first().cloned();
+            fresh = true;
         }
-        Err(KubeError::conflict(rt, name).into())
     }
 
     /// Creates an admitted object. The namespace of a namespaced object
@@ -402,7 +453,7 @@ impl KubeStore {
         let defs = resources::custom_resource_definitions();
         let (objects, _) = self.cache.current(defs);
         let terminating = objects
-            .get(&defs.key(None, &custom.definition))
+            .get(defs.key(None, &custom.definition).as_str())
             .map(|d| d.to_value())
             .as_ref()
             .and_then(Value::as_object)
@@ -635,5 +686,15 @@ mod unchanged_tests {
             "metadata": {"name": "a", "managedFields": [{"manager": "other", "operation": "Apply", "time": "2026-02-02T00:00:00Z"}]},
             "data": {"k": "v"}}));
         assert!(!unchanged(&stored, &taken));
+        // A label is compared; so is the number of managers.
+        let mut labeled = same.clone();
+        object::metadata_mut(&mut labeled).insert("labels".into(), json!({"a": "b"}));
+        assert!(!unchanged(&stored, &labeled));
+        let mut more = same.clone();
+        object::metadata_mut(&mut more).insert(
+            "managedFields".into(),
+            json!([{"manager": "kubectl", "operation": "Update"}, {"manager": "x"}]),
+        );
+        assert!(!unchanged(&stored, &more));
     }
 }

@@ -1,0 +1,247 @@
+//! The latest applied revisions' events, kept in memory as the state
+//! machine applied them.
+//!
+//! Everything that follows the event log (the watch cache's feed on every
+//! node, etcd watches) reads the newest revisions right after they are
+//! applied. From RocksDB each such read is a scan of `events` and, per
+//! event, a read of its states from `history`; from here it is a copy.
+//!
+//! Invariant: [`RecentEvents`] holds every revision from its first to its
+//! last, each with exactly the events the `events` row of that revision
+//! loads to, and its last is the newest revision the state machine wrote.
+//! The state machine pushes each revision once its batch is written; a
+//! revision that does not follow the last (the first after a restart)
+//! starts the run again; a snapshot install empties it. At most
+//! [`RECENT_EVENT_BYTES`] of values are kept, oldest revisions dropped
+//! first. A read is served from here only when the run holds the
+//! revision it starts at; anything older reads RocksDB.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::command::{Event, KeyValue};
+use crate::ids::Revision;
+
+/// How many bytes of keys and values the ring keeps: a few thousand
+/// revisions of 1 KiB objects, more than a follower of the log lags by
+/// under load.
+const RECENT_EVENT_BYTES: usize = 16 << 20;
+
+/// The ring, shared by the state machine (which pushes) and every
+/// [`crate::Store`] handle (which reads). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecentEvents {
+    ring: Arc<Mutex<Ring>>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    /// Each revision's events, with the bytes they hold.
+    revisions: VecDeque<(Revision, Vec<Event>, usize)>,
+    bytes: usize,
+}
+
+fn held_bytes(events: &[Event]) -> usize {
+    let kv = |kv: &KeyValue| kv.key.len() + kv.value.len();
+    events
+        .iter()
+        .map(|e| kv(&e.kv) + e.prev_kv.as_ref().map_or(0, kv))
+        .sum()
+}
+
+impl RecentEvents {
+    fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `revision`'s events, written to storage just now.
+    pub(crate) fn push(&self, revision: Revision, events: Vec<Event>) {
+        let mut ring = self.ring();
+        let follows = ring
+            .revisions
+            .back()
+            .is_none_or(|(last, _, _)| last.next() == revision);
+        if !follows {
+            ring.revisions.clear();
+            ring.bytes = 0;
+        }
+        let bytes = held_bytes(&events);
+        ring.bytes += bytes;
+        ring.revisions.push_back((revision, events, bytes));
+        while ring.bytes > RECENT_EVENT_BYTES && ring.revisions.len() > 1 {
+            if let Some((_, _, dropped)) = ring.revisions.pop_front() {
+                ring.bytes -= dropped;
+            }
+        }
+    }
+
+    /// Forgets everything (the whole state is being replaced).
+    pub(crate) fn clear(&self) {
+        let mut ring = self.ring();
+        ring.revisions.clear();
+        ring.bytes = 0;
+    }
+
+    /// The events of the revisions after `after`, at most `limit`
+    /// revisions, if the ring holds the revision after `after` (or `after`
+    /// is its last) and reaches at least `through`, the store's applied
+    /// revision when the read began; `None` otherwise.
+    pub(crate) fn after(
+        &self,
+        after: Revision,
+        limit: usize,
+        through: Revision,
+    ) -> Option<Vec<(Revision, Vec<Event>)>> {
+        let ring = self.ring();
+        let (first, _, _) = ring.revisions.front()?;
+        let (last, _, _) = ring.revisions.back()?;
+        if after.next() < *first || *last < through || after > *last {
+            return None;
+        }
+        let skip = usize::try_from(after.next().0 - first.0).ok()?;
+        Some(
+            ring.revisions
+                .iter()
+                .skip(skip)
+                .take(limit)
+                .map(|(revision, events, _)| (*revision, events.clone()))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::command::EventKind;
+
+    use super::*;
+
+    fn put(revision: u64, bytes: usize) -> Vec<Event> {
+        vec![Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                value: vec![b'v'; bytes],
+                create_revision: Revision(1),
+                version: 1,
+                ..KeyValue::deleted(b"k".to_vec(), Revision(revision))
+            },
+            prev_kv: None,
+        }]
+    }
+
+    fn revisions(read: Option<Vec<(Revision, Vec<Event>)>>) -> Option<Vec<u64>> {
+        read.map(|r| r.iter().map(|(rev, _)| rev.0).collect())
+    }
+
+    #[test]
+    fn the_ring_serves_a_contiguous_run_that_reaches_the_applied_revision() {
+        let recent = RecentEvents::default();
+        assert_eq!(revisions(recent.after(Revision(0), 10, Revision(0))), None);
+        for r in 5..=9 {
+            recent.push(Revision(r), put(r, 10));
+        }
+        let read = recent.after(Revision(5), 2, Revision(9));
+        assert_eq!(revisions(read.clone()), Some(vec![6, 7]));
+        assert_eq!(read.map(|r| r[0].1.clone()), Some(put(6, 10)));
+        assert_eq!(
+            revisions(recent.after(Revision(4), 10, Revision(9))),
+            Some(vec![5, 6, 7, 8, 9])
+        );
+        assert_eq!(
+            revisions(recent.after(Revision(9), 10, Revision(9))),
+            Some(vec![])
+        );
+        // Older than the run, past it, or behind the applied revision: no.
+        assert_eq!(revisions(recent.after(Revision(3), 10, Revision(9))), None);
+        assert_eq!(revisions(recent.after(Revision(10), 10, Revision(9))), None);
+        assert_eq!(revisions(recent.after(Revision(6), 10, Revision(10))), None);
+        // A revision that does not follow starts the run again.
+        recent.push(Revision(20), put(20, 10));
+        assert_eq!(revisions(recent.after(Revision(8), 10, Revision(20))), None);
+        assert_eq!(
+            revisions(recent.after(Revision(19), 10, Revision(20))),
+            Some(vec![20])
+        );
+        recent.clear();
+        assert_eq!(
+            revisions(recent.after(Revision(19), 10, Revision(20))),
+            None
+        );
+    }
+
+    /// What the log in RocksDB gives for the revisions after `after`.
+    fn from_rocksdb(store: &crate::Store, after: u64) -> Vec<(Revision, Vec<Event>)> {
+        store
+            .engine
+            .with_snapshot(|view| {
+                crate::mvcc::MvccReader::new(view)?.events_after(Revision(after), 3)
+            })
+            .expect("read the log")
+    }
+
+    #[tokio::test]
+    async fn reads_from_the_ring_equal_the_log_in_rocksdb() {
+        use crate::command::{DeleteRequest, KeyRange, Op};
+        use crate::test_fixture::{delete, put, Fixture};
+        let mut f = Fixture::new();
+        f.txn(vec![put("a", "1")]).await;
+        f.txn(vec![put("b", "1"), put("a", "2")]).await;
+        f.txn(vec![put("c", "1"), delete("b")]).await;
+        f.txn(vec![put("c", "2"), put("b", "2")]).await;
+        f.txn(vec![Op::Delete(DeleteRequest {
+            range: KeyRange::prefix(b"".to_vec()),
+            prev_kv: true,
+        })])
+        .await;
+        f.txn(vec![put("a", "4")]).await;
+        let current = f.store.applied().revision.0;
+        assert_eq!(current, 6);
+        for after in 0..=current {
+            let read = f.store.events_after(Revision(after), 3).expect("events");
+            assert_eq!(read, from_rocksdb(&f.store, after), "after {after}");
+            assert_eq!(
+                revisions(f.store.recent.after(Revision(after), 3, Revision(current))),
+                Some(read.iter().map(|(r, _)| r.0).collect()),
+                "served from the ring after {after}"
+            );
+        }
+        // After a restart the ring starts empty: the log serves, and the
+        // ring takes over from the next revision on.
+        let mut f = f.reopen();
+        assert_eq!(
+            f.store.events_after(Revision(2), 3).expect("events"),
+            from_rocksdb(&f.store, 2)
+        );
+        assert!(f.store.recent.after(Revision(2), 3, Revision(6)).is_none());
+        f.txn(vec![put("d", "1")]).await;
+        assert_eq!(
+            revisions(f.store.recent.after(Revision(6), 3, Revision(7))),
+            Some(vec![7])
+        );
+        assert_eq!(
+            f.store.events_after(Revision(5), 3).expect("events"),
+            from_rocksdb(&f.store, 5)
+        );
+        // Below the compaction point the read is refused, ring or not.
+        f.compact_logically(7).await;
+        assert!(matches!(
+            f.store.events_after(Revision(5), 3),
+            Err(crate::error::StoreError::Compacted { .. })
+        ));
+    }
+
+    #[test]
+    fn the_ring_drops_its_oldest_revisions_past_its_byte_budget() {
+        let recent = RecentEvents::default();
+        let value = RECENT_EVENT_BYTES / 4;
+        for r in 1..=6 {
+            recent.push(Revision(r), put(r, value));
+        }
+        // Each revision holds its value and a one-byte key.
+        assert_eq!(
+            revisions(recent.after(Revision(3), 10, Revision(6))),
+            Some(vec![4, 5, 6])
+        );
+        assert_eq!(revisions(recent.after(Revision(2), 10, Revision(6))), None);
+    }
+}
