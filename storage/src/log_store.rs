@@ -287,28 +287,29 @@ impl LogStore {
             appended.push((entry, bytes.len()));
         }
         self.engine.write(batch, true)?;
-        self.remember(appended)
+        self.remember(appended);
+        Ok(())
     }
 
     /// Keeps entries just written in [`RecentEntries`]. openraft appends
     /// after the last entry (a conflict is truncated first); should an
     /// append not follow the run, the run is kept only if the appended
-    /// entries are the log's last, so it never ends short of the log.
-    fn remember(&self, appended: Vec<(Entry, usize)>) -> Result<(), StoreError> {
+    /// entries are the log's last, so it never ends short of the log (a
+    /// failed read of the last entry empties it: the run is only a cache).
+    fn remember(&self, appended: Vec<(Entry, usize)>) {
         let Some(first) = appended.first().map(|(e, _)| RecentEntries::index(e)) else {
-            return Ok(());
+            return;
         };
         let follows = self.recent().follows(first);
         let last_appended = appended.last().map(|(e, _)| *e.get_log_id());
-        if !follows && self.last_entry_id()? != last_appended {
+        if !follows && self.last_entry_id().ok().flatten() != last_appended {
             self.recent().clear();
-            return Ok(());
+            return;
         }
         let mut recent = self.recent();
         for (entry, size) in appended {
             recent.push(entry, size);
         }
-        Ok(())
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StoreError> {
@@ -405,7 +406,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             // Not synced here: the flusher's fsync makes it durable.
             self.engine.write(batch, false)?;
             let n = appended.len();
-            self.remember(appended)?;
+            self.remember(appended);
             Ok(n)
         };
         match write() {
