@@ -67,6 +67,8 @@
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, and
 //!   the rows a compaction deletes.
 //! - `compactor`: physical compaction, in bounded background steps.
+//! - `recent`: the newest items of a gapless log within a byte budget
+//!   (`RecentRun`), behind the two caches below and in [`log_store`].
 //! - `recent_events`: the newest revisions' events in memory, as applied,
 //!   which serve the event log's readers while they keep up.
 //! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
@@ -94,6 +96,7 @@ pub mod log_store;
 pub mod mvcc;
 mod purge;
 pub mod raft_types;
+mod recent;
 mod recent_events;
 pub mod schema;
 pub mod session;

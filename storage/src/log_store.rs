@@ -13,7 +13,6 @@
 //! append (to apply it, and on the leader once per follower to send it),
 //! and those reads are served without a RocksDB scan and a decode.
 
-use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
@@ -29,6 +28,7 @@ use crate::faults::DiskFaults;
 use crate::ids::NodeId;
 use crate::purge::PurgeHorizon;
 use crate::raft_types::{Entry, TypeConfig};
+use crate::recent::RecentRun;
 use crate::schema::{self, Cf};
 use crate::timings::{Stage, StageTimes};
 
@@ -52,87 +52,14 @@ const RECENT_ENTRY_BYTES: usize = 8 << 20;
 
 /// The latest appended entries, decoded, exactly as the log holds them.
 ///
-/// Invariant: a contiguous run of indexes ending at the log's last entry
-/// (an append not following it replaces the run; a truncation cuts it
-/// back with the log), at most [`RECENT_ENTRY_BYTES`] of them by encoded
-/// size, oldest dropped first. A read is served from here only when every
-/// entry it asks for is here and above the purge point; anything else
-/// reads RocksDB.
-#[derive(Debug, Default)]
-struct RecentEntries {
-    /// Each entry with its encoded size.
-    entries: VecDeque<(Entry, usize)>,
-    bytes: usize,
-}
+/// Invariant: its run ends at the log's last entry (an append not
+/// following it replaces the run; a truncation cuts it back with the
+/// log). A read is served from here only when every entry it asks for is
+/// here and above the purge point; anything else reads RocksDB.
+type RecentEntries = RecentRun<Entry>;
 
-impl RecentEntries {
-    fn index(entry: &Entry) -> u64 {
-        entry.get_log_id().index
-    }
-
-    fn push(&mut self, entry: Entry, size: usize) {
-        if !self.follows(Self::index(&entry)) {
-            self.clear();
-        }
-        self.bytes += size;
-        self.entries.push_back((entry, size));
-        while self.bytes > RECENT_ENTRY_BYTES && self.entries.len() > 1 {
-            if let Some((_, size)) = self.entries.pop_front() {
-                self.bytes -= size;
-            }
-        }
-    }
-
-    /// Whether an entry at `index` continues the run (an empty run is
-    /// continued by anything).
-    fn follows(&self, index: u64) -> bool {
-        match self.entries.back() {
-            Some((last, _)) => Self::index(last).checked_add(1) == Some(index),
-            None => true,
-        }
-    }
-
-    fn clear(&mut self) {
-        self.entries.clear();
-        self.bytes = 0;
-    }
-
-    /// Drops the entries at `index` and after.
-    fn truncate_from(&mut self, index: u64) {
-        while self
-            .entries
-            .back()
-            .is_some_and(|(last, _)| Self::index(last) >= index)
-        {
-            if let Some((_, size)) = self.entries.pop_back() {
-                self.bytes -= size;
-            }
-        }
-    }
-
-    /// The entries `start..end` (`None`: to the last), if every one is
-    /// here.
-    fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry>> {
-        let first = Self::index(&self.entries.front()?.0);
-        if start < first {
-            return None;
-        }
-        let skip = usize::try_from(start - first).ok()?;
-        let end_index = first + self.entries.len() as u64;
-        let take = match end {
-            Some(end) if end > end_index => return None,
-            Some(end) => usize::try_from(end.saturating_sub(start)).ok()?,
-            None => usize::MAX,
-        };
-        Some(
-            self.entries
-                .iter()
-                .skip(skip)
-                .take(take)
-                .map(|(e, _)| e.clone())
-                .collect(),
-        )
-    }
+fn index(entry: &Entry) -> u64 {
+    entry.get_log_id().index
 }
 
 /// The flusher thread's queue and handle, shared by the clones. Dropping
@@ -209,7 +136,7 @@ impl LogStore {
             }),
             horizon,
             timings,
-            recent: Arc::default(),
+            recent: Arc::new(Mutex::new(RecentRun::new(RECENT_ENTRY_BYTES))),
         }
     }
 
@@ -254,8 +181,8 @@ impl LogStore {
         }
         let above_purged = self.horizon.purged().is_none_or(|p| p.index < start);
         if above_purged {
-            if let Some(entries) = self.recent().get(start, end) {
-                return Ok(entries);
+            if let Some(entries) = self.recent().range(start, end) {
+                return Ok(entries.map(|(_, e)| e.clone()).collect());
             }
         }
         let end_key = end.map(schema::u64_key);
@@ -297,7 +224,7 @@ impl LogStore {
     /// entries are the log's last, so it never ends short of the log (a
     /// failed read of the last entry empties it: the run is only a cache).
     fn remember(&self, appended: Vec<(Entry, usize)>) {
-        let Some(first) = appended.first().map(|(e, _)| RecentEntries::index(e)) else {
+        let Some(first) = appended.first().map(|(e, _)| index(e)) else {
             return;
         };
         let follows = self.recent().follows(first);
@@ -308,7 +235,7 @@ impl LogStore {
         }
         let mut recent = self.recent();
         for (entry, size) in appended {
-            recent.push(entry, size);
+            recent.push(index(&entry), entry, size);
         }
     }
 
@@ -481,50 +408,53 @@ mod tests {
         }
     }
 
-    fn indexes(entries: Option<Vec<Entry>>) -> Option<Vec<u64>> {
-        entries.map(|e| e.iter().map(RecentEntries::index).collect())
+    /// The indexes of what `recent` serves for `start..end`.
+    fn get(recent: &RecentEntries, start: u64, end: Option<u64>) -> Option<Vec<u64>> {
+        recent
+            .range(start, end)
+            .map(|r| r.map(|(_, e)| index(e)).collect())
     }
 
     #[test]
     fn recent_entries_serve_only_a_whole_contiguous_range_and_follow_the_log() {
-        let mut recent = RecentEntries::default();
-        assert_eq!(indexes(recent.get(1, None)), None);
+        let mut recent = RecentEntries::new(RECENT_ENTRY_BYTES);
+        assert_eq!(get(&recent, 1, None), None);
         for i in 5..=9 {
-            recent.push(entry(i), 10);
+            recent.push(i, entry(i), 10);
         }
-        assert_eq!(indexes(recent.get(5, Some(8))), Some(vec![5, 6, 7]));
-        assert_eq!(indexes(recent.get(7, None)), Some(vec![7, 8, 9]));
-        assert_eq!(indexes(recent.get(10, None)), Some(vec![]));
+        assert_eq!(get(&recent, 5, Some(8)), Some(vec![5, 6, 7]));
+        assert_eq!(get(&recent, 7, None), Some(vec![7, 8, 9]));
+        assert_eq!(get(&recent, 10, None), Some(vec![]));
         // Partly below the run, or past its end: not here.
-        assert_eq!(indexes(recent.get(4, Some(6))), None);
-        assert_eq!(indexes(recent.get(8, Some(11))), None);
+        assert_eq!(get(&recent, 4, Some(6)), None);
+        assert_eq!(get(&recent, 8, Some(11)), None);
 
         // A truncation cuts the run back with the log; appends follow on.
         recent.truncate_from(8);
-        assert_eq!(indexes(recent.get(5, None)), Some(vec![5, 6, 7]));
-        recent.push(entry(8), 10);
-        assert_eq!(indexes(recent.get(7, None)), Some(vec![7, 8]));
+        assert_eq!(get(&recent, 5, None), Some(vec![5, 6, 7]));
+        recent.push(8, entry(8), 10);
+        assert_eq!(get(&recent, 7, None), Some(vec![7, 8]));
 
         // An append that does not follow (after a snapshot's purge)
         // replaces the run.
-        recent.push(entry(20), 10);
-        assert_eq!(indexes(recent.get(5, None)), None);
-        assert_eq!(indexes(recent.get(20, None)), Some(vec![20]));
+        recent.push(20, entry(20), 10);
+        assert_eq!(get(&recent, 5, None), None);
+        assert_eq!(get(&recent, 20, None), Some(vec![20]));
     }
 
     #[test]
     fn recent_entries_drop_the_oldest_past_their_byte_budget() {
-        let mut recent = RecentEntries::default();
+        let mut recent = RecentEntries::new(RECENT_ENTRY_BYTES);
         let size = RECENT_ENTRY_BYTES / 4;
         for i in 1..=6 {
-            recent.push(entry(i), size);
+            recent.push(i, entry(i), size);
         }
-        assert_eq!(indexes(recent.get(3, None)), Some(vec![3, 4, 5, 6]));
-        assert_eq!(indexes(recent.get(2, None)), None);
-        assert_eq!(recent.bytes, 4 * size);
+        assert_eq!(get(&recent, 3, None), Some(vec![3, 4, 5, 6]));
+        assert_eq!(get(&recent, 2, None), None);
+        assert_eq!(recent.bytes(), 4 * size);
         // One entry larger than the budget is still kept, alone.
-        recent.push(entry(7), 2 * RECENT_ENTRY_BYTES);
-        assert_eq!(indexes(recent.get(7, None)), Some(vec![7]));
-        assert_eq!(indexes(recent.get(6, None)), None);
+        recent.push(7, entry(7), 2 * RECENT_ENTRY_BYTES);
+        assert_eq!(get(&recent, 7, None), Some(vec![7]));
+        assert_eq!(get(&recent, 6, None), None);
     }
 }

@@ -16,11 +16,11 @@
 //! first. A read is served from here only when the run holds the
 //! revision it starts at; anything older reads RocksDB.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::command::{Event, KeyValue};
 use crate::ids::Revision;
+use crate::recent::RecentRun;
 
 /// How many bytes of keys and values the ring keeps: a few thousand
 /// revisions of 1 KiB objects, more than a follower of the log lags by
@@ -29,16 +29,17 @@ const RECENT_EVENT_BYTES: usize = 16 << 20;
 
 /// The ring, shared by the state machine (which pushes) and every
 /// [`crate::Store`] handle (which reads). Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct RecentEvents {
-    ring: Arc<Mutex<Ring>>,
+    ring: Arc<Mutex<RecentRun<Vec<Event>>>>,
 }
 
-#[derive(Debug, Default)]
-struct Ring {
-    /// Each revision's events, with the bytes they hold.
-    revisions: VecDeque<(Revision, Vec<Event>, usize)>,
-    bytes: usize,
+impl Default for RecentEvents {
+    fn default() -> Self {
+        Self {
+            ring: Arc::new(Mutex::new(RecentRun::new(RECENT_EVENT_BYTES))),
+        }
+    }
 }
 
 fn held_bytes(events: &[Event]) -> usize {
@@ -50,36 +51,19 @@ fn held_bytes(events: &[Event]) -> usize {
 }
 
 impl RecentEvents {
-    fn ring(&self) -> MutexGuard<'_, Ring> {
+    fn ring(&self) -> MutexGuard<'_, RecentRun<Vec<Event>>> {
         self.ring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `revision`'s events, written to storage just now.
     pub(crate) fn push(&self, revision: Revision, events: Vec<Event>) {
-        let mut ring = self.ring();
-        let follows = ring
-            .revisions
-            .back()
-            .is_none_or(|(last, _, _)| last.next() == revision);
-        if !follows {
-            ring.revisions.clear();
-            ring.bytes = 0;
-        }
         let bytes = held_bytes(&events);
-        ring.bytes += bytes;
-        ring.revisions.push_back((revision, events, bytes));
-        while ring.bytes > RECENT_EVENT_BYTES && ring.revisions.len() > 1 {
-            if let Some((_, _, dropped)) = ring.revisions.pop_front() {
-                ring.bytes -= dropped;
-            }
-        }
+        self.ring().push(revision.0, events, bytes);
     }
 
     /// Forgets everything (the whole state is being replaced).
     pub(crate) fn clear(&self) {
-        let mut ring = self.ring();
-        ring.revisions.clear();
-        ring.bytes = 0;
+        self.ring().clear();
     }
 
     /// The events of the revisions after `after`, at most `limit`
@@ -93,18 +77,13 @@ impl RecentEvents {
         through: Revision,
     ) -> Option<Vec<(Revision, Vec<Event>)>> {
         let ring = self.ring();
-        let (first, _, _) = ring.revisions.front()?;
-        let (last, _, _) = ring.revisions.back()?;
-        if after.next() < *first || *last < through || after > *last {
+        if ring.last()? < through.0 {
             return None;
         }
-        let skip = usize::try_from(after.next().0 - first.0).ok()?;
+        let read = ring.range(after.next().0, None)?;
         Some(
-            ring.revisions
-                .iter()
-                .skip(skip)
-                .take(limit)
-                .map(|(revision, events, _)| (*revision, events.clone()))
+            read.take(limit)
+                .map(|(revision, events)| (Revision(revision), events.clone()))
                 .collect(),
         )
     }
