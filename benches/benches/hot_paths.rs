@@ -44,7 +44,7 @@ fn entries(next: &mut u64, n: usize) -> Vec<Entry<kubestore_storage::TypeConfig>
             });
             let e = Entry {
                 log_id: LogId::new(CommittedLeaderId::new(1, 1), *next),
-                payload: EntryPayload::Normal(cmd),
+                payload: EntryPayload::Normal(cmd.into()),
             };
             *next += 1;
             e

@@ -40,7 +40,7 @@ const APPLY_BATCH: u64 = 200;
 fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(command),
+        payload: EntryPayload::Normal(command.into()),
     }
 }
 

@@ -136,7 +136,7 @@ impl RaftNode {
             return Err(Redirect::To(self.current_leader()));
         };
         let written = tokio::select! {
-            written = self.inner.raft.client_write(cmd) => written,
+            written = self.inner.raft.client_write(cmd.into()) => written,
             () = self.stopped_leading(term) => {
                 tracing::debug!(term, "lost leadership with a write pending, retrying");
                 let next = self.current_leader().filter(|l| *l != self.inner.id);

@@ -559,14 +559,22 @@ impl RaftNode {
 
     /// Resolves when the Raft core stops on its own, with the reason (see
     /// [`RaftNode::core_stopped`]); a shutdown asked for also ends it.
+    ///
+    /// Waits on the server metrics, which change only with the role, term
+    /// or membership and close when the core exits (its last act is to
+    /// record why in the full metrics), not on the full metrics: those
+    /// change with every append and apply, and a waiter there would wake
+    /// a parked runtime thread for each write.
     pub async fn core_stopped_wait(&self) -> String {
-        let mut metrics = self.inner.raft.metrics();
+        let mut server = self.inner.raft.server_metrics();
         loop {
-            if let Err(fatal) = &metrics.borrow_and_update().running_state {
-                return fatal.to_string();
+            if let Some(reason) = self.core_stopped() {
+                return reason;
             }
-            if metrics.changed().await.is_err() {
-                return "the raft core is gone".into();
+            if server.changed().await.is_err() {
+                return self
+                    .core_stopped()
+                    .unwrap_or_else(|| "the raft core is gone".into());
             }
         }
     }
@@ -677,5 +685,38 @@ mod tests {
             Ok(_) => panic!("a lease longer than half the minimum election timeout was accepted"),
         }
         assert!(!data_dir.exists(), "storage was opened before the check");
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_core_to_stop_resolves_when_it_stops() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let members = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
+        let config = RaftNodeConfig::new(1, dir.path().join("node"), members);
+        let node = RaftNode::start(config).await.expect("start");
+        node.wait_for_leader(Duration::from_secs(10))
+            .await
+            .expect("a one-member cluster elects itself");
+        let waiter = tokio::spawn({
+            let node = node.clone();
+            async move { node.core_stopped_wait().await }
+        });
+        for i in 0..10u8 {
+            let put = kubestore_storage::PutRequest::new(vec![b'k', i], vec![i]);
+            let txn = kubestore_storage::Txn {
+                success: vec![kubestore_storage::Op::Put(put)],
+                ..Default::default()
+            };
+            node.write(kubestore_storage::Command::Txn(txn))
+                .await
+                .expect("write");
+        }
+        assert_eq!(node.core_stopped(), None, "the core runs");
+        node.shutdown().await.expect("shutdown");
+        let reason = tokio::time::timeout(Duration::from_secs(30), waiter)
+            .await
+            .expect("the waiter ends once the core stops")
+            .expect("the waiter task");
+        assert!(!reason.is_empty());
+        assert_eq!(node.core_stopped().as_deref(), Some(reason.as_str()));
     }
 }

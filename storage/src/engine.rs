@@ -107,6 +107,21 @@ impl Engine {
         Ok(self.db.get_cf(self.handle(cf)?, key)?)
     }
 
+    /// Runs `read` on the row `key` of `cf` as RocksDB holds it (pinned
+    /// in its block cache or memtable): a value decoded from it is not
+    /// copied first.
+    pub fn read_row<T>(
+        &self,
+        cf: Cf,
+        key: &[u8],
+        read: impl FnOnce(&[u8]) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        match self.db.get_pinned_cf(self.handle(cf)?, key)? {
+            Some(row) => read(&row).map(Some),
+            None => Ok(None),
+        }
+    }
+
     pub fn batch(&self) -> Batch<'_> {
         Batch {
             engine: self,

@@ -125,7 +125,7 @@ pub use error::StoreError;
 pub use faults::DiskFaults;
 pub use ids::{LeaseId, LogIndex, NodeId};
 pub use log_store::LogStore;
-pub use raft_types::{Entry, Node, TypeConfig};
+pub use raft_types::{Entry, Node, SharedCommand, TypeConfig};
 pub use state_machine::{AppliedState, StateMachine};
 pub use timings::{Stage, StageTimes, StageTotal};
 pub use validate::{InvalidCommand, Limits, MAX_LEASE_TTL, MIN_LEASE_TTL};
@@ -164,6 +164,18 @@ impl Store {
         self.consistent(|| {
             self.engine
                 .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
+        })
+    }
+
+    /// The current key-value of `key`, if it exists: one read of its
+    /// current-state row, atomic on its own, so no point-in-time view and
+    /// no revision header are needed (the key-value's `mod_revision` says
+    /// how recent it is). Half the reads of a one-key [`Store::range`]: the
+    /// read of every guarded Kubernetes write.
+    pub fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        self.consistent(|| {
+            self.engine
+                .read_row(schema::Cf::Kv, key, |row| Ok(bincode::deserialize(row)?))
         })
     }
 

@@ -179,7 +179,7 @@ mod tests {
         range
             .map(|i| Entry {
                 log_id: log_id(i),
-                payload: EntryPayload::Normal(put(i)),
+                payload: EntryPayload::Normal(put(i).into()),
             })
             .collect()
     }

@@ -621,7 +621,7 @@ mod tests {
         for (i, cmd) in entries.into_iter().enumerate() {
             let entry = Entry {
                 log_id: LogId::new(CommittedLeaderId::new(1, 1), i as u64 + 1),
-                payload: EntryPayload::Normal(cmd),
+                payload: EntryPayload::Normal(cmd.into()),
             };
             sm.apply(vec![entry]).await.expect("apply");
             assert_eq!(

@@ -32,7 +32,7 @@ impl Fixture {
     pub(crate) async fn apply(&mut self, cmd: Command) {
         let entry = Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), self.next),
-            payload: EntryPayload::Normal(cmd),
+            payload: EntryPayload::Normal(cmd.into()),
         };
         self.next += 1;
         let responses = self.sm.apply(vec![entry]).await.expect("apply");

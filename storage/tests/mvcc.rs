@@ -59,7 +59,7 @@ async fn apply_all(
         .map(|cmd| {
             let e = Entry {
                 log_id: log_id(*next),
-                payload: EntryPayload::Normal(cmd),
+                payload: EntryPayload::Normal(cmd.into()),
             };
             *next += 1;
             e
@@ -148,6 +148,51 @@ async fn revisions_increase_by_one_per_write_and_old_revisions_stay_readable() {
         Some(b"1".to_vec()),
         "a delete carries the last state"
     );
+}
+
+/// `Store::get` (one read of the current row) answers what a one-key
+/// range at the current revision answers, key-value for key-value.
+#[tokio::test]
+async fn a_get_of_one_key_equals_a_range_of_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+    let mut next = 1;
+    let one_key_range = |key: &str| {
+        store
+            .range(&RangeRequest {
+                range: KeyRange::single(key),
+                ..RangeRequest::default()
+            })
+            .expect("range")
+            .kvs
+            .into_iter()
+            .next()
+    };
+    assert_eq!(store.get(b"a").expect("get"), None, "an empty store");
+    apply_all(
+        &mut sm,
+        &mut next,
+        vec![put("a", "1"), put("b", "1"), put("a", "2"), delete("b")],
+    )
+    .await;
+    for key in ["a", "b", "missing"] {
+        assert_eq!(
+            store.get(key.as_bytes()).expect("get"),
+            one_key_range(key),
+            "{key}"
+        );
+    }
+    let a = store.get(b"a").expect("get").expect("a exists");
+    assert_eq!(
+        (
+            a.value.as_slice(),
+            a.mod_revision,
+            a.create_revision,
+            a.version
+        ),
+        (b"2".as_slice(), Revision(3), Revision(1), 2)
+    );
+    assert_eq!(store.get(b"b").expect("get"), None, "deleted");
 }
 
 #[tokio::test]

@@ -1050,13 +1050,16 @@ mod tests {
         let value = serde_json::json!({"metadata": {"name": name, "namespace": "default"}});
         let entry = Entry {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload: EntryPayload::Normal(Command::Txn(Txn {
-                success: vec![Op::Put(PutRequest::new(
-                    rt.key(Some("default"), name),
-                    value.to_string(),
-                ))],
-                ..Txn::default()
-            })),
+            payload: EntryPayload::Normal(
+                Command::Txn(Txn {
+                    success: vec![Op::Put(PutRequest::new(
+                        rt.key(Some("default"), name),
+                        value.to_string(),
+                    ))],
+                    ..Txn::default()
+                })
+                .into(),
+            ),
         };
         let responses = sm.apply(vec![entry]).await.expect("apply");
         assert!(responses[0].result.is_ok(), "{:?}", responses[0]);
@@ -1155,7 +1158,7 @@ mod tests {
         async fn apply(&mut self, cmd: Command) {
             let entry = Entry {
                 log_id: LogId::new(CommittedLeaderId::new(1, 1), self.next),
-                payload: EntryPayload::Normal(cmd),
+                payload: EntryPayload::Normal(cmd.into()),
             };
             self.next += 1;
             let responses = self.sm.apply(vec![entry]).await.expect("apply");

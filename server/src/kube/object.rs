@@ -86,7 +86,8 @@ pub fn now_rfc3339() -> String {
 
 /// A time as kube writes timestamps: RFC 3339, whole seconds, UTC.
 pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    // The fixed RFC 3339 writer, not a strftime pattern parsed per call.
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// Decodes a stored value into an object as clients see it: `kind`,
@@ -95,17 +96,26 @@ pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {
 /// the etcd API.
 pub fn from_stored(rt: &ResourceType, key: &[u8], value: &[u8], revision: u64) -> Option<Value> {
     match serde_json::from_slice::<Value>(value) {
-        Ok(Value::Object(mut obj)) => {
-            obj.insert("kind".into(), json!(rt.kind));
-            obj.insert("apiVersion".into(), json!(rt.api_version()));
-            metadata_mut(&mut obj).insert("resourceVersion".into(), json!(revision.to_string()));
-            Some(Value::Object(obj))
-        }
+        Ok(Value::Object(obj)) => Some(to_client(rt, obj, revision)),
         _ => {
-            tracing::warn!(key = %String::from_utf8_lossy(key), "skipping a stored value that is not a JSON object");
+            not_an_object(key);
             None
         }
     }
+}
+
+/// A stored object as clients see it: `kind`, `apiVersion` and
+/// `metadata.resourceVersion` (`revision`) filled in.
+pub fn to_client(rt: &ResourceType, mut obj: Map<String, Value>, revision: u64) -> Value {
+    obj.insert("kind".into(), json!(rt.kind));
+    obj.insert("apiVersion".into(), json!(rt.api_version()));
+    metadata_mut(&mut obj).insert("resourceVersion".into(), json!(revision.to_string()));
+    Value::Object(obj)
+}
+
+/// Logs a stored value under `key` skipped for not being a JSON object.
+pub fn not_an_object(key: &[u8]) {
+    tracing::warn!(key = %String::from_utf8_lossy(key), "skipping a stored value that is not a JSON object");
 }
 
 /// The members of a stored object that [`write_client_json`] parses for
@@ -245,6 +255,21 @@ mod tests {
             decode_body(cm, b"[1]"),
             Err(KubeError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn times_are_written_as_kube_writes_them() {
+        use chrono::TimeZone;
+        let t = chrono::Utc
+            .with_ymd_and_hms(2026, 1, 2, 3, 4, 5)
+            .single()
+            .expect("a valid time")
+            + chrono::Duration::milliseconds(678);
+        // Whole seconds (the fraction dropped), UTC as `Z`.
+        assert_eq!(format_time(t), "2026-01-02T03:04:05Z");
+        let now = now_rfc3339();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z'), "{now}");
     }
 
     #[test]

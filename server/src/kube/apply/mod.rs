@@ -439,12 +439,7 @@ fn compare_owned(
     new: &Map<String, Value>,
 ) -> Result<Comparison, MissingKey> {
     let ignored = ignored(target, manager, &top_keys(&[old, new]));
-    let c = walk::compare(
-        target.schema,
-        target.ty,
-        &Value::Object(old.clone()),
-        &Value::Object(new.clone()),
-    )?;
+    let c = walk::compare(target.schema, target.ty, old, new)?;
     Ok(Comparison {
         added: c.added.recursive_difference(&ignored),
         modified: c.modified.recursive_difference(&ignored),

@@ -242,18 +242,6 @@ impl Comparison {
     }
 }
 
-/// Compares `old` with `new` (both objects walked as `ty`).
-pub fn compare(
-    schema: &Schema,
-    ty: Ty<'_>,
-    old: &Value,
-    new: &Value,
-) -> Result<Comparison, MissingKey> {
-    let mut c = Comparison::default();
-    compare_at(schema, ty, Some(old), Some(new), &mut Vec::new(), &mut c)?;
-    Ok(c)
-}
-
 fn compare_leaf(old: Option<&Value>, new: Option<&Value>, path: &[Pe], c: &mut Comparison) {
     match (old, new) {
         (None, Some(_)) => c.added.insert(path),
@@ -290,22 +278,7 @@ fn compare_at(
             let none = Map::new();
             let om = old.and_then(Value::as_object).unwrap_or(&none);
             let nm = new.and_then(Value::as_object).unwrap_or(&none);
-            let mut keys: Vec<&String> = om.keys().chain(nm.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                path.push(Pe::field(k));
-                let (o, n) = (om.get(k), nm.get(k));
-                let cty = ty.child(schema, k);
-                compare_at(schema, cty, o, n, path, c)?;
-                // A map key, or a map that appeared or went, is itself
-                // added or removed (kube's `.` on a new map); a struct or
-                // a list that merely holds fields is not.
-                if ty.keys_are_items() || matches!(cty, Ty::Map(_) | Ty::Untyped) {
-                    compare_leaf_presence(o, n, path, c);
-                }
-                path.pop();
-            }
+            compare_fields(schema, ty, om, nm, path, c)?;
         }
         _ => {
             let none = Vec::new();
@@ -332,6 +305,54 @@ fn compare_at(
 
 /// An item (list item or map key) that appeared or went is itself added
 /// or removed.
+/// What changed from `old` to `new`, two objects walked as `ty`. Takes
+/// the objects as maps, so the field manager's comparison of every update
+/// copies neither into a value.
+pub fn compare(
+    schema: &Schema,
+    ty: Ty<'_>,
+    old: &Map<String, Value>,
+    new: &Map<String, Value>,
+) -> Result<Comparison, MissingKey> {
+    let mut c = Comparison::default();
+    // As `compare_at` at the root: an object is walked field by field
+    // where `ty` is granular for objects; otherwise, or with nothing in
+    // either, the root is one leaf without a path, which records nothing.
+    let granular = matches!(ty, Ty::Struct(_) | Ty::Map(_) | Ty::Untyped);
+    if granular && !(old.is_empty() && new.is_empty()) {
+        compare_fields(schema, ty, old, new, &mut Vec::new(), &mut c)?;
+    }
+    Ok(c)
+}
+
+/// The fields of two objects at `path`, compared member by member.
+fn compare_fields(
+    schema: &Schema,
+    ty: Ty<'_>,
+    om: &Map<String, Value>,
+    nm: &Map<String, Value>,
+    path: &mut Vec<Pe>,
+    c: &mut Comparison,
+) -> Result<(), MissingKey> {
+    let mut keys: Vec<&String> = om.keys().chain(nm.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        path.push(Pe::field(k));
+        let (o, n) = (om.get(k), nm.get(k));
+        let cty = ty.child(schema, k);
+        compare_at(schema, cty, o, n, path, c)?;
+        // A map key, or a map that appeared or went, is itself added or
+        // removed (kube's `.` on a new map); a struct or a list that
+        // merely holds fields is not.
+        if ty.keys_are_items() || matches!(cty, Ty::Map(_) | Ty::Untyped) {
+            compare_leaf_presence(o, n, path, c);
+        }
+        path.pop();
+    }
+    Ok(())
+}
+
 fn compare_leaf_presence(
     old: Option<&Value>,
     new: Option<&Value>,

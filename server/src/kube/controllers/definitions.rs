@@ -53,7 +53,7 @@ pub async fn finish(kube: &KubeStore, cache: &WatchCache, name: &str) -> Result<
             8,
             DryRun::No,
             |current| -> Result<_, KubeError> {
-                let mut obj = current.stored();
+                let mut obj = current.stored().clone();
                 crd::admission::mark_terminating(&mut obj);
                 Ok(obj)
             },

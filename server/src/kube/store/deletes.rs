@@ -55,15 +55,15 @@ impl KubeStore {
                 deletion::check_preconditions(
                     rt,
                     name,
-                    &stored,
+                    stored,
                     current.revision(),
                     &opts.preconditions,
                 )?;
                 let last = current.object().unwrap_or_else(|| json!({}));
                 let plan = if rt.plural == "namespaces" {
-                    deletion::plan_namespace_delete(&stored, now)
+                    deletion::plan_namespace_delete(stored, now)
                 } else {
-                    deletion::plan_delete(rt, &stored, opts, now)
+                    deletion::plan_delete(rt, stored, opts, now)
                 };
                 let (ops, deleted) = match plan {
                     DeletePlan::Delete => (
@@ -116,7 +116,7 @@ impl KubeStore {
         let rt = resources::namespaces();
         let key = rt.key(None, name);
         self.read_modify_write(rt, name, &key, UPDATE_RETRIES, DryRun::No, |current| {
-            let mut stored = current.stored();
+            let mut stored = current.stored().clone();
             if !deletion::is_being_deleted(&stored) {
                 return Ok::<_, KubeError>(Change {
                     ops: Vec::new(),

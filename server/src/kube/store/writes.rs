@@ -17,6 +17,8 @@
 //! (a create: with no `resourceVersion`, as kube answers). Deletes are in
 //! `deletes`.
 
+use std::cell::OnceCell;
+
 use serde_json::{json, Map, Value};
 
 use kubestore_storage::{
@@ -78,19 +80,48 @@ fn range_kvs(resp: &TxnResponse, i: usize) -> &[KeyValue] {
 pub struct Current<'a> {
     rt: &'a ResourceType,
     kv: &'a KeyValue,
+    /// The stored value parsed on first use, and whether it is an object: a
+    /// change and the update around it both read it, and it is parsed
+    /// once.
+    parsed: &'a OnceCell<Parsed>,
 }
 
-impl Current<'_> {
+/// A stored value as [`Current`] parsed it.
+#[derive(Debug, Default)]
+struct Parsed {
+    /// Whether the value is a JSON object (not: written through the etcd
+    /// API).
+    is_object: bool,
+    /// The object (empty when the value is not one).
+    object: Map<String, Value>,
+}
+
+impl<'a> Current<'a> {
+    fn parsed(&self) -> &'a Parsed {
+        self.parsed
+            .get_or_init(|| match serde_json::from_slice::<Value>(&self.kv.value) {
+                Ok(Value::Object(object)) => Parsed {
+                    is_object: true,
+                    object,
+                },
+                _ => Parsed::default(),
+            })
+    }
+
     /// The object as clients see it (`kind`, `apiVersion`,
     /// `resourceVersion` filled in); `None` for a stored value that is not
     /// a JSON object (written through the etcd API).
     pub fn object(&self) -> Option<Value> {
-        object::from_stored(
+        let parsed = self.parsed();
+        if !parsed.is_object {
+            object::not_an_object(&self.kv.key);
+            return None;
+        }
+        Some(object::to_client(
             self.rt,
-            &self.kv.key,
-            &self.kv.value,
-            self.kv.mod_revision.0,
-        )
+            parsed.object.clone(),
+            self.revision(),
+        ))
     }
 
     /// The revision that last modified it.
@@ -100,11 +131,8 @@ impl Current<'_> {
 
     /// The object as stored (an empty one for a value that is not a JSON
     /// object): what an update carries its server-owned fields from.
-    pub fn stored(&self) -> Map<String, Value> {
-        match serde_json::from_slice::<Value>(&self.kv.value) {
-            Ok(Value::Object(o)) => o,
-            _ => Map::new(),
-        }
+    pub fn stored(&self) -> &'a Map<String, Value> {
+        &self.parsed().object
     }
 }
 
@@ -176,12 +204,9 @@ impl KubeStore {
         Ok(write::txn(&self.node, Command::Txn(txn)).await?)
     }
 
-    fn read_key(&self, key: &str) -> Result<(Option<KeyValue>, Revision), KubeError> {
-        let resp = self.node.store().range(&RangeRequest {
-            range: KeyRange::single(key.as_bytes().to_vec()),
-            ..RangeRequest::default()
-        })?;
-        Ok((resp.kvs.into_iter().next(), resp.revision))
+    /// The current key-value of `key` in this node's applied state.
+    fn read_key(&self, key: &str) -> Result<Option<KeyValue>, KubeError> {
+        Ok(self.node.store().get(key.as_bytes())?)
     }
 
     /// The one guarded read-modify-write of an existing object.
@@ -220,15 +245,20 @@ impl KubeStore {
     where
         E: From<KubeError>,
     {
-        let mut next = self.read_key(key)?.0;
+        let mut next = self.read_key(key)?;
         // Whether `next` is at least as recent as this call: read after a
         // barrier, or returned by a write's failed guard.
         let mut fresh = false;
         let mut writes = 0;
         loop {
-            let outcome = next
-                .as_ref()
-                .map(|current| change(Current { rt, kv: current }));
+            let parsed = OnceCell::new();
+            let outcome = next.as_ref().map(|current| {
+                change(Current {
+                    rt,
+                    kv: current,
+                    parsed: &parsed,
+                })
+            });
             let read_at = next.as_ref().map(|kv| kv.mod_revision.0);
             let decided_without_write = match &outcome {
                 None | Some(Err(_)) => true,
@@ -244,7 +274,7 @@ impl KubeStore {
                     .await
                     .map_err(KubeError::from)?;
                 fresh = true;
-                let again = self.read_key(key)?.0;
+                let again = self.read_key(key)?;
                 if again.as_ref().map(|kv| kv.mod_revision.0) != read_at {
                     // The key moved since the local read: decide again.
                     next = again;
@@ -312,9 +342,13 @@ impl KubeStore {
         mut admitted: Admitted,
         dry_run: DryRun,
     ) -> Result<Value, KubeError> {
+        if admitted.generated_from.is_none() {
+            // A name of the client's own is tried once: no copy kept.
+            return self.create_once(rt, admitted, dry_run).await;
+        }
         for _ in 1..GENERATED_NAME_ATTEMPTS {
             match self.create_once(rt, admitted.clone(), dry_run).await {
-                Err(KubeError::AlreadyExists { .. }) if admitted.generated_from.is_some() => {
+                Err(KubeError::AlreadyExists { .. }) => {
                     admitted.regenerate_name(&self.names);
                 }
                 other => return other,
@@ -361,7 +395,7 @@ impl KubeStore {
             let mut compare = vec![Compare::mod_revision(key.clone(), CompareOp::Equal, 0)];
             let mut failure = vec![range_one(&key)];
             if let (Some(ns_key), Some(ns)) = (&ns_key, ns) {
-                let found = self.read_key(ns_key)?.0;
+                let found = self.read_key(ns_key)?;
                 let usable = found.as_ref().filter(|kv| !namespace_terminating(kv));
                 let Some(kv) = usable else {
                     if !barrier_done {
@@ -390,7 +424,7 @@ impl KubeStore {
                 failure.push(range_one(ns_key));
             }
             if dry_run.is_dry_run() {
-                if self.read_key(&key)?.0.is_some() {
+                if self.read_key(&key)?.is_some() {
                     return Err(KubeError::already_exists(rt, &name));
                 }
                 return Ok(Value::Object(obj));
@@ -411,7 +445,12 @@ impl KubeStore {
                 // A create retried after its first attempt committed finds its own
                 // uid: that is this request's success, not a conflict.
                 let ours = object::meta_str(&obj, "uid");
-                let stored = Current { rt, kv: existing }.object();
+                let stored = object::from_stored(
+                    rt,
+                    &existing.key,
+                    &existing.value,
+                    existing.mod_revision.0,
+                );
                 if ours.is_some()
                     && stored
                         .as_ref()
@@ -520,7 +559,7 @@ impl KubeStore {
                 deletion::check_preconditions(
                     rt,
                     &name,
-                    &current.stored(),
+                    current.stored(),
                     current.revision(),
                     &uid,
                 )?;
@@ -590,7 +629,7 @@ impl KubeStore {
                     let mut new = change(current)?;
                     let precondition = admission::precondition(&new).map_err(E::from)?;
                     let stored = current.stored();
-                    admission::admit_update(rt, scope, &stored, &mut new).map_err(E::from)?;
+                    admission::admit_update(rt, scope, stored, &mut new).map_err(E::from)?;
                     if scope != UpdateScope::Status {
                         self.admit_definition(rt, &mut new);
                     }
@@ -598,15 +637,15 @@ impl KubeStore {
                         apply::track_update(
                             &target,
                             manager,
-                            Some(&stored),
+                            Some(stored),
                             &mut new,
                             &object::now_rfc3339(),
                         )
                         .map_err(|e| E::from(KubeError::from(e)))?;
                     }
                     let ops =
-                        match deletion::check_update(rt, name, &stored, &new).map_err(E::from)? {
-                            UpdateEffect::Write if unchanged(&stored, &new) => {
+                        match deletion::check_update(rt, name, stored, &new).map_err(E::from)? {
+                            UpdateEffect::Write if unchanged(stored, &new) => {
                                 // Nothing to store: no write, no new
                                 // revision, no event; the managers' times
                                 // stay as they were.
