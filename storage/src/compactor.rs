@@ -153,9 +153,10 @@ impl Compactor {
         let to = Revision(compacted.0.min(from.0.saturating_add(max_revisions.max(1))));
         let mut batch = engine.batch();
         let keys = mvcc::stage_purge(engine, &mut batch, from, to)?;
-        // Not synced: a purge lost in a crash is redone from the events
-        // it had not yet deleted.
-        engine.write(batch, false)?;
+        // Without the WAL, like the apply that set the compaction point:
+        // a crash takes both back to the same flush, and a purge lost in
+        // it is redone from the events it had not yet deleted.
+        engine.write_unlogged(batch)?;
         self.inner.purged.send_replace(to);
         tracing::debug!(from = from.0, to = to.0, keys, "purged compacted history");
         Ok(if to >= compacted {

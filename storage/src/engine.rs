@@ -55,9 +55,15 @@ impl Engine {
         opts.create_missing_column_families(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.increase_parallelism(2);
-        // The WAL is the durability mechanism of both the Raft log and the state
-        // machine: recover every write that was synced, drop a torn tail.
+        // The WAL is the durability mechanism of the Raft log: recover every
+        // write that was synced, drop a torn tail.
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
+        // The state machine's rows skip the WAL ([`Engine::write_unlogged`]):
+        // they are durable once flushed, and every column family flushes
+        // together, so a crash leaves the state exactly as it was at one
+        // flush (its last-applied id with it), never one column family
+        // ahead of another. The Raft log re-applies the rest.
+        opts.set_atomic_flush(true);
         let cache = Cache::new_lru_cache(MEMORY_BUDGET_BYTES);
         let memtables = WriteBufferManager::new_write_buffer_manager_with_cache(
             MEMORY_BUDGET_BYTES / 2,
@@ -139,10 +145,12 @@ impl Engine {
     }
 
     /// Writes a batch atomically, without the WAL: a crash loses it unless
-    /// a [`Engine::flush`] of every column family it touches completed
-    /// first. Only for bulk loads whose crash is recovered another way (a
-    /// snapshot install is redone from its staged file): it saves writing
-    /// every row twice.
+    /// an [`Engine::flush_all`] completed after it. Only for rows whose loss
+    /// is recovered another way: the state machine's (re-applied from the
+    /// Raft log, which is never purged past a flushed state; see
+    /// `crate::purge`) and a snapshot install's (redone from its staged
+    /// file). It saves writing every such row twice, to the WAL and to the
+    /// memtable, and makes the log's fsyncs carry only the log.
     pub fn write_unlogged(&self, batch: Batch<'_>) -> Result<(), StoreError> {
         let mut opts = WriteOptions::default();
         opts.disable_wal(true);
@@ -150,10 +158,17 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes `cf`'s memtables to table files and waits for them: every
-    /// write to it before, unlogged ones included, is durable afterwards.
-    pub fn flush(&self, cf: Cf) -> Result<(), StoreError> {
-        self.db.flush_cf(self.handle(cf)?)?;
+    /// Writes every column family's memtables to table files, atomically
+    /// (one flush of them all), and waits: every write before, unlogged
+    /// ones included, is durable afterwards.
+    pub fn flush_all(&self) -> Result<(), StoreError> {
+        let handles = Cf::ALL
+            .iter()
+            .map(|&cf| self.handle(cf))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut opts = rocksdb::FlushOptions::default();
+        opts.set_wait(true);
+        self.db.flush_cfs_opt(&handles, &opts)?;
         Ok(())
     }
 
@@ -341,15 +356,24 @@ impl From<rocksdb::Error> for StoreError {
     }
 }
 
+/// A reader of one row as RocksDB holds it ([`Source::visit_row`]).
+pub(crate) type RowVisitor<'a> = &'a mut dyn FnMut(&[u8]) -> Result<(), StoreError>;
+
 /// Something rows can be read from: the live engine or a point-in-time view.
 pub(crate) trait Source {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Runs `visit` on the row `key` of `cf` where RocksDB holds it (pinned,
+    /// not copied); whether there was one.
+    fn visit_row(&self, cf: Cf, key: &[u8], visit: RowVisitor<'_>) -> Result<bool, StoreError>;
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
 }
 
 impl Source for Engine {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Engine::get(self, cf, key)
+    }
+    fn visit_row(&self, cf: Cf, key: &[u8], visit: RowVisitor<'_>) -> Result<bool, StoreError> {
+        Ok(self.read_row(cf, key, visit)?.is_some())
     }
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         Engine::scan(self, cf, start, end)
@@ -359,6 +383,12 @@ impl Source for Engine {
 impl Source for SnapshotView<'_> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         SnapshotView::get(self, cf, key)
+    }
+    fn visit_row(&self, cf: Cf, key: &[u8], visit: RowVisitor<'_>) -> Result<bool, StoreError> {
+        match self.snapshot.get_pinned_cf(self.engine.handle(cf)?, key)? {
+            Some(row) => visit(&row).map(|()| true),
+            None => Ok(false),
+        }
     }
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         SnapshotView::scan(self, cf, start, end)

@@ -1,5 +1,6 @@
 //! kubestore's storage: the MVCC revision store, the Raft log store and the
-//! replicated state machine, all in one RocksDB instance with one WAL.
+//! replicated state machine, all in one RocksDB instance, whose WAL carries
+//! the Raft log alone (the log is the state machine's WAL).
 //!
 //! Its one job is to turn an ordered stream of committed [`Command`]s into
 //! a revision history that can be read at any uncompacted revision. It knows
@@ -18,11 +19,14 @@
 //!   revision and verdict, exactly as if each were its own entry, and all
 //!   of them in that one write batch.
 //! - **Durability.** Log appends are synced (group-committed: one fsync for
-//!   every append queued behind the last) before openraft is told; state
-//!   machine writes ride on the same WAL, so a restart re-applies from the
-//!   last applied id that reached the disk.
-//! - **The log is never purged past the snapshot on disk**, whatever order
-//!   openraft asks in, so a crash or a failed install at any point leaves a
+//!   every append queued behind the last) before openraft is told. The
+//!   state machine's rows skip the WAL: the log is their durable record.
+//!   Every column family flushes together, so a crash leaves the state as
+//!   of one flush, last-applied id included, and openraft re-applies the
+//!   committed entries after it at the next start.
+//! - **The log is never purged past the snapshot on disk**, nor past the
+//!   flushed state (a snapshot build flushes it; a purge past every
+//!   snapshot flushes first), whatever order openraft asks in, so a crash or a failed install at any point leaves a
 //!   node that restarts and catches up.
 //! - **Leases** are state-machine data too: grants, renewals and revokes
 //!   are log entries, and a revoke deletes its keys in one revision. An

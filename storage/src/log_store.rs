@@ -5,8 +5,9 @@
 //! followers meanwhile); one flusher thread then fsyncs the WAL once for
 //! every append that queued up behind the previous fsync and only then
 //! tells openraft those entries are durable, in order. Under load many
-//! appends share one fsync. The same sync persists any state-machine writes
-//! made before it (one database, one WAL).
+//! appends share one fsync. The WAL carries nothing but the log: the state
+//! machine's rows skip it (the log is their durable record; see
+//! `crate::purge`).
 //!
 //! The latest appended entries are also kept decoded in memory
 //! ([`RecentEntries`]): openraft reads each entry back soon after the

@@ -150,10 +150,14 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
 
 impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        match self.src.get(Cf::Kv, key)? {
-            Some(v) => Ok(Some(bincode::deserialize(&v)?)),
-            None => Ok(None),
-        }
+        // Decoded where RocksDB holds the row: its value is copied once,
+        // into the key-value, not first into a row of its own.
+        let mut kv = None;
+        self.src.visit_row(Cf::Kv, key, &mut |row| {
+            kv = Some(bincode::deserialize(row)?);
+            Ok(())
+        })?;
+        Ok(kv)
     }
 
     fn scan(
@@ -350,11 +354,49 @@ fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
         .collect()
 }
 
-/// Stages the writes, history rows, events, revision and session change of
-/// `applied` into `batch`. A compaction is staged as the new compaction
+/// Stages what one log entry's commands did, in their order: each
+/// command's own rows (current state, history, events, leases, session
+/// records), then once for the entry the rows every command would
+/// overwrite (the revision, each origin's session state, the compaction
+/// point) with their last values. A batch entry of 256 writes makes one
+/// revision row and one session row per origin, not 256 of each: RocksDB
+/// inserts every row of a write batch, overwritten or not. The compaction
 /// point alone: the rows it makes unreachable are purged later, off the
 /// apply path ([`crate::compactor`]).
-pub(crate) fn stage_applied(batch: &mut Batch<'_>, applied: &Applied) -> Result<(), StoreError> {
+pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<(), StoreError> {
+    let mut revision = None;
+    let mut sessions = std::collections::BTreeMap::new();
+    let mut compact_to = None;
+    for applied in entry {
+        stage_rows(batch, applied)?;
+        if !applied.writes.is_empty() {
+            revision = Some(applied.response.revision);
+        }
+        if let Some(update) = &applied.session {
+            session::stage_records(batch, update)?;
+            sessions.insert(update.origin, &update.state);
+        }
+        compact_to = applied.compact_to.or(compact_to);
+    }
+    if let Some(revision) = revision {
+        batch.put(
+            Cf::SmMeta,
+            schema::SM_REVISION,
+            &schema::u64_key(revision.0),
+        )?;
+    }
+    for (origin, state) in sessions {
+        session::stage_state(batch, origin, state)?;
+    }
+    if let Some(to) = compact_to {
+        batch.put(Cf::SmMeta, schema::SM_COMPACTED, &schema::u64_key(to.0))?;
+    }
+    Ok(())
+}
+
+/// One command's own rows: its keys' current state and history, its
+/// revision's events, its lease changes.
+fn stage_rows(batch: &mut Batch<'_>, applied: &Applied) -> Result<(), StoreError> {
     let revision = applied.response.revision;
     if !applied.writes.is_empty() {
         for (key, state) in &applied.writes {
@@ -372,11 +414,6 @@ pub(crate) fn stage_applied(batch: &mut Batch<'_>, applied: &Applied) -> Result<
             Cf::Events,
             &schema::u64_key(revision.0),
             &bincode::serialize(&stored_events(&applied.events, revision))?,
-        )?;
-        batch.put(
-            Cf::SmMeta,
-            schema::SM_REVISION,
-            &schema::u64_key(revision.0),
         )?;
     }
     for (id, lease) in &applied.leases {
@@ -396,12 +433,6 @@ pub(crate) fn stage_applied(batch: &mut Batch<'_>, applied: &Applied) -> Result<
         } else {
             batch.delete(Cf::Leases, &row)?;
         }
-    }
-    if let Some(update) = &applied.session {
-        session::stage_update(batch, update)?;
-    }
-    if let Some(to) = applied.compact_to {
-        batch.put(Cf::SmMeta, schema::SM_COMPACTED, &schema::u64_key(to.0))?;
     }
     Ok(())
 }

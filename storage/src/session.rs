@@ -103,9 +103,10 @@ pub struct SessionUpdate {
     pub recorded: Option<(u64, Recorded)>,
 }
 
-/// Stages `update` into `batch`: the state row, the evictions and the new
-/// record.
-pub(crate) fn stage_update(
+/// Stages `update`'s records into `batch`: the evictions and the new
+/// record. Its state row is staged by [`stage_state`], once per entry
+/// with the origin's last state.
+pub(crate) fn stage_records(
     batch: &mut Batch<'_>,
     update: &SessionUpdate,
 ) -> Result<(), StoreError> {
@@ -131,10 +132,19 @@ pub(crate) fn stage_update(
             &bincode::serialize(recorded)?,
         )?;
     }
+    Ok(())
+}
+
+/// Stages `origin`'s session state row.
+pub(crate) fn stage_state(
+    batch: &mut Batch<'_>,
+    origin: NodeId,
+    state: &SessionState,
+) -> Result<(), StoreError> {
     batch.put(
         Cf::Sessions,
         &schema::session_key(origin),
-        &bincode::serialize(&update.state)?,
+        &bincode::serialize(state)?,
     )
 }
 

@@ -27,6 +27,10 @@
 //!   of its own (`incoming-<nanos>.snap`); an abandoned stream's file is
 //!   unlinked, never truncated, so a write still in flight cannot land in
 //!   the next stream's data.
+//! - **Durable state behind every snapshot.** A build flushes the state
+//!   machine (whose rows skip the WAL) before its file may move the purge
+//!   horizon, so the state a restart finds is never older than the end of
+//!   the purged log: the log always holds what the restart re-applies.
 //! - **Redone after a crash.** An install is staged (`staged.snap`) and
 //!   marked in the store before the state machine is cleared, so an install
 //!   a crash interrupts is redone from the staged file at the next open.
@@ -126,6 +130,11 @@ pub(crate) fn build_snapshot_file(
             .into_inner()
             .map_err(|e| StoreError::Io(tmp.display().to_string(), e.into_error()))?;
         file.sync_all().map_err(io_err(&tmp))?;
+        // The state machine's rows skip the WAL: the state this snapshot
+        // was read from (and everything applied since) is made durable
+        // before the snapshot may let the log go, so a crash can never
+        // leave a state older than the purged log's end.
+        engine.flush_all()?;
         let current = dir.join(CURRENT_SNAPSHOT);
         let _files = files.lock();
         let existing = current
@@ -262,9 +271,7 @@ pub(crate) fn install_from_file(
     // The rows so far skipped the WAL (the install marker makes a crash
     // redo the whole install): they are made durable here, before the
     // last batch records the install as applied.
-    for cf in Cf::STATE_MACHINE.into_iter().chain([Cf::SmMeta]) {
-        engine.flush(cf)?;
-    }
+    engine.flush_all()?;
     batch.put(
         Cf::SmMeta,
         schema::SM_LAST_APPLIED,

@@ -214,10 +214,8 @@ impl StateMachine {
                 let reader = MvccReader::new(&self.engine)?;
                 let view = WithSessions::new(&reader, &self.sessions);
                 let (response, applied) = apply_entry(&view, cmd)?;
-                for one in &applied {
-                    mvcc::stage_applied(&mut batch, one)?;
-                    compacted |= one.compact_to.is_some();
-                }
+                mvcc::stage_applied(&mut batch, &applied)?;
+                compacted = applied.iter().any(|one| one.compact_to.is_some());
                 for one in applied {
                     // Exactly the revisions `stage_applied` wrote events for.
                     if !one.writes.is_empty() {
@@ -243,9 +241,12 @@ impl StateMachine {
             schema::SM_LAST_APPLIED,
             &bincode::serialize(&Some(entry.log_id))?,
         )?;
-        // Not synced: the Raft log is the durable record; a restart re-applies
-        // from the last applied id that did reach the disk.
-        self.engine.write(batch, false)?;
+        // Without the WAL: the Raft log is the durable record. A restart
+        // finds the state as of the last flush (every column family at one
+        // point, the last-applied id with them) and openraft re-applies the
+        // committed entries after it; a snapshot flushes before the log
+        // behind it may be purged (see `crate::purge`).
+        self.engine.write_unlogged(batch)?;
         self.last_applied = Some(entry.log_id);
         for (revision, events) in revisions {
             self.recent.push(revision, events);

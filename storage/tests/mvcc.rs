@@ -572,30 +572,57 @@ async fn leases_attach_keys_revoke_them_in_one_revision_and_travel_in_snapshots(
 
 const CRASH_DIR: &str = "KUBESTORE_TEST_CRASH_DIR";
 
-/// Not a test on its own: the child process of the crash test, which applies
-/// entries until it is killed.
+/// Not a test on its own: the child process of the crash test. It does
+/// what a node does with each entry, until it is killed: appends it to the
+/// log (synced), records it committed, applies it, and only then says so.
 #[tokio::test]
 async fn crash_child_applies_until_killed() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
     let Ok(dir) = std::env::var(CRASH_DIR) else {
         return;
     };
-    let (_log, mut sm, store) = kubestore_storage::open(std::path::Path::new(&dir)).expect("open");
+    let (mut log, mut sm, store) =
+        kubestore_storage::open(std::path::Path::new(&dir)).expect("open");
+    if sm.applied_state().await.expect("applied").0.is_none() {
+        // A log starts at index 0, as a cluster's does (its first
+        // membership): openraft's start re-applies from there.
+        let first = vec![Entry {
+            log_id: log_id(0),
+            payload: EntryPayload::Blank,
+        }];
+        log.blocking_append(first.clone()).await.expect("append");
+        sm.apply(first).await.expect("apply");
+    }
     let mut next = store.applied().log_index.0 + 1;
     loop {
         // Each entry is proposal `seq = its index` of node 1, alone in flight.
-        let cmds = (0..3)
-            .map(|i| {
-                let write = put(&format!("key/{}", (next + i) % 97), &next.to_string());
-                tagged(1, 1, next + i, next + i, write)
+        let entries: Vec<Entry<kubestore_storage::TypeConfig>> = (next..next + 3)
+            .map(|index| {
+                let write = put(&format!("key/{}", index % 97), &index.to_string());
+                Entry {
+                    log_id: log_id(index),
+                    payload: EntryPayload::Normal(tagged(1, 1, index, index, write).into()),
+                }
             })
             .collect();
-        apply_all(&mut sm, &mut next, cmds).await;
+        next += 3;
+        log.blocking_append(entries.clone()).await.expect("append");
+        log.save_committed(Some(log_id(next - 1)))
+            .await
+            .expect("committed");
+        sm.apply(entries).await.expect("apply");
         println!("applied {}", next - 1);
     }
 }
 
+/// A node killed while applying restarts as a node does: the state is as
+/// of its last flush (the state machine's rows skip the WAL), data and
+/// last-applied id in agreement, and openraft's start re-applies the
+/// committed log after it, so nothing the child reported applied is lost
+/// and nothing it never applied appears.
 #[tokio::test]
 async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreement() {
+    use openraft::storage::StorageHelper;
     if std::env::var(CRASH_DIR).is_ok() {
         return;
     }
@@ -616,9 +643,11 @@ async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreeme
             .expect("spawn child");
         let stdout = child.stdout.take().expect("stdout");
         let mut seen = 0;
+        let mut reported = 0u64;
         for line in BufReader::new(stdout).lines() {
             let line = line.expect("line");
-            if line.starts_with("applied ") {
+            if let Some(index) = line.strip_prefix("applied ") {
+                reported = index.parse().expect("an index");
                 seen += 1;
                 if seen == 50 + round * 17 {
                     break;
@@ -628,18 +657,34 @@ async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreeme
         child.kill().expect("kill");
         child.wait().expect("wait");
 
-        // Phase 2: every applied entry wrote exactly one revision, so the
-        // revision must equal the last applied index, and the data must
-        // match that revision's history.
-        let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("reopen");
-        let (last_applied, _) = sm.applied_state().await.expect("applied");
-        let index = last_applied.map_or(0, |l| l.index);
-        assert!(index > 0, "the child applied something");
+        // Phase 2: the state found on disk is one flush's, consistent in
+        // itself: every applied entry wrote exactly one revision, so the
+        // revision equals the last applied index.
+        let (mut log, mut sm, store) = kubestore_storage::open(dir.path()).expect("reopen");
+        let (found, _) = sm.applied_state().await.expect("applied");
+        let found = found.map_or(0, |l| l.index);
         assert_eq!(
             store.applied().revision,
-            Revision(index),
+            Revision(found),
             "data and last-applied disagree after a crash"
         );
+        assert!(
+            found < reported,
+            "round {round}: the kill took back the unflushed state ({found} of {reported} applied)"
+        );
+
+        // Phase 3: openraft's start re-applies the committed log.
+        StorageHelper::new(&mut log, &mut sm)
+            .get_initial_state()
+            .await
+            .expect("initial state");
+        let (last_applied, _) = sm.applied_state().await.expect("applied");
+        let index = last_applied.map_or(0, |l| l.index);
+        assert!(
+            index >= reported,
+            "round {round}: {reported} was applied before the kill, {index} after the restart"
+        );
+        assert_eq!(store.applied().revision, Revision(index));
         let current = read(&store, "", None).expect("current");
         let at_revision = read(&store, "", Some(index)).expect("at revision");
         assert_eq!(current, at_revision);
@@ -648,13 +693,11 @@ async fn reopening_after_a_kill_mid_apply_finds_data_and_last_applied_in_agreeme
             .filter_map(|(_, v)| v.parse().ok())
             .max()
             .unwrap_or(0);
-        assert!(
-            max_value <= index,
-            "a value from an unapplied entry survived"
-        );
+        assert_eq!(max_value, index, "the newest value is the last entry's");
         if round == 2 {
-            // The session rows were written with the data: the last applied
-            // proposal is known, so a copy of it is answered, not applied.
+            // The session rows were re-applied with the data: the last
+            // applied proposal is known, so a copy of it is answered, not
+            // applied.
             let mut next = index + 1;
             let copy = apply_all(
                 &mut sm,

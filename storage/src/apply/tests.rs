@@ -23,6 +23,8 @@ struct MemView {
     sessions: BTreeMap<NodeId, SessionState>,
     records: BTreeMap<(NodeId, u64), Recorded>,
     leases: BTreeMap<LeaseId, LeaseRecord>,
+    /// How many single-key reads apply made of it.
+    reads: std::cell::Cell<usize>,
 }
 
 impl MemView {
@@ -84,6 +86,7 @@ impl MemView {
 
 impl MvccRead for MemView {
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        self.reads.set(self.reads.get() + 1);
         Ok(self.kvs.get(key).cloned())
     }
     fn scan(
@@ -188,6 +191,70 @@ fn create_precondition_is_decided_inside_apply() {
         OpResponse::Range(r) => assert_eq!(r.kvs[0].value, b"v1"),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// `key`'s put (or delete) guarded by its modification revision, as every
+/// Kubernetes update (or delete) is.
+fn guarded(key: &str, revision: u64, op: Op) -> Command {
+    Command::Txn(Txn {
+        compare: vec![Compare::mod_revision(key, CompareOp::Equal, revision)],
+        success: vec![op],
+        failure: vec![Op::Range(RangeRequest {
+            range: KeyRange::single(key),
+            ..RangeRequest::default()
+        })],
+    })
+}
+
+#[test]
+fn a_guarded_write_reads_its_key_once_and_writes_as_if_read_twice() {
+    let mut view = MemView::default();
+    view.run(put("k", "v1"));
+    view.run(put("other", "o"));
+
+    view.reads.set(0);
+    let applied = view.run(guarded("k", 1, Op::Put(PutRequest::new("k", "v2"))));
+    assert!(txn_result(&applied).succeeded);
+    assert_eq!(view.reads.get(), 1, "the put takes what the compare read");
+    let kv = &view.kvs[b"k".as_slice()];
+    assert_eq!(
+        (kv.version, kv.create_revision, kv.mod_revision),
+        (2, Revision(1), Revision(3))
+    );
+    let prev = applied.events[0].prev_kv.as_ref().expect("prev");
+    assert_eq!(prev.value, b"v1");
+
+    // A compare of one key and a put of another read each on its own.
+    view.reads.set(0);
+    let applied = view.run(guarded("k", 3, Op::Put(PutRequest::new("other", "o2"))));
+    assert!(txn_result(&applied).succeeded);
+    assert_eq!(view.reads.get(), 2);
+    assert_eq!(view.kvs[b"other".as_slice()].version, 2);
+
+    // A failed guard reads nothing more than its compare and its range.
+    let applied = view.run(guarded("k", 1, Op::Put(PutRequest::new("k", "v3"))));
+    assert!(!txn_result(&applied).succeeded);
+    assert_eq!(view.kvs[b"k".as_slice()].value, b"v2");
+
+    view.reads.set(0);
+    let applied = view.run(guarded(
+        "k",
+        3,
+        Op::Delete(DeleteRequest {
+            range: KeyRange::single("k"),
+            prev_kv: true,
+        }),
+    ));
+    assert_eq!(
+        view.reads.get(),
+        1,
+        "the delete takes what the compare read"
+    );
+    match &txn_result(&applied).responses[0] {
+        OpResponse::Delete(d) => assert_eq!(d.prev_kvs[0].value, b"v2"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(!view.kvs.contains_key(b"k".as_slice()));
 }
 
 #[test]

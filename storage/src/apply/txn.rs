@@ -4,6 +4,7 @@
 //! a key twice, as etcd does. Also [`merge_scan`], the scan of a view with
 //! pending writes laid over it, which the batch view shares.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
@@ -78,6 +79,12 @@ pub(super) struct TxnRun<'v, V> {
     pub(super) attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// Bytes of range results it may still return.
     pub(super) budget: usize,
+    /// The view's state of the key a single-key compare read last, until
+    /// an operation on that key takes it: a guarded write (compare, then
+    /// put or delete) reads its key from the store once, not twice. The
+    /// view does not change during the transaction, and pending writes
+    /// are looked up first.
+    compared: RefCell<Option<(Vec<u8>, Option<KeyValue>)>>,
 }
 
 impl<'v, V: MvccRead> TxnRun<'v, V> {
@@ -89,6 +96,7 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
             events: Vec::new(),
             attachments: BTreeMap::new(),
             budget,
+            compared: RefCell::new(None),
         }
     }
 
@@ -135,9 +143,16 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        match self.writes.get(key) {
-            Some(pending) => Ok(pending.clone()),
-            None => self.view.get(key),
+        if let Some(pending) = self.writes.get(key) {
+            return Ok(pending.clone());
+        }
+        let mut compared = self.compared.borrow_mut();
+        match compared.take() {
+            Some((k, state)) if k.as_slice() == key => Ok(state),
+            other => {
+                *compared = other;
+                self.view.get(key)
+            }
         }
     }
 
@@ -155,7 +170,12 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
     /// absent key, as in etcd. Streams: nothing of the range is held.
     fn compare(&self, cmp: &Compare) -> Result<bool, TxnError> {
         if cmp.range.is_single() {
-            return Ok(compare_one(self.get(&cmp.range.key)?.as_ref(), cmp));
+            let state = self.get(&cmp.range.key)?;
+            let passed = compare_one(state.as_ref(), cmp);
+            if !self.writes.contains_key(&cmp.range.key) {
+                *self.compared.borrow_mut() = Some((cmp.range.key.clone(), state));
+            }
+            return Ok(passed);
         }
         let (mut any, mut all) = (false, true);
         self.scan_live(&cmp.range, &mut |kv| {
@@ -233,14 +253,13 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
             lease,
         };
         self.writes.insert(req.key.clone(), Some(kv.clone()));
+        let answered = if req.prev_kv { prev.clone() } else { None };
         self.events.push(Event {
             kind: EventKind::Put,
             kv,
-            prev_kv: prev.clone(),
+            prev_kv: prev,
         });
-        Ok(OpResponse::Put {
-            prev_kv: if req.prev_kv { prev } else { None },
-        })
+        Ok(OpResponse::Put { prev_kv: answered })
     }
 
     pub(super) fn delete(&mut self, req: &DeleteRequest) -> Result<DeleteResponse, TxnError> {
