@@ -56,11 +56,21 @@ pub(crate) struct MvccReader<'a, S: ?Sized> {
 
 impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
     pub(crate) fn new(src: &'a S) -> Result<Self, StoreError> {
-        Ok(Self {
+        Ok(Self::at(
             src,
-            current: read_revision(src, schema::SM_REVISION)?,
-            compacted: read_revision(src, schema::SM_COMPACTED)?,
-        })
+            read_revision(src, schema::SM_REVISION)?,
+            read_revision(src, schema::SM_COMPACTED)?,
+        ))
+    }
+
+    /// A reader of `src` whose current revision and compaction point the
+    /// caller knows (the state machine keeps them): no reads of them.
+    pub(crate) fn at(src: &'a S, current: Revision, compacted: Revision) -> Self {
+        Self {
+            src,
+            current,
+            compacted,
+        }
     }
 
     /// The events of revisions `> after`, ascending, at most `limit`

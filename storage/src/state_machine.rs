@@ -80,6 +80,10 @@ pub struct StateMachine {
     timings: Arc<StageTimes>,
     /// Each revision's events once written, for the log's readers.
     recent: RecentEvents,
+    /// Where it stands, as last published: read from the store at open
+    /// and after an install, kept up to date by apply, so that neither
+    /// an apply nor a publish reads the revision rows back.
+    state: AppliedState,
 }
 
 impl Drop for StateMachine {
@@ -167,6 +171,7 @@ impl StateMachine {
                 compactor,
                 timings: Arc::default(),
                 recent: RecentEvents::default(),
+                state,
             },
             applied_rx,
         ))
@@ -196,26 +201,47 @@ impl StateMachine {
         self
     }
 
-    fn publish(&self, reset: bool) -> Result<(), StoreError> {
-        let resets = self.applied_tx.borrow().resets + u64::from(reset);
-        let state = read_applied_state(&self.engine, self.last_applied, resets)?;
-        self.applied_tx.send_replace(state);
+    /// Publishes where it stands. After an install (`reset`) that is read
+    /// from the store; otherwise apply kept it (debug builds check it
+    /// against the store).
+    fn publish(&mut self, reset: bool) -> Result<(), StoreError> {
+        if reset {
+            let resets = self.state.resets + 1;
+            self.state = read_applied_state(&self.engine, self.last_applied, resets)?;
+        } else {
+            self.state.log_index = LogIndex(self.last_applied.map_or(0, |l| l.index));
+            #[cfg(debug_assertions)]
+            {
+                let stored =
+                    read_applied_state(&self.engine, self.last_applied, self.state.resets)?;
+                debug_assert_eq!(self.state, stored, "apply's account left the store's");
+            }
+        }
+        self.applied_tx.send_replace(self.state);
         Ok(())
     }
 
     fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
         let mut batch = self.engine.batch();
         let mut session_updates = Vec::new();
-        let mut compacted = false;
+        // The revision and compaction point the entry leaves, exactly as
+        // `stage_applied` writes them: the last command's that set one.
+        let (mut revision, mut compacted) = (None, None);
         let mut revisions = Vec::new();
         let response = match &entry.payload {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
-                let reader = MvccReader::new(&self.engine)?;
+                let reader =
+                    MvccReader::at(&self.engine, self.state.revision, self.state.compacted);
                 let view = WithSessions::new(&reader, &self.sessions);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 mvcc::stage_applied(&mut batch, &applied)?;
-                compacted = applied.iter().any(|one| one.compact_to.is_some());
+                revision = applied
+                    .iter()
+                    .rev()
+                    .find(|one| !one.writes.is_empty())
+                    .map(|one| one.response.revision);
+                compacted = applied.iter().rev().find_map(|one| one.compact_to);
                 for one in applied {
                     // Exactly the revisions `stage_applied` wrote events for.
                     if !one.writes.is_empty() {
@@ -248,11 +274,13 @@ impl StateMachine {
         // behind it may be purged (see `crate::purge`).
         self.engine.write_unlogged(batch)?;
         self.last_applied = Some(entry.log_id);
+        self.state.revision = revision.unwrap_or(self.state.revision);
+        if let Some(to) = compacted {
+            self.state.compacted = to;
+            self.compactor.wake();
+        }
         for (revision, events) in revisions {
             self.recent.push(revision, events);
-        }
-        if compacted {
-            self.compactor.wake();
         }
         // In the order they were staged, now that they are written.
         for update in &session_updates {
