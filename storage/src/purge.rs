@@ -307,25 +307,38 @@ mod tests {
         assert_eq!(purged(&mut log).await, Some(log_id(40)));
     }
 
-    /// Copies the directory tree `from` to `to`: of a store open and idle,
-    /// what a crash would leave on disk (RocksDB's files are written only
-    /// by appends and whole new files; rows in no file are lost). A file
-    /// gone between the listing and its copy is one RocksDB found obsolete
-    /// after a flush (its old WAL), which a crash may as well have found
-    /// deleted.
-    fn crash_image(from: &std::path::Path, to: &std::path::Path) {
-        std::fs::create_dir_all(to).expect("mkdir");
-        for entry in std::fs::read_dir(from).expect("read dir") {
+    /// Every file under `dir` with its length, in name order.
+    fn listing(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("read dir") {
             let entry = entry.expect("entry");
-            let target = to.join(entry.file_name());
             if entry.file_type().expect("type").is_dir() {
-                crash_image(&entry.path(), &target);
-            } else if entry.file_name() != "LOCK" {
-                match std::fs::copy(entry.path(), &target) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => panic!("copy {}: {e}", entry.path().display()),
-                }
+                files.extend(listing(&entry.path()));
+            } else if let Ok(meta) = entry.metadata() {
+                files.push((entry.path(), meta.len()));
+            }
+        }
+        files.sort();
+        files
+    }
+
+    /// Copies the store under `from` to `to` as a crash would leave it:
+    /// the files on disk, none of the memtables. RocksDB may still be
+    /// finishing background work (a flush's table files, a deletion of
+    /// obsolete ones), so the copy is taken again until no file appeared,
+    /// went or grew while it was made.
+    fn crash_image(from: &std::path::Path, to: &std::path::Path) {
+        loop {
+            let before = listing(from);
+            let _ = std::fs::remove_dir_all(to);
+            let copied = before.iter().all(|(path, _)| {
+                let rel = path.strip_prefix(from).expect("under from");
+                let target = to.join(rel);
+                std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
+                rel.file_name().is_some_and(|n| n == "LOCK") || std::fs::copy(path, &target).is_ok()
+            });
+            if copied && listing(from) == before {
+                return;
             }
         }
     }
