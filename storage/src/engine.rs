@@ -113,21 +113,6 @@ impl Engine {
         Ok(self.db.get_cf(self.handle(cf)?, key)?)
     }
 
-    /// Runs `read` on the row `key` of `cf` as RocksDB holds it (pinned
-    /// in its block cache or memtable): a value decoded from it is not
-    /// copied first.
-    pub fn read_row<T>(
-        &self,
-        cf: Cf,
-        key: &[u8],
-        read: impl FnOnce(&[u8]) -> Result<T, StoreError>,
-    ) -> Result<Option<T>, StoreError> {
-        match self.db.get_pinned_cf(self.handle(cf)?, key)? {
-            Some(row) => read(&row).map(Some),
-            None => Ok(None),
-        }
-    }
-
     pub fn batch(&self) -> Batch<'_> {
         Batch {
             engine: self,
@@ -373,7 +358,10 @@ impl Source for Engine {
         Engine::get(self, cf, key)
     }
     fn visit_row(&self, cf: Cf, key: &[u8], visit: RowVisitor<'_>) -> Result<bool, StoreError> {
-        Ok(self.read_row(cf, key, visit)?.is_some())
+        match self.db.get_pinned_cf(self.handle(cf)?, key)? {
+            Some(row) => visit(&row).map(|()| true),
+            None => Ok(false),
+        }
     }
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         Engine::scan(self, cf, start, end)

@@ -177,10 +177,7 @@ impl Store {
     /// how recent it is). Half the reads of a one-key [`Store::range`]: the
     /// read of every guarded Kubernetes write.
     pub fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        self.consistent(|| {
-            self.engine
-                .read_row(schema::Cf::Kv, key, |row| Ok(bincode::deserialize(row)?))
-        })
+        self.consistent(|| mvcc::read_current(&self.engine, key))
     }
 
     /// Runs `read` against one consistent point-in-time view of the store,

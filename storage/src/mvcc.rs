@@ -46,6 +46,21 @@ pub(crate) fn read_revision<S: Source + ?Sized>(
     }
 }
 
+/// The current key-value of `key` in `src`, decoded where RocksDB holds
+/// the row: its value is copied once, into the key-value, not first into
+/// a row of its own. One read, atomic on its own.
+pub(crate) fn read_current<S: Source + ?Sized>(
+    src: &S,
+    key: &[u8],
+) -> Result<Option<KeyValue>, StoreError> {
+    let mut kv = None;
+    src.visit_row(Cf::Kv, key, &mut |row| {
+        kv = Some(bincode::deserialize(row)?);
+        Ok(())
+    })?;
+    Ok(kv)
+}
+
 /// Reads the MVCC store through one source, with the revision bounds the
 /// source had when the reader was made.
 pub(crate) struct MvccReader<'a, S: ?Sized> {
@@ -160,14 +175,7 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
 
 impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        // Decoded where RocksDB holds the row: its value is copied once,
-        // into the key-value, not first into a row of its own.
-        let mut kv = None;
-        self.src.visit_row(Cf::Kv, key, &mut |row| {
-            kv = Some(bincode::deserialize(row)?);
-            Ok(())
-        })?;
-        Ok(kv)
+        read_current(self.src, key)
     }
 
     fn scan(
