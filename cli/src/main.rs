@@ -59,6 +59,11 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    if let Err(e) =
+        kubestore_server::process::set_transparent_huge_pages(config.transparent_huge_pages)
+    {
+        tracing::warn!(error = %e, "could not set transparent huge pages; the kernel's default holds");
+    }
     let node = RunningNode::bind_and_start(config).await?;
     println!(
         "kubestore node {} serving the Kubernetes API on http://{} (etcd API {}, peers {})",

@@ -37,6 +37,8 @@
 //! - [`histogram`]: the fixed-bucket latency histogram of `/metrics`.
 //! - [`limits`]: the per-node limits of requests in flight (429 /
 //!   ResourceExhausted beyond them).
+//! - [`process`]: settings of the whole serving process (transparent huge
+//!   pages), applied by the binary, never by a node.
 //! - [`write`]: a command through Raft and its answer unpacked, one
 //!   helper per command family (txn, lease, compaction).
 //! - [`kube`]: types, objects, selectors, verbs as transactions, the watch
@@ -59,6 +61,7 @@ pub mod kube;
 pub mod launcher;
 pub mod limits;
 pub mod node;
+pub mod process;
 pub mod write;
 
 pub use config::ServeConfig;

@@ -631,13 +631,17 @@ impl TestCluster {
     /// Sends `signal` to a spawned node's process (SIGSTOP pauses it,
     /// SIGCONT resumes it).
     pub fn signal(&self, id: u64, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.pid(id)?).context("pid out of range")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)?;
+        Ok(())
+    }
+
+    /// The process id of a spawned node.
+    pub fn pid(&self, id: u64) -> anyhow::Result<u32> {
         let Slot::Process(Some(child)) = &self.slot(id)?.slot else {
             bail!("node {id} is not a running process");
         };
-        let pid = child.id().ok_or_else(|| anyhow!("node {id} has exited"))?;
-        let pid = i32::try_from(pid).context("pid out of range")?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)?;
-        Ok(())
+        child.id().ok_or_else(|| anyhow!("node {id} has exited"))
     }
 
     /// If the node's process has exited (crashed: the harness's own kills
