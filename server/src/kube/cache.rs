@@ -236,6 +236,25 @@ impl CachedObject {
         serde_json::from_slice(self.json()).unwrap_or(Value::Null)
     }
 
+    /// The object's `metadata` alone, as `{"metadata": ...}`, for readers
+    /// that need nothing else (the controllers, on every event): the other
+    /// members are skipped as they are parsed, with no tree built for them.
+    pub fn to_metadata_value(&self) -> Value {
+        #[derive(serde::Deserialize)]
+        struct MetadataOnly {
+            metadata: Option<Value>,
+        }
+        match serde_json::from_slice::<MetadataOnly>(self.json()) {
+            Ok(MetadataOnly {
+                metadata: Some(metadata),
+            }) => Value::Object(serde_json::Map::from_iter([(
+                "metadata".to_string(),
+                metadata,
+            )])),
+            _ => Value::Null,
+        }
+    }
+
     /// Whether `selectors` select this object: from its rendered
     /// attributes, or (rendered for another definition of its type) from
     /// the object itself.
@@ -1566,5 +1585,31 @@ mod tests {
         assert_eq!(parsed["type"], "DELETED");
         assert_eq!(parsed["object"]["metadata"]["resourceVersion"], "4");
         assert_eq!(parsed["object"]["metadata"]["labels"]["app"], "z");
+    }
+
+    #[test]
+    fn the_metadata_value_is_the_objects_metadata_and_nothing_else() {
+        let rt = resources::find("", "v1", "configmaps").expect("configmaps");
+        let stored = serde_json::json!({
+            "metadata": {"name": "c", "namespace": "default", "uid": "u1",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u0"}],
+                "finalizers": ["f"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "data": {"big": "x".repeat(1024)},
+        });
+        let obj = CachedObject::decode(
+            rt,
+            b"/registry/configmaps/default/c",
+            stored.to_string().as_bytes(),
+            7,
+            WatchEventType::Added,
+        )
+        .expect("decoded");
+        let whole = obj.to_value();
+        assert_eq!(
+            obj.to_metadata_value(),
+            serde_json::json!({"metadata": whole["metadata"].clone()})
+        );
+        assert_eq!(whole["metadata"]["uid"], "u1");
+        assert!(whole.get("data").is_some());
     }
 }

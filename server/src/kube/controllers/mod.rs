@@ -218,6 +218,20 @@ fn lookup(cache: &WatchCache, rt: &ResourceType, key: &str) -> Option<Arc<Cached
     cache.current(rt).0.get(key).cloned()
 }
 
+/// What the controllers read of an object of type `rt` when they observe
+/// it: its metadata alone (uid, owner references, deletion state,
+/// finalizers), except a pod's whole object, whose `spec.nodeName` decides
+/// its grace period. The leader does this for every event of every type,
+/// so skipping the rest of the JSON (a ConfigMap's data, say) unparsed
+/// matters.
+fn observed(rt: &ResourceType, obj: &CachedObject) -> Value {
+    if is_pods(rt) {
+        obj.to_value()
+    } else {
+        obj.to_metadata_value()
+    }
+}
+
 fn as_map(v: &Value) -> Option<&serde_json::Map<String, Value>> {
     v.as_object()
 }
@@ -271,7 +285,7 @@ impl Controllers {
             let (objects, revision) = cache.current(rt);
             self.seen[i] = revision;
             for (n, (key, obj)) in objects.iter().enumerate() {
-                self.observe(cache, i, key, Some(&obj.to_value()));
+                self.observe(cache, i, key, Some(&observed(rt, obj)));
                 if n % OBJECTS_PER_YIELD == OBJECTS_PER_YIELD - 1 {
                     tokio::task::yield_now().await;
                 }
@@ -302,14 +316,14 @@ impl Controllers {
                     };
                     if event.kind == EventKind::Delete {
                         if let Some(last) = &event.object {
-                            self.gone(i, &last.to_value());
+                            self.gone(i, &last.to_metadata_value());
                             if is_nodes(rt) {
                                 self.node_gone(cache, key.rsplit('/').next().unwrap_or_default());
                             }
                         }
                     }
                     let current = lookup(cache, rt, &key);
-                    let current = current.map(|o| o.to_value());
+                    let current = current.map(|o| observed(rt, &o));
                     self.observe(cache, i, &key, current.as_ref());
                 }
                 self.seen[i] = self.seen[i].max(upto);
@@ -395,7 +409,7 @@ impl Controllers {
                 if let Some((j, owner_key)) = gc::owner_key(&self.types, &r, ns) {
                     let owner = lookup(cache, self.types[j], &owner_key);
                     if owner.is_some_and(|o| {
-                        as_map(&o.to_value()).is_some_and(deletion::is_being_deleted)
+                        as_map(&o.to_metadata_value()).is_some_and(deletion::is_being_deleted)
                     }) {
                         self.enqueue(Work::Owner(j, owner_key));
                     }
