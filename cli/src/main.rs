@@ -35,8 +35,7 @@ enum Cmd {
     Bench(kubestore_benches::load::BenchArgs),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_env("KUBESTORE_LOG")
@@ -46,24 +45,32 @@ async fn main() -> anyhow::Result<()> {
         // write each node's log to a file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
-    let cli = Cli::parse();
-    match cli
+    let command = Cli::parse()
         .command
         .unwrap_or(Cmd::Serve(Box::new(ServeConfig::single_node(
             "kubestore-data".into(),
-        )))) {
-        Cmd::Serve(config) => serve(*config).await,
-        Cmd::Cluster(args) => launcher::run(args).await,
-        Cmd::Bench(args) => kubestore_benches::load::run(args).await,
+        ))));
+    if let Cmd::Serve(config) = &command {
+        // A process setting, made before the runtime's threads allocate.
+        if let Err(e) =
+            kubestore_server::process::set_transparent_huge_pages(config.transparent_huge_pages)
+        {
+            tracing::warn!(error = %e, "could not set transparent huge pages; the kernel's default holds");
+        }
     }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match command {
+            Cmd::Serve(config) => serve(*config).await,
+            Cmd::Cluster(args) => launcher::run(args).await,
+            Cmd::Bench(args) => kubestore_benches::load::run(args).await,
+        }
+    })
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
-    if let Err(e) =
-        kubestore_server::process::set_transparent_huge_pages(config.transparent_huge_pages)
-    {
-        tracing::warn!(error = %e, "could not set transparent huge pages; the kernel's default holds");
-    }
     let node = RunningNode::bind_and_start(config).await?;
     println!(
         "kubestore node {} serving the Kubernetes API on http://{} (etcd API {}, peers {})",

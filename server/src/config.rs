@@ -175,8 +175,8 @@ pub struct ServeConfig {
     /// Let the kernel back this process's heap with transparent huge pages.
     /// Off by default: the allocator asks for them on every region it maps,
     /// so with the kernel's `madvise` mode a node's resident memory grows
-    /// in 2 MiB steps and holds 10-15% more than it uses (an idle watch
-    /// measured 16-22 KiB with them, 5.6 KiB without; see BENCHMARKS.md,
+    /// in 2 MiB steps and holds 12-15% more than without them (an idle watch
+    /// measured 16-22 KiB with them, 5.2-5.7 KiB without; see BENCHMARKS.md,
     /// "Watch fan-out").
     #[arg(long, env = "KUBESTORE_TRANSPARENT_HUGE_PAGES")]
     pub transparent_huge_pages: bool,
@@ -370,6 +370,7 @@ mod tests {
         c.election_timeout = 450;
         c.max_mutating_requests_inflight = 0;
         c.fault_injection = true;
+        c.transparent_huge_pages = true;
         let argv = std::iter::once(OsString::from("kubestore")).chain(c.to_args());
         let Cmd::Serve(parsed) = Cli::try_parse_from(argv).expect("parses").command;
         assert_eq!(format!("{parsed:?}"), format!("{c:?}"));

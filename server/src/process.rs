@@ -10,7 +10,7 @@
 /// The allocator (mimalloc) asks for huge pages on every region it maps.
 /// With the kernel in its common `madvise` mode a node's resident memory
 /// then grows in 2 MiB steps: 12-15% more resident memory for the same
-/// work, and an idle watch measured 16-22 KiB of it instead of 5.6 KiB
+/// work, and an idle watch measured 16-22 KiB of it instead of 5.2-5.7 KiB
 /// (BENCHMARKS.md, "Watch fan-out"). CPU per write did not move
 /// measurably either way, so nodes run without them unless
 /// `--transparent-huge-pages` asks.
@@ -31,9 +31,11 @@ mod tests {
 
     #[test]
     fn the_setting_reaches_the_kernel_both_ways() {
+        let found = nix::sys::prctl::get_thp_disable().expect("read");
         set_transparent_huge_pages(false).expect("disable");
         assert!(nix::sys::prctl::get_thp_disable().expect("read"));
         set_transparent_huge_pages(true).expect("enable");
         assert!(!nix::sys::prctl::get_thp_disable().expect("read"));
+        set_transparent_huge_pages(!found).expect("restore");
     }
 }

@@ -4,6 +4,7 @@
 use kubestore_tests::{ClusterOptions, TestCluster};
 
 /// A field of `/proc/<pid>/status`.
+#[cfg(target_os = "linux")]
 fn proc_status(pid: u32, field: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     status
