@@ -33,6 +33,8 @@ pub const DEFAULT_SNAPSHOT_CATCH_UP_ENTRIES: u64 = 5_000;
 pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
 /// kube-apiserver's default `--max-mutating-requests-inflight`.
 pub const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
+/// etcd's default `--quota-backend-bytes`: 2 GiB.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeConfig {
@@ -128,9 +130,10 @@ pub struct ServeConfig {
         default_value_t = 600
     )]
     pub etcd_progress_notify_seconds: u64,
-    /// Database size above which writes through the etcd API are refused
-    /// and the NOSPACE alarm is raised (etcd's `--quota-backend-bytes`).
-    #[arg(long, env = "KUBESTORE_QUOTA_BACKEND_BYTES", default_value_t = 2 * 1024 * 1024 * 1024)]
+    /// Database size above which puts through the etcd API are refused
+    /// and the NOSPACE alarm is raised (etcd's `--quota-backend-bytes`);
+    /// reads and deletes still pass.
+    #[arg(long, env = "KUBESTORE_QUOTA_BACKEND_BYTES", default_value_t = DEFAULT_QUOTA_BACKEND_BYTES)]
     pub quota_backend_bytes: u64,
     /// Milliseconds between the leader's heartbeats (as etcd's
     /// `--heartbeat-interval`), also openraft's timeout of one
@@ -210,7 +213,7 @@ impl ServeConfig {
             watch_cache_events: 4096,
             watch_cache_seconds: 150,
             etcd_progress_notify_seconds: 600,
-            quota_backend_bytes: 2 * 1024 * 1024 * 1024,
+            quota_backend_bytes: DEFAULT_QUOTA_BACKEND_BYTES,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL_MS,
             election_timeout: DEFAULT_ELECTION_TIMEOUT_MS,
             read_lease_ms: DEFAULT_READ_LEASE_MS,

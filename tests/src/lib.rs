@@ -94,6 +94,10 @@ pub struct ClusterOptions {
     pub max_requests_inflight: usize,
     /// Mutating requests in flight per node (0: no limit).
     pub max_mutating_requests_inflight: usize,
+    /// Nodes keep transparent huge pages (`--transparent-huge-pages`).
+    pub transparent_huge_pages: bool,
+    /// The etcd API's NOSPACE quota in bytes (`--quota-backend-bytes`).
+    pub quota_backend_bytes: u64,
 }
 
 impl Default for ClusterOptions {
@@ -110,6 +114,8 @@ impl Default for ClusterOptions {
             max_requests_inflight: kubestore_server::config::DEFAULT_MAX_REQUESTS_INFLIGHT,
             max_mutating_requests_inflight:
                 kubestore_server::config::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            transparent_huge_pages: false,
+            quota_backend_bytes: kubestore_server::config::DEFAULT_QUOTA_BACKEND_BYTES,
         }
     }
 }
@@ -308,6 +314,8 @@ impl TestCluster {
         c.fault_injection = self.options.fault_injection;
         c.max_requests_inflight = self.options.max_requests_inflight;
         c.max_mutating_requests_inflight = self.options.max_mutating_requests_inflight;
+        c.transparent_huge_pages = self.options.transparent_huge_pages;
+        c.quota_backend_bytes = self.options.quota_backend_bytes;
         c
     }
 

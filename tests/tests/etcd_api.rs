@@ -833,3 +833,72 @@ async fn idle_watches_get_progress_notifications() {
     assert!(rev(progress.header()) >= other);
     c.shutdown().await;
 }
+
+/// Past `--quota-backend-bytes` a put is refused with etcd's NOSPACE and
+/// the alarm is listed, while reads and deletes still pass (so space can
+/// be freed), as etcd does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_quota_puts_are_refused_with_nospace_and_deletes_pass() {
+    const QUOTA: u64 = 4 * 1024 * 1024;
+    let c = TestCluster::spawn(
+        1,
+        ClusterOptions {
+            quota_backend_bytes: QUOTA,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let mut e = c.etcd(1).await.expect("client");
+    let value = vec![b'x'; 64 * 1024];
+    // Each put grows the database; the check reads its size at most
+    // 100 ms late, so a few puts may pass the quota before one is refused.
+    let mut written = 0u64;
+    let refused = loop {
+        assert!(
+            written < 2_000,
+            "no NOSPACE after {written} puts of 64 KiB into a {QUOTA}-byte quota"
+        );
+        match e.put(format!("big/{written}"), value.clone(), None).await {
+            Ok(_) => written += 1,
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(
+        grpc_code(&refused),
+        Some(tonic::Code::ResourceExhausted),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("database space exceeded"),
+        "{refused}"
+    );
+    let alarms = e
+        .alarm(
+            etcd_client::AlarmAction::Get,
+            etcd_client::AlarmType::None,
+            None,
+        )
+        .await
+        .expect("alarms");
+    let kinds: Vec<_> = alarms.alarms().iter().map(|a| a.alarm()).collect();
+    assert_eq!(kinds, vec![etcd_client::AlarmType::Nospace]);
+    let status = e.status().await.expect("status");
+    assert!(status.db_size() as u64 > QUOTA, "{}", status.db_size());
+
+    // Reads and deletes pass; another put is still refused.
+    assert!(written > 0, "the empty database was over the quota");
+    let got = e.get("big/0", None).await.expect("read over the quota");
+    assert_eq!(got.kvs()[0].value().len(), value.len());
+    let deleted = e
+        .delete("big/0", None)
+        .await
+        .expect("a delete over the quota");
+    assert_eq!(deleted.deleted(), 1);
+    let again = e
+        .put("small", "v", None)
+        .await
+        .expect_err("a put over the quota");
+    assert_eq!(grpc_code(&again), Some(tonic::Code::ResourceExhausted));
+    c.shutdown().await;
+}

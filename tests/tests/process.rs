@@ -28,3 +28,25 @@ async fn a_served_node_runs_without_transparent_huge_pages() {
     assert_eq!(proc_status(pid, "THP_enabled"), "0");
     cluster.shutdown().await;
 }
+
+/// `--transparent-huge-pages` gives them back, even to a node whose parent
+/// ran without them (the kernel's setting is inherited across exec, so
+/// the node must turn it on itself).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_asked_for_transparent_huge_pages_keeps_them() {
+    // Inherited by the node: only the node's own setting can turn it on.
+    nix::sys::prctl::set_thp_disable(true).expect("disable for the children");
+    let cluster = TestCluster::spawn(
+        1,
+        ClusterOptions {
+            transparent_huge_pages: true,
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("cluster");
+    let pid = cluster.pid(1).expect("pid");
+    assert_eq!(proc_status(pid, "THP_enabled"), "1");
+    cluster.shutdown().await;
+}

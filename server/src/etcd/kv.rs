@@ -25,13 +25,15 @@ fn too_large(len: usize) -> Result<(), Status> {
 
 impl KvService {
     /// Runs one transaction through Raft; its response and revision. The
-    /// command is validated first (etcd's limits), then the quota checked.
+    /// command is validated first (etcd's limits), then the quota checked:
+    /// over it, a transaction that puts is refused with NOSPACE; ranges and
+    /// deletes pass, as etcd lets them, so space can still be freed.
     async fn write(&self, txn: Txn) -> Result<(kubestore_storage::TxnResponse, u64), Status> {
         let ctx = &self.0;
-        let writes = txn_writes(&txn);
+        let puts = txn_puts(&txn);
         let cmd = Command::Txn(txn);
         validate(&cmd)?;
-        if writes && ctx.over_quota() {
+        if puts && ctx.over_quota() {
             return Err(status::no_space());
         }
         let (resp, revision) = write::txn(&ctx.node, cmd).await.map_err(status::write)?;
@@ -39,11 +41,12 @@ impl KvService {
     }
 }
 
-fn txn_writes(txn: &Txn) -> bool {
+/// Whether a transaction may put (either branch, at any depth).
+fn txn_puts(txn: &Txn) -> bool {
     txn.success.iter().chain(&txn.failure).any(|op| match op {
-        Op::Range(_) => false,
-        Op::Put(_) | Op::Delete(_) => true,
-        Op::Txn(t) => txn_writes(t),
+        Op::Range(_) | Op::Delete(_) => false,
+        Op::Put(_) => true,
+        Op::Txn(t) => txn_puts(t),
     })
 }
 
@@ -64,14 +67,17 @@ impl Kv for KvService {
                 .await
                 .map_err(status::raft)?;
         }
-        // A range may scan the whole keyspace: off the async workers.
-        let resp = self
-            .0
-            .node
-            .store()
-            .run_blocking(move |store| store.range(&read))
-            .await
-            .map_err(status::store)?;
+        let store = self.0.node.store();
+        let resp = if read.range.is_single() {
+            // One key is a point read (a seek, at an old revision): served
+            // on this worker, where a hop to the blocking pool (a thread
+            // woken, a context switch each way) cost more than the read.
+            store.range(&read)
+        } else {
+            // A range may scan the whole keyspace: off the async workers.
+            store.run_blocking(move |store| store.range(&read)).await
+        }
+        .map_err(status::store)?;
         let revision = resp.revision.0;
         let mut out = convert::range_response(convert::shape_range(&req, resp));
         out.header = self.0.header(revision);
