@@ -45,6 +45,9 @@ pub mod walk;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
 use serde_json::{json, Map, Value};
 
 use crate::kube::error::{FieldCause, KubeError};
@@ -262,9 +265,11 @@ impl Target<'static> {
     }
 }
 
-/// The fields no manager owns, for a write of `manager` to objects with
-/// these top-level keys.
-fn ignored(target: &Target<'_>, manager: &Manager, tops: &[&String]) -> FieldSet {
+/// The fields no manager owns whatever the object: `apiVersion`, `kind`,
+/// `metadata` and its server-set members; the second set adds `status`,
+/// for a main resource whose type has a status subresource. Built once:
+/// built per write they took 0.8% of the nodes' CPU under REST updates.
+static NEVER_OWNED: LazyLock<[FieldSet; 2]> = LazyLock::new(|| {
     let mut set = FieldSet::new();
     for f in ["apiVersion", "kind", "metadata"] {
         set.insert(&[Pe::field(f)]);
@@ -281,16 +286,34 @@ fn ignored(target: &Target<'_>, manager: &Manager, tops: &[&String]) -> FieldSet
     ] {
         set.insert(&[Pe::field("metadata"), Pe::field(f)]);
     }
+    let mut with_status = set.clone();
+    with_status.insert(&[Pe::field("status")]);
+    [set, with_status]
+});
+
+/// The fields no manager owns, for a write of `manager` to `objs` (the
+/// objects before and after): [`NEVER_OWNED`], and for the status
+/// subresource every top-level field of either but `status`.
+fn ignored(
+    target: &Target<'_>,
+    manager: &Manager,
+    objs: &[&Map<String, Value>],
+) -> Cow<'static, FieldSet> {
+    let [plain, with_status] = &*NEVER_OWNED;
     if manager.subresource.as_deref() == Some("status") {
-        for top in tops {
-            if *top != "status" {
+        let mut set = plain.clone();
+        for top in top_keys(objs) {
+            if top != "status" {
                 set.insert(&[Pe::field(top)]);
             }
         }
-    } else if target.status_subresource {
-        set.insert(&[Pe::field("status")]);
+        return Cow::Owned(set);
     }
-    set
+    Cow::Borrowed(if target.status_subresource {
+        with_status
+    } else {
+        plain
+    })
 }
 
 fn top_keys<'v>(objs: &[&'v Map<String, Value>]) -> Vec<&'v String> {
@@ -438,7 +461,7 @@ fn compare_owned(
     old: &Map<String, Value>,
     new: &Map<String, Value>,
 ) -> Result<Comparison, MissingKey> {
-    let ignored = ignored(target, manager, &top_keys(&[old, new]));
+    let ignored = ignored(target, manager, &[old, new]);
     let c = walk::compare(target.schema, target.ty, old, new)?;
     Ok(Comparison {
         added: c.added.recursive_difference(&ignored),
@@ -495,7 +518,7 @@ pub fn apply(
     let empty = Map::new();
     let live_obj = live.unwrap_or(&empty);
     let mut entries = live.and_then(decode).unwrap_or_default();
-    let ignored = ignored(target, manager, &top_keys(&[live_obj, &config]));
+    let ignored = ignored(target, manager, &[live_obj, &config]);
     let config_value = Value::Object(config);
     let applied =
         walk::field_set(target.schema, target.ty, &config_value)?.recursive_difference(&ignored);
