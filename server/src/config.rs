@@ -130,9 +130,9 @@ pub struct ServeConfig {
         default_value_t = 600
     )]
     pub etcd_progress_notify_seconds: u64,
-    /// Database size above which puts through the etcd API are refused
-    /// and the NOSPACE alarm is raised (etcd's `--quota-backend-bytes`);
-    /// reads and deletes still pass.
+    /// Database size above which puts and lease grants through the etcd
+    /// API are refused and the NOSPACE alarm is raised (etcd's
+    /// `--quota-backend-bytes`); reads and deletes still pass.
     #[arg(long, env = "KUBESTORE_QUOTA_BACKEND_BYTES", default_value_t = DEFAULT_QUOTA_BACKEND_BYTES)]
     pub quota_backend_bytes: u64,
     /// Milliseconds between the leader's heartbeats (as etcd's

@@ -834,9 +834,9 @@ async fn idle_watches_get_progress_notifications() {
     c.shutdown().await;
 }
 
-/// Past `--quota-backend-bytes` a put is refused with etcd's NOSPACE and
-/// the alarm is listed, while reads and deletes still pass (so space can
-/// be freed), as etcd does.
+/// Past `--quota-backend-bytes` a put or a lease grant is refused with
+/// etcd's NOSPACE and the alarm is listed, while reads and deletes still
+/// pass (so space can be freed), as etcd does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_quota_puts_are_refused_with_nospace_and_deletes_pass() {
     const QUOTA: u64 = 4 * 1024 * 1024;
@@ -850,16 +850,33 @@ async fn past_the_quota_puts_are_refused_with_nospace_and_deletes_pass() {
     .await
     .expect("cluster");
     let mut e = c.etcd(1).await.expect("client");
-    let value = vec![b'x'; 64 * 1024];
+    // Values that do not compress (xorshift bytes): a memtable flushed to
+    // an LZ4-compressed table keeps their size on disk.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut incompressible = || -> Vec<u8> {
+        (0..64 * 1024 / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect()
+    };
     // Each put grows the database; the check reads its size at most
     // 100 ms late, so a few puts may pass the quota before one is refused.
     let mut written = 0u64;
+    let mut first = Vec::new();
     let refused = loop {
         assert!(
             written < 2_000,
             "no NOSPACE after {written} puts of 64 KiB into a {QUOTA}-byte quota"
         );
-        match e.put(format!("big/{written}"), value.clone(), None).await {
+        let value = incompressible();
+        if written == 0 {
+            first = value.clone();
+        }
+        match e.put(format!("big/{written}"), value, None).await {
             Ok(_) => written += 1,
             Err(err) => break err,
         }
@@ -889,7 +906,7 @@ async fn past_the_quota_puts_are_refused_with_nospace_and_deletes_pass() {
     // Reads and deletes pass; another put is still refused.
     assert!(written > 0, "the empty database was over the quota");
     let got = e.get("big/0", None).await.expect("read over the quota");
-    assert_eq!(got.kvs()[0].value().len(), value.len());
+    assert_eq!(got.kvs()[0].value(), &first[..]);
     let deleted = e
         .delete("big/0", None)
         .await
@@ -900,5 +917,11 @@ async fn past_the_quota_puts_are_refused_with_nospace_and_deletes_pass() {
         .await
         .expect_err("a put over the quota");
     assert_eq!(grpc_code(&again), Some(tonic::Code::ResourceExhausted));
+    // A lease takes space too: etcd refuses its grant.
+    let grant = e
+        .lease_grant(60, None)
+        .await
+        .expect_err("a lease grant over the quota");
+    assert_eq!(grpc_code(&grant), Some(tonic::Code::ResourceExhausted));
     c.shutdown().await;
 }

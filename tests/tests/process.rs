@@ -36,6 +36,7 @@ async fn a_served_node_runs_without_transparent_huge_pages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_asked_for_transparent_huge_pages_keeps_them() {
     // Inherited by the node: only the node's own setting can turn it on.
+    let found = nix::sys::prctl::get_thp_disable().expect("read");
     nix::sys::prctl::set_thp_disable(true).expect("disable for the children");
     let cluster = TestCluster::spawn(
         1,
@@ -47,6 +48,8 @@ async fn a_node_asked_for_transparent_huge_pages_keeps_them() {
     .await
     .expect("cluster");
     let pid = cluster.pid(1).expect("pid");
-    assert_eq!(proc_status(pid, "THP_enabled"), "1");
+    let enabled = proc_status(pid, "THP_enabled");
     cluster.shutdown().await;
+    nix::sys::prctl::set_thp_disable(found).expect("restore");
+    assert_eq!(enabled, "1");
 }

@@ -71,17 +71,21 @@ struct DbSizeGauge {
     epoch: Instant,
     /// Microseconds after `epoch` of the last read, plus one (0: never read).
     read_at: AtomicU64,
-    /// The size that read found, in bytes.
+    /// The size that read found, in bytes ([`DbSizeGauge::UNREAD`] until
+    /// the first read stores one).
     bytes: AtomicU64,
 }
 
 impl DbSizeGauge {
+    /// No size stored yet: a caller finding it reads one itself.
+    const UNREAD: u64 = u64::MAX;
+
     fn new(refresh: Duration) -> Self {
         Self {
             refresh,
             epoch: Instant::now(),
             read_at: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
+            bytes: AtomicU64::new(Self::UNREAD),
         }
     }
 
@@ -97,15 +101,15 @@ impl DbSizeGauge {
                 .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            let bytes = read();
+            let bytes = read().min(Self::UNREAD - 1);
             self.bytes.store(bytes, Ordering::Release);
             return bytes;
         }
-        if last == 0 {
+        match self.bytes.load(Ordering::Acquire) {
             // Another caller is making the first reading: make one too.
-            return read();
+            Self::UNREAD => read(),
+            bytes => bytes,
         }
-        self.bytes.load(Ordering::Acquire)
     }
 }
 
@@ -236,5 +240,15 @@ mod tests {
         assert_eq!(always.get(read), 2000);
         assert_eq!(always.get(read), 3000);
         assert_eq!(reads.get(), 3, "a stale reading is replaced");
+    }
+
+    #[test]
+    fn a_caller_that_loses_the_first_reading_reads_for_itself() {
+        let gauge = DbSizeGauge::new(Duration::from_secs(3600));
+        // Another caller has claimed the first reading and not stored it.
+        gauge.read_at.store(1, Ordering::Release);
+        assert_eq!(gauge.get(|| 7), 7, "not the empty placeholder");
+        gauge.bytes.store(5, Ordering::Release);
+        assert_eq!(gauge.get(|| 7), 5, "the stored reading, once there");
     }
 }

@@ -209,6 +209,10 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let _admitted = self.ctx.admit(RequestClass::Mutating)?;
         let grant = grant_command(&request.into_inner())?;
+        // As etcd: a grant takes space, so NOSPACE refuses it.
+        if self.ctx.over_quota() {
+            return Err(status::no_space());
+        }
         match write::lease(&self.ctx.node, grant).await {
             Ok((LeaseAnswer::Lease(l), revision)) => Ok(Response::new(pb::LeaseGrantResponse {
                 header: self.ctx.header(revision.0),

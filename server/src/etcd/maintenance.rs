@@ -143,7 +143,8 @@ impl Maintenance for MaintenanceService {
         let req = request.into_inner();
         if req.action != pb::alarm_request::AlarmAction::Get as i32 {
             // Alarms here are derived from the quota, not stored: they clear
-            // themselves once the database is below it again.
+            // themselves once the database is below it again (as the quota
+            // check reads its size: within `DB_SIZE_REFRESH`).
             return Err(status::not_supported("activating or deactivating alarms"));
         }
         let current = self.ctx.node.store().applied().revision.0;
