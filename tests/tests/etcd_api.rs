@@ -495,16 +495,24 @@ async fn maintenance_and_cluster() {
         hashes.push(h.hash());
     }
     assert!(hashes.windows(2).all(|p| p[0] == p[1]), "{hashes:?}");
-    let alarms = e
+    assert!(alarm_kinds(&mut e).await.is_empty());
+    c.shutdown().await;
+}
+
+/// The kinds of the alarms the cluster reports.
+async fn alarm_kinds(client: &mut etcd_client::Client) -> Vec<etcd_client::AlarmType> {
+    client
         .alarm(
             etcd_client::AlarmAction::Get,
             etcd_client::AlarmType::None,
             None,
         )
         .await
-        .expect("alarms");
-    assert!(alarms.alarms().is_empty());
-    c.shutdown().await;
+        .expect("alarms")
+        .alarms()
+        .iter()
+        .map(|a| a.alarm())
+        .collect()
 }
 
 /// The code of an etcd-client error, if the server answered one.
@@ -890,16 +898,10 @@ async fn past_the_quota_puts_are_refused_with_nospace_and_deletes_pass() {
         refused.to_string().contains("database space exceeded"),
         "{refused}"
     );
-    let alarms = e
-        .alarm(
-            etcd_client::AlarmAction::Get,
-            etcd_client::AlarmType::None,
-            None,
-        )
-        .await
-        .expect("alarms");
-    let kinds: Vec<_> = alarms.alarms().iter().map(|a| a.alarm()).collect();
-    assert_eq!(kinds, vec![etcd_client::AlarmType::Nospace]);
+    assert_eq!(
+        alarm_kinds(&mut e).await,
+        vec![etcd_client::AlarmType::Nospace]
+    );
     let status = e.status().await.expect("status");
     assert!(status.db_size() as u64 > QUOTA, "{}", status.db_size());
 

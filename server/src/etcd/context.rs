@@ -48,7 +48,7 @@ pub(super) struct Context {
     pub(super) stop: tokio::sync::watch::Receiver<bool>,
     /// Derived once from the membership (fixed at bootstrap), not per
     /// response.
-    cluster_id: std::sync::Arc<std::sync::OnceLock<u64>>,
+    cluster_id: Arc<std::sync::OnceLock<u64>>,
     /// The database's size as the quota check reads it.
     db_size: Arc<DbSizeGauge>,
 }
@@ -123,7 +123,7 @@ impl Context {
             node,
             options,
             stop,
-            cluster_id: std::sync::Arc::default(),
+            cluster_id: Arc::default(),
             db_size: Arc::new(DbSizeGauge::new(DB_SIZE_REFRESH)),
         }
     }
