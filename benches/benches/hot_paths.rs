@@ -1,8 +1,8 @@
 //! Criterion micro-benchmarks of kubestore's hot paths: MVCC apply of a
-//! batch of entries, a range at an old revision, watch-cache fan-out to
-//! many watchers, list JSON encoding, selector matching (on objects and on
-//! the cache's rendered attributes), and decoding a stored object into the
-//! watch cache.
+//! batch of entries, ranges (many keys, and one key of many revisions) at
+//! an old revision, watch-cache fan-out to many watchers, list JSON
+//! encoding, selector matching (on objects and on the cache's rendered
+//! attributes), and decoding a stored object into the watch cache.
 //!
 //! `cargo bench -p kubestore-benches --bench hot_paths`
 
@@ -116,6 +116,45 @@ fn mvcc_range(c: &mut Criterion) {
                     ..RangeRequest::default()
                 })
                 .expect("range")
+        })
+    });
+    // One key written 10,000 times, read at the middle revision: a seek
+    // back from (key, revision), not a walk through the key's history.
+    let mut one = filled(0);
+    let key = configmaps().key(Some("default"), "hot");
+    for _ in 0..100 {
+        let batch: Vec<_> = (0..100)
+            .map(|i| {
+                let cmd = Command::Txn(Txn {
+                    success: vec![Op::Put(PutRequest::new(
+                        key.clone(),
+                        configmap(i).to_string().into_bytes(),
+                    ))],
+                    ..Txn::default()
+                });
+                let e = Entry {
+                    log_id: LogId::new(CommittedLeaderId::new(1, 1), one.next),
+                    payload: EntryPayload::Normal(cmd.into()),
+                };
+                one.next += 1;
+                e
+            })
+            .collect();
+        one.rt.block_on(one.sm.apply(batch)).expect("apply");
+    }
+    let middle = one.store.applied().revision.0 / 2;
+    group.bench_function("one key of 10000 revisions at an old revision", |b| {
+        b.iter(|| {
+            let resp = one
+                .store
+                .range(&RangeRequest {
+                    range: KeyRange::single(key.clone()),
+                    revision: Some(Revision(middle)),
+                    ..RangeRequest::default()
+                })
+                .expect("range");
+            assert_eq!(resp.kvs[0].mod_revision, Revision(middle));
+            resp
         })
     });
     group.finish();

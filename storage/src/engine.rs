@@ -186,6 +186,17 @@ impl Engine {
         Ok(Scan { iter })
     }
 
+    /// The last row of `cf` whose key is at most `key`, read with `opts`:
+    /// one seek back, however many rows sort before it.
+    fn floor_with(&self, cf: Cf, key: &[u8], opts: ReadOptions) -> Result<Option<Row>, StoreError> {
+        let mut iter = self.db.raw_iterator_cf_opt(self.handle(cf)?, opts);
+        iter.seek_for_prev(key);
+        match iter.item() {
+            Some((k, v)) => Ok(Some((k.to_vec(), v.to_vec()))),
+            None => iter.status().map(|()| None).map_err(StoreError::from),
+        }
+    }
+
     /// A cursor over `cf` that seeks both ways: one iterator for many
     /// lookups, each a seek rather than a new iterator.
     pub fn cursor(&self, cf: Cf) -> Result<Cursor<'_>, StoreError> {
@@ -351,6 +362,8 @@ pub(crate) trait Source {
     /// not copied); whether there was one.
     fn visit_row(&self, cf: Cf, key: &[u8], visit: RowVisitor<'_>) -> Result<bool, StoreError>;
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
+    /// The last row of `cf` whose key is at most `key`, if any.
+    fn floor(&self, cf: Cf, key: &[u8]) -> Result<Option<Row>, StoreError>;
 }
 
 impl Source for Engine {
@@ -366,6 +379,9 @@ impl Source for Engine {
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         Engine::scan(self, cf, start, end)
     }
+    fn floor(&self, cf: Cf, key: &[u8]) -> Result<Option<Row>, StoreError> {
+        self.floor_with(cf, key, ReadOptions::default())
+    }
 }
 
 impl Source for SnapshotView<'_> {
@@ -380,5 +396,10 @@ impl Source for SnapshotView<'_> {
     }
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         SnapshotView::scan(self, cf, start, end)
+    }
+    fn floor(&self, cf: Cf, key: &[u8]) -> Result<Option<Row>, StoreError> {
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&self.snapshot);
+        self.engine.floor_with(cf, key, opts)
     }
 }

@@ -146,31 +146,57 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
         at: Revision,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
+        if range.is_single() {
+            // One key: its last row at or below `at` is one seek back from
+            // (key, `at`). A row found there of another key (one that sorts
+            // before it) means this key had no row by `at`.
+            if let Some((row_key, row)) = self
+                .src
+                .floor(Cf::History, &schema::history_key(&range.key, at.0))?
+            {
+                let (key, _) = schema::split_history_key(&row_key)
+                    .ok_or_else(|| StoreError::Corrupt("malformed history key".into()))?;
+                if key == range.key {
+                    emit_history_row(&row, visit)?;
+                }
+            }
+            return Ok(());
+        }
         let start = schema::history_key_start(&range.key);
         let end = range.end_bound().map(|e| schema::history_key_start(&e));
         // Rows come grouped by key, revisions ascending: remember the last row
-        // at or below `at` and emit it when the key changes.
-        let mut candidate: Option<(Vec<u8>, Option<KeyValue>)> = None;
+        // at or below `at`, still encoded, and decode and emit it when the key
+        // changes (a key's older rows are read past, never decoded).
+        let mut candidate: Option<(Vec<u8>, Box<[u8]>)> = None;
         for row in self.src.scan(Cf::History, &start, end.as_deref())? {
             let (k, v) = row?;
             let (key, rev) = schema::split_history_key(&k)
                 .ok_or_else(|| StoreError::Corrupt("malformed history key".into()))?;
             if candidate.as_ref().is_some_and(|(ck, _)| *ck != key) {
-                if let Some((_, Some(kv))) = candidate.take() {
-                    if visit(kv)?.is_break() {
+                if let Some((_, row)) = candidate.take() {
+                    if emit_history_row(&row, visit)? {
                         return Ok(());
                     }
                 }
             }
             if rev <= at.0 {
-                candidate = Some((key, bincode::deserialize(&v)?));
+                candidate = Some((key, v));
             }
         }
-        if let Some((_, Some(kv))) = candidate {
-            let _ = visit(kv)?;
+        if let Some((_, row)) = candidate {
+            emit_history_row(&row, visit)?;
         }
         Ok(())
     }
+}
+
+/// Decodes a `history` row and hands a live key-value to `visit` (a
+/// deletion's row is skipped); whether `visit` asked to stop.
+fn emit_history_row(row: &[u8], visit: Visit<'_>) -> Result<bool, StoreError> {
+    Ok(match bincode::deserialize::<Option<KeyValue>>(row)? {
+        Some(kv) => visit(kv)?.is_break(),
+        None => false,
+    })
 }
 
 impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {

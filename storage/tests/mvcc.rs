@@ -195,6 +195,67 @@ async fn a_get_of_one_key_equals_a_range_of_it() {
     assert_eq!(store.get(b"b").expect("get"), None, "deleted");
 }
 
+/// A one-key range at an old revision (its scan stops at that revision)
+/// answers what a range over every key answers for that key, at every
+/// revision: across puts, deletions, re-creations, and neighbours whose
+/// keys extend it.
+#[tokio::test]
+async fn a_one_key_range_at_an_old_revision_equals_the_wide_range_for_that_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
+    let mut next = 1;
+    let keys = ["a", "a\0", "ab", "b"];
+    apply_all(
+        &mut sm,
+        &mut next,
+        vec![
+            put("a", "1"),
+            put("a\0", "1"),
+            put("a", "2"),
+            put("ab", "1"),
+            delete("a"),
+            put("b", "1"),
+            put("a", "3"),
+            delete("a\0"),
+            put("a", "4"),
+            put("ab", "2"),
+        ],
+    )
+    .await;
+    let current = store.applied().revision.0;
+    assert_eq!(current, 10);
+    for at in 1..current {
+        let wide = read(&store, "", Some(at)).expect("wide range");
+        for key in keys {
+            let one = store
+                .range(&RangeRequest {
+                    range: KeyRange::single(key),
+                    revision: Some(Revision(at)),
+                    ..RangeRequest::default()
+                })
+                .expect("one-key range");
+            let one: Vec<_> = one
+                .kvs
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(&kv.key).into_owned(),
+                        String::from_utf8_lossy(&kv.value).into_owned(),
+                    )
+                })
+                .collect();
+            let expected: Vec<_> = wide.iter().filter(|(k, _)| k == key).cloned().collect();
+            assert_eq!(one, expected, "key {key:?} at revision {at}");
+        }
+    }
+    // Spot checks that the comparison is not vacuous.
+    assert_eq!(read(&store, "a", Some(4)).expect("at 4")[0], kv("a", "2"));
+    assert!(!read(&store, "", Some(5))
+        .expect("at 5")
+        .iter()
+        .any(|(k, _)| k == "a"));
+}
+
 #[tokio::test]
 async fn compaction_drops_history_below_the_revision_and_keeps_reads_at_it() {
     let dir = tempfile::tempdir().expect("tempdir");

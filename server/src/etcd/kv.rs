@@ -70,14 +70,14 @@ impl Kv for KvService {
                 .map_err(status::raft)?;
         }
         let store = self.0.node.store();
-        let resp = if read.range.is_single() && read.revision.is_none() {
-            // One key now is one point read: served on this worker, where a
-            // hop to the blocking pool (a thread woken, a context switch
-            // each way) cost more than the read.
+        let resp = if read.range.is_single() {
+            // One key is one point read (now, its `kv` row; at an old
+            // revision, one seek back in its history): served on this
+            // worker, where a hop to the blocking pool (a thread woken, a
+            // context switch each way) cost more than the read.
             store.range(&read)
         } else {
-            // A range may scan the whole keyspace, and one key at an old
-            // revision every row of its history: off the async workers.
+            // A range may scan the whole keyspace: off the async workers.
             store.run_blocking(move |store| store.range(&read)).await
         }
         .map_err(status::store)?;
