@@ -186,9 +186,18 @@ impl Engine {
         Ok(Scan { iter })
     }
 
-    /// The last row of `cf` whose key is at most `key`, read with `opts`:
-    /// one seek back, however many rows sort before it.
-    fn floor_with(&self, cf: Cf, key: &[u8], opts: ReadOptions) -> Result<Option<Row>, StoreError> {
+    /// The last row of `cf` whose key is in `lower..=key`, read with
+    /// `opts`: one seek back. The lower bound also bounds the work: without
+    /// it, a seek that finds no live row near `key` steps back over every
+    /// deleted row before it (a purged history's tombstones), however many.
+    fn floor_with(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        key: &[u8],
+        mut opts: ReadOptions,
+    ) -> Result<Option<Row>, StoreError> {
+        opts.set_iterate_lower_bound(lower.to_vec());
         let mut iter = self.db.raw_iterator_cf_opt(self.handle(cf)?, opts);
         iter.seek_for_prev(key);
         match iter.item() {
@@ -362,8 +371,8 @@ pub(crate) trait Source {
     /// not copied); whether there was one.
     fn visit_row(&self, cf: Cf, key: &[u8], visit: RowVisitor<'_>) -> Result<bool, StoreError>;
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
-    /// The last row of `cf` whose key is at most `key`, if any.
-    fn floor(&self, cf: Cf, key: &[u8]) -> Result<Option<Row>, StoreError>;
+    /// The last row of `cf` whose key is in `lower..=key`, if any.
+    fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError>;
 }
 
 impl Source for Engine {
@@ -379,8 +388,8 @@ impl Source for Engine {
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         Engine::scan(self, cf, start, end)
     }
-    fn floor(&self, cf: Cf, key: &[u8]) -> Result<Option<Row>, StoreError> {
-        self.floor_with(cf, key, ReadOptions::default())
+    fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError> {
+        self.floor_with(cf, lower, key, ReadOptions::default())
     }
 }
 
@@ -397,9 +406,9 @@ impl Source for SnapshotView<'_> {
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
         SnapshotView::scan(self, cf, start, end)
     }
-    fn floor(&self, cf: Cf, key: &[u8]) -> Result<Option<Row>, StoreError> {
+    fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError> {
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&self.snapshot);
-        self.engine.floor_with(cf, key, opts)
+        self.engine.floor_with(cf, lower, key, opts)
     }
 }

@@ -148,17 +148,13 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
     ) -> Result<(), StoreError> {
         if range.is_single() {
             // One key: its last row at or below `at` is one seek back from
-            // (key, `at`). A row found there of another key (one that sorts
-            // before it) means this key had no row by `at`.
-            if let Some((row_key, row)) = self
-                .src
-                .floor(Cf::History, &schema::history_key(&range.key, at.0))?
-            {
-                let (key, _) = schema::split_history_key(&row_key)
-                    .ok_or_else(|| StoreError::Corrupt("malformed history key".into()))?;
-                if key == range.key {
-                    emit_history_row(&row, visit)?;
-                }
+            // (key, `at`), bounded below by the key's first row, so the
+            // seek never walks into other keys. No row: the key had none
+            // by `at` (or compaction removed a deletion and all before it).
+            let first = schema::history_key_start(&range.key);
+            let upto = schema::history_key(&range.key, at.0);
+            if let Some((_, row)) = self.src.floor(Cf::History, &first, &upto)? {
+                emit_history_row(&row, visit)?;
             }
             return Ok(());
         }

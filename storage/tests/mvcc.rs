@@ -7,7 +7,7 @@ use std::process::{Command as Process, Stdio};
 
 use kubestore_storage::{
     ApplyError, Command, CommandResult, DeleteRequest, KeyRange, LeaseId, LogIndex, Op, ProposalId,
-    PutRequest, RangeRequest, Revision, StateMachine, Store, StoreError, Txn,
+    PurgeStep, PutRequest, RangeRequest, Revision, StateMachine, Store, StoreError, Txn,
 };
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
@@ -195,16 +195,17 @@ async fn a_get_of_one_key_equals_a_range_of_it() {
     assert_eq!(store.get(b"b").expect("get"), None, "deleted");
 }
 
-/// A one-key range at an old revision (its scan stops at that revision)
-/// answers what a range over every key answers for that key, at every
-/// revision: across puts, deletions, re-creations, and neighbours whose
-/// keys extend it.
+/// A one-key range at an old revision (one seek back in the key's
+/// history) answers what a range over every key answers for that key, at
+/// every revision: across puts, deletions, re-creations, neighbours whose
+/// keys extend it, and after compaction has purged whole keys' histories,
+/// among them many keys that sort just before the key read.
 #[tokio::test]
 async fn a_one_key_range_at_an_old_revision_equals_the_wide_range_for_that_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_log, mut sm, store) = kubestore_storage::open(dir.path()).expect("open");
     let mut next = 1;
-    let keys = ["a", "a\0", "ab", "b"];
+    let mut keys = vec!["a".to_string(), "a\0".into(), "ab".into(), "b".into()];
     apply_all(
         &mut sm,
         &mut next,
@@ -222,14 +223,23 @@ async fn a_one_key_range_at_an_old_revision_equals_the_wide_range_for_that_key()
         ],
     )
     .await;
-    let current = store.applied().revision.0;
-    assert_eq!(current, 10);
-    for at in 1..current {
+    // Keys created and deleted, sorting before "a": once purged, nothing
+    // of them is left but RocksDB's tombstones.
+    let churn: Vec<Command> = (0..200)
+        .flat_map(|i| {
+            let key = format!("0/{i:03}");
+            [put(&key, "x"), delete(&key)]
+        })
+        .chain([put("z", "1")])
+        .collect();
+    apply_all(&mut sm, &mut next, churn).await;
+    keys.extend(["0/000".to_string(), "0/199".into(), "1".into()]);
+    let one_and_wide_agree = |at: u64| {
         let wide = read(&store, "", Some(at)).expect("wide range");
-        for key in keys {
+        for key in &keys {
             let one = store
                 .range(&RangeRequest {
-                    range: KeyRange::single(key),
+                    range: KeyRange::single(key.as_str()),
                     revision: Some(Revision(at)),
                     ..RangeRequest::default()
                 })
@@ -247,6 +257,11 @@ async fn a_one_key_range_at_an_old_revision_equals_the_wide_range_for_that_key()
             let expected: Vec<_> = wide.iter().filter(|(k, _)| k == key).cloned().collect();
             assert_eq!(one, expected, "key {key:?} at revision {at}");
         }
+    };
+    let current = store.applied().revision.0;
+    assert_eq!(current, 411);
+    for at in 1..current {
+        one_and_wide_agree(at);
     }
     // Spot checks that the comparison is not vacuous.
     assert_eq!(read(&store, "a", Some(4)).expect("at 4")[0], kv("a", "2"));
@@ -254,6 +269,22 @@ async fn a_one_key_range_at_an_old_revision_equals_the_wide_range_for_that_key()
         .expect("at 5")
         .iter()
         .any(|(k, _)| k == "a"));
+    assert_eq!(
+        read(&store, "0/", Some(11)).expect("at 11"),
+        vec![kv("0/000", "x")]
+    );
+
+    // Compact to 410 (the last deletion) and purge: "a\0" and the "0/…"
+    // keys before "0/199" lose all their rows; "a", "ab" and "b" keep
+    // their last. Read at 410 from history, the current state being 411.
+    apply_all(&mut sm, &mut next, vec![compact(current - 1)]).await;
+    while let PurgeStep::More { .. } = store.purge_compacted_history(u64::MAX).expect("purge") {}
+    assert_eq!(store.purged(), Revision(current - 1));
+    one_and_wide_agree(current - 1);
+    assert_eq!(
+        read(&store, "", Some(current - 1)).expect("at the compaction point"),
+        vec![kv("a", "4"), kv("ab", "2"), kv("b", "1")]
+    );
 }
 
 #[tokio::test]
