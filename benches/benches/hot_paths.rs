@@ -26,26 +26,30 @@ fn configmaps() -> &'static ResourceType {
     resources::find("", "v1", "configmaps").expect("configmaps are served")
 }
 
+/// A put of configmap object `i` at `key` as log entry `index`.
+fn put_entry(index: u64, key: String, i: usize) -> Entry<kubestore_storage::TypeConfig> {
+    let cmd = Command::Txn(Txn {
+        success: vec![Op::Put(PutRequest::new(
+            key,
+            configmap(i).to_string().into_bytes(),
+        ))],
+        ..Txn::default()
+    });
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(cmd.into()),
+    }
+}
+
 /// Puts of configmap objects as consecutive log entries from `next`.
 fn entries(next: &mut u64, n: usize) -> Vec<Entry<kubestore_storage::TypeConfig>> {
     (0..n)
         .map(|i| {
-            let rt = configmaps();
-            let key = rt.key(
+            let key = configmaps().key(
                 Some("default"),
                 &format!("cm-{:05}", (*next as usize + i) % 1000),
             );
-            let cmd = Command::Txn(Txn {
-                success: vec![Op::Put(PutRequest::new(
-                    key,
-                    configmap(i).to_string().into_bytes(),
-                ))],
-                ..Txn::default()
-            });
-            let e = Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), *next),
-                payload: EntryPayload::Normal(cmd.into()),
-            };
+            let e = put_entry(*next, key, i);
             *next += 1;
             e
         })
@@ -125,17 +129,7 @@ fn mvcc_range(c: &mut Criterion) {
     for _ in 0..100 {
         let batch: Vec<_> = (0..100)
             .map(|i| {
-                let cmd = Command::Txn(Txn {
-                    success: vec![Op::Put(PutRequest::new(
-                        key.clone(),
-                        configmap(i).to_string().into_bytes(),
-                    ))],
-                    ..Txn::default()
-                });
-                let e = Entry {
-                    log_id: LogId::new(CommittedLeaderId::new(1, 1), one.next),
-                    payload: EntryPayload::Normal(cmd.into()),
-                };
+                let e = put_entry(one.next, key.clone(), i);
                 one.next += 1;
                 e
             })
