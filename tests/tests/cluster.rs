@@ -986,5 +986,41 @@ async fn updates_through_a_lagging_follower_are_decided_on_the_current_state() {
         .expect("update fresh");
     assert_eq!(found.status, StatusCode::OK, "{}", found.text);
     assert!(found.rv() > fresh.rv(), "{}", found.text);
+
+    // A change decided on the lagging state fails its guard once, is
+    // decided again on the state the failure returned, and is counted in
+    // the follower's /metrics.
+    let before = guard_conflicts(&lag, "update").await;
+    let ahead = lead.put(path, &cm("ahead", None)).await.expect("put ahead");
+    assert_eq!(ahead.status, StatusCode::OK, "{}", ahead.text);
+    assert!(
+        behind(c.status(follower).await) < ahead.rv(),
+        "the follower is behind the acknowledged write"
+    );
+    let over = lag.put(path, &cm("over", None)).await.expect("put over");
+    assert_eq!(over.status, StatusCode::OK, "{}", over.text);
+    assert_eq!(over.body["data"]["v"], "over", "{}", over.text);
+    assert!(
+        over.rv() > ahead.rv(),
+        "written after \"ahead\": {}",
+        over.text
+    );
+    assert_eq!(
+        guard_conflicts(&lag, "update").await,
+        before + 1,
+        "one failed guard, then the write"
+    );
     c.shutdown().await;
+}
+
+/// `kubestore_guarded_write_conflicts_total{write}` in a node's /metrics.
+async fn guard_conflicts(node: &KubeClient, write: &str) -> u64 {
+    let metrics = node.get("/metrics").await.expect("metrics");
+    let sample = format!("kubestore_guarded_write_conflicts_total{{write=\"{write}\"}} ");
+    metrics
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix(sample.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{}", metrics.text))
 }

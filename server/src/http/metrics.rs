@@ -1,5 +1,6 @@
 //! `/metrics` in the Prometheus text format: request counters and latency
-//! histograms per verb and read path, and the node's Raft and store gauges.
+//! histograms per verb and read path, guarded writes whose guard failed,
+//! and the node's Raft and store gauges.
 //!
 //! Hand-written: the exposition format is a few lines of text and the set
 //! of series is small and fixed, so a registry crate would add more code
@@ -18,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use kubestore_raft::RaftNode;
 
 use crate::histogram::Histogram;
+use crate::kube::store::{GuardedWrite, KubeStore};
 use crate::limits::{InflightLimits, RequestClass};
 
 /// The `X-Kubestore-Read` header: how a read was served
@@ -119,11 +121,29 @@ fn write_stage_times(out: &mut String, node: &RaftNode) {
     }
 }
 
-/// The `/metrics` page: the request series, then the node's Raft, store
-/// and in-flight gauges.
-pub fn render(metrics: &Metrics, node: &RaftNode, limits: &InflightLimits) -> Response {
+/// The `/metrics` page: the request series, the guarded writes whose
+/// guard failed, then the node's Raft, store and in-flight gauges.
+pub fn render(
+    metrics: &Metrics,
+    node: &RaftNode,
+    kube: &KubeStore,
+    limits: &InflightLimits,
+) -> Response {
     let mut out = String::new();
     metrics.render(&mut out);
+    let failed = "kubestore_guarded_write_conflicts_total";
+    let _ = writeln!(
+        out,
+        "# HELP {failed} Guarded Kubernetes writes this node proposed whose guard failed (the state they were decided on had moved), each decided again: by write (update covers every change of one object, deletions included).\n# TYPE {failed} counter"
+    );
+    for kind in GuardedWrite::ALL {
+        let _ = writeln!(
+            out,
+            "{failed}{{write=\"{}\"}} {}",
+            kind.label(),
+            kube.guard_failures(kind)
+        );
+    }
     let applied = node.store().applied();
     let leader = node.current_leader();
     let gauges = [

@@ -117,7 +117,7 @@ async fn admit(
 
 /// `GET /metrics`.
 async fn serve_metrics(State(state): State<AppState>) -> Response {
-    metrics::render(&state.metrics, &state.node, &state.limits)
+    metrics::render(&state.metrics, &state.node, &state.kube, &state.limits)
 }
 
 /// `POST /debug/compact?revision=N`: compact history to `N` on every node,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use kubestore_storage::{Compare, CompareOp, Txn};
 
 use super::writes::{delete_key, put, Change, UPDATE_RETRIES};
-use super::{Freshness, KubeStore, Listed, ReadPath};
+use super::{Freshness, GuardedWrite, KubeStore, Listed, ReadPath};
 use crate::kube::admission;
 use crate::kube::cache::CachedObject;
 use crate::kube::deletion::{self, DeletePlan};
@@ -220,7 +220,10 @@ impl KubeStore {
                 };
                 match self.write_txn(txn).await? {
                     (resp, revision) if resp.succeeded => revision,
-                    _ => continue,
+                    _ => {
+                        self.count_guard_failure(GuardedWrite::DeleteCollection);
+                        continue;
+                    }
                 }
             };
             return Ok(Listed {

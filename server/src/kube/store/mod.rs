@@ -23,6 +23,7 @@ mod deletes;
 mod reads;
 mod writes;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kubestore_raft::RaftNode;
@@ -95,7 +96,46 @@ pub struct KubeStore {
     cache: WatchCache,
     /// Where a create whose generated name is taken gets another.
     names: NameGenerator,
+    /// Guarded writes whose guard failed, shared by every clone.
+    guard_failures: Arc<GuardFailures>,
 }
+
+/// The kinds of guarded write, as `/metrics` labels them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardedWrite {
+    /// A create: the key must be absent and the namespace unchanged.
+    Create,
+    /// A change of one existing object (update, patch, apply, status,
+    /// a deletion's first or last step): the key at the revision read.
+    Update,
+    /// A collection's deletion: each key at the revision listed.
+    DeleteCollection,
+}
+
+impl GuardedWrite {
+    pub const ALL: [GuardedWrite; 3] = [
+        GuardedWrite::Create,
+        GuardedWrite::Update,
+        GuardedWrite::DeleteCollection,
+    ];
+
+    /// The `/metrics` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            GuardedWrite::Create => "create",
+            GuardedWrite::Update => "update",
+            GuardedWrite::DeleteCollection => "deletecollection",
+        }
+    }
+}
+
+/// How many guarded writes this node proposed whose guard failed, by kind:
+/// the state they were decided on had moved by the time they applied
+/// (another writer got there first, or this node had not applied the
+/// latest write yet), so they were decided again. Each costs a replicated
+/// entry that writes nothing.
+#[derive(Debug, Default)]
+struct GuardFailures([AtomicU64; 3]);
 
 impl KubeStore {
     pub fn new(node: RaftNode, cache: WatchCache) -> Self {
@@ -103,7 +143,17 @@ impl KubeStore {
             node,
             cache,
             names: NameGenerator::random(),
+            guard_failures: Arc::default(),
         }
+    }
+
+    /// Guarded writes of `kind` this node proposed whose guard failed.
+    pub fn guard_failures(&self, kind: GuardedWrite) -> u64 {
+        self.guard_failures.0[kind as usize].load(Ordering::Relaxed)
+    }
+
+    fn count_guard_failure(&self, kind: GuardedWrite) {
+        self.guard_failures.0[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The store with `names` as the source of generated names (tests

@@ -26,7 +26,7 @@ use kubestore_storage::{
     RangeRequest, Revision, Txn, TxnResponse,
 };
 
-use super::KubeStore;
+use super::{GuardedWrite, KubeStore};
 use crate::kube::admission::{self, Admitted, UpdateScope, SYSTEM_NAMESPACES};
 use crate::kube::apply;
 use crate::kube::crd;
@@ -312,6 +312,7 @@ impl KubeStore {
             if resp.succeeded {
                 return Ok((answer, revision));
             }
+            self.count_guard_failure(GuardedWrite::Update);
             // Lost a race with another writer, or read a state this node
             // had not caught up from: decide again on the state the guard
             // saw (absent = deleted meanwhile = 404; the client's
@@ -441,6 +442,7 @@ impl KubeStore {
                     .insert("resourceVersion".into(), json!(revision.0.to_string()));
                 return Ok(Value::Object(obj));
             }
+            self.count_guard_failure(GuardedWrite::Create);
             if let Some(existing) = range_kvs(&resp, 0).first() {
                 // A create retried after its first attempt committed finds its own
                 // uid: that is this request's success, not a conflict.
