@@ -131,19 +131,15 @@ pub fn render(
 ) -> Response {
     let mut out = String::new();
     metrics.render(&mut out);
-    let failed = "kubestore_guarded_write_conflicts_total";
-    let _ = writeln!(
-        out,
-        "# HELP {failed} Guarded Kubernetes writes this node proposed whose guard failed (the state they were decided on had moved), each decided again: by write (update covers every change of one object, deletions included).\n# TYPE {failed} counter"
+    write_family(
+        &mut out,
+        "kubestore_guarded_write_conflicts_total",
+        "Guarded Kubernetes writes this node proposed whose guard failed (the state they were decided on had moved), each decided again: by write (update covers every change of one object, deletions included).",
+        "counter",
+        "write",
+        GuardedWrite::ALL
+            .map(|kind| (kind.label(), kube.guard_failures(kind))),
     );
-    for kind in GuardedWrite::ALL {
-        let _ = writeln!(
-            out,
-            "{failed}{{write=\"{}\"}} {}",
-            kind.label(),
-            kube.guard_failures(kind)
-        );
-    }
     let applied = node.store().applied();
     let leader = node.current_leader();
     let gauges = [
@@ -236,8 +232,21 @@ fn write_per_class(
     kind: &str,
     value: impl Fn(RequestClass) -> u64,
 ) {
+    let samples = CLASSES.map(|(class, label)| (label, value(class)));
+    write_family(out, name, help, kind, "class", samples);
+}
+
+/// One metric family with a sample per value of one label.
+fn write_family<'a>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    kind: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (&'a str, u64)>,
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    for (class, label) in CLASSES {
-        let _ = writeln!(out, "{name}{{class=\"{label}\"}} {}", value(class));
+    for (value, n) in samples {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
     }
 }

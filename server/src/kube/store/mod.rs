@@ -135,7 +135,7 @@ impl GuardedWrite {
 /// latest write yet), so they were decided again. Each costs a replicated
 /// entry that writes nothing.
 #[derive(Debug, Default)]
-struct GuardFailures([AtomicU64; 3]);
+struct GuardFailures([AtomicU64; GuardedWrite::ALL.len()]);
 
 impl KubeStore {
     pub fn new(node: RaftNode, cache: WatchCache) -> Self {
