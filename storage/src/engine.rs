@@ -214,6 +214,24 @@ impl Engine {
         })
     }
 
+    /// A cursor over the rows of `cf` with `lower <= key < upper` (no
+    /// `upper`: to the last row), read with `opts`, not yet positioned.
+    fn cursor_within(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        mut opts: ReadOptions,
+    ) -> Result<Cursor<'_>, StoreError> {
+        opts.set_iterate_lower_bound(lower.to_vec());
+        if let Some(upper) = upper {
+            opts.set_iterate_upper_bound(upper.to_vec());
+        }
+        Ok(Cursor {
+            iter: self.db.raw_iterator_cf_opt(self.handle(cf)?, opts),
+        })
+    }
+
     /// The last row of `cf`, if any.
     pub fn last(&self, cf: Cf) -> Result<Option<Row>, StoreError> {
         let mut iter = self.db.iterator_cf(self.handle(cf)?, IteratorMode::End);
@@ -304,6 +322,16 @@ pub struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    /// Moves to the first row whose key is at least `key`.
+    pub fn seek(&mut self, key: &[u8]) {
+        self.iter.seek(key);
+    }
+
+    /// Moves to the row after the current one.
+    pub fn next(&mut self) {
+        self.iter.next();
+    }
+
     /// Moves to the last row whose key is at most `key`.
     pub fn seek_for_prev(&mut self, key: &[u8]) {
         self.iter.seek_for_prev(key);
@@ -373,6 +401,10 @@ pub(crate) trait Source {
     fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError>;
     /// The last row of `cf` whose key is in `lower..=key`, if any.
     fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError>;
+    /// A cursor over the rows of `cf` with `lower <= key < upper` (no
+    /// `upper`: to the last row), not yet positioned: rows are read where
+    /// RocksDB holds them, and it can skip ahead with a seek.
+    fn cursor(&self, cf: Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Cursor<'_>, StoreError>;
 }
 
 impl Source for Engine {
@@ -390,6 +422,9 @@ impl Source for Engine {
     }
     fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError> {
         self.floor_with(cf, lower, key, ReadOptions::default())
+    }
+    fn cursor(&self, cf: Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Cursor<'_>, StoreError> {
+        self.cursor_within(cf, lower, upper, ReadOptions::default())
     }
 }
 
@@ -410,5 +445,10 @@ impl Source for SnapshotView<'_> {
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&self.snapshot);
         self.engine.floor_with(cf, lower, key, opts)
+    }
+    fn cursor(&self, cf: Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Cursor<'_>, StoreError> {
+        let mut opts = ReadOptions::default();
+        opts.set_snapshot(&self.snapshot);
+        self.engine.cursor_within(cf, lower, upper, opts)
     }
 }

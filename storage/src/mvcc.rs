@@ -16,6 +16,8 @@
 //!
 //! Range semantics: a [`RangeRequest`](crate::RangeRequest) without a revision reads the current
 //! state; with revision `r` it reads each key's last row at or below `r`.
+//! A range of many keys at `r` passes each key's rows above `r` with one
+//! step and at most one seek, however many there are.
 //! `r` above the current revision is [`StoreError::FutureRevision`]; `r`
 //! below the compaction point is [`StoreError::Compacted`]. A read exactly at
 //! the compaction point is allowed (compaction keeps it whole).
@@ -160,29 +162,74 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
         }
         let start = schema::history_key_start(&range.key);
         let end = range.end_bound().map(|e| schema::history_key_start(&e));
-        // Rows come grouped by key, revisions ascending: remember the last row
-        // at or below `at`, still encoded, and decode and emit it when the key
-        // changes (a key's older rows are read past, never decoded).
-        let mut candidate: Option<(Vec<u8>, Box<[u8]>)> = None;
-        for row in self.src.scan(Cf::History, &start, end.as_deref())? {
-            let (k, v) = row?;
-            let (key, rev) = schema::split_history_key(&k)
+        // Rows come grouped by key, revisions ascending. A key's last row at
+        // or below `at` is kept, still encoded, and decoded and emitted when
+        // the key changes (its older rows are read past, never decoded).
+        // Once a key's rows pass `at`, all its later ones do too: the first
+        // is stepped over (a key changed once since `at`, the common case),
+        // and if the key has more, one seek goes past them all, so a key
+        // written many times since `at` costs a seek, not a read per row.
+        let mut rows = self.src.cursor(Cf::History, &start, end.as_deref())?;
+        rows.seek(&start);
+        let mut candidate = HistoryCandidate::default();
+        let mut passing = Vec::new();
+        while let Some((k, v)) = rows.row() {
+            let (escaped, rev) = schema::split_history_row(k)
                 .ok_or_else(|| StoreError::Corrupt("malformed history key".into()))?;
-            if candidate.as_ref().is_some_and(|(ck, _)| *ck != key) {
-                if let Some((_, row)) = candidate.take() {
-                    if emit_history_row(&row, visit)? {
-                        return Ok(());
-                    }
-                }
+            if candidate.is_other_key(escaped) && candidate.emit(visit)? {
+                return Ok(());
             }
             if rev <= at.0 {
-                candidate = Some((key, v));
+                candidate.hold(escaped, v);
+                rows.next();
+                continue;
+            }
+            passing.clear();
+            passing.extend_from_slice(escaped);
+            rows.next();
+            let more_of_key = rows.row().is_some_and(|(next, _)| {
+                schema::split_history_row(next).is_some_and(|(e, _)| e == passing.as_slice())
+            });
+            if more_of_key {
+                rows.seek(&schema::history_rows_end(&passing));
             }
         }
-        if let Some((_, row)) = candidate {
-            emit_history_row(&row, visit)?;
-        }
+        rows.status()?;
+        candidate.emit(visit)?;
         Ok(())
+    }
+}
+
+/// The row a multi-key history scan would emit for the key it is reading:
+/// the last seen at or below the scan's revision, still encoded. Its
+/// buffers are reused from key to key.
+#[derive(Default)]
+struct HistoryCandidate {
+    held: bool,
+    escaped_key: Vec<u8>,
+    row: Vec<u8>,
+}
+
+impl HistoryCandidate {
+    fn is_other_key(&self, escaped: &[u8]) -> bool {
+        self.held && self.escaped_key != escaped
+    }
+
+    fn hold(&mut self, escaped: &[u8], row: &[u8]) {
+        self.held = true;
+        self.escaped_key.clear();
+        self.escaped_key.extend_from_slice(escaped);
+        self.row.clear();
+        self.row.extend_from_slice(row);
+    }
+
+    /// Emits the held row, if any (see [`emit_history_row`]), and lets it
+    /// go; whether `visit` asked to stop.
+    fn emit(&mut self, visit: Visit<'_>) -> Result<bool, StoreError> {
+        if !std::mem::take(&mut self.held) {
+            return Ok(false);
+        }
+        emit_history_row(&self.row, visit)
     }
 }
 
@@ -646,6 +693,95 @@ mod tests {
                 (5, Delete, s("a"), s(""), Some(s("3"))),
             ]
         );
+    }
+
+    /// Reads every key of `range` at `at` as (key, value) pairs, with
+    /// `limit`.
+    fn read_at(f: &Fixture, range: KeyRange, at: u64, limit: u64) -> Vec<(String, String)> {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        f.store
+            .range(&RangeRequest {
+                range,
+                revision: Some(Revision(at)),
+                limit,
+                ..RangeRequest::default()
+            })
+            .expect("range")
+            .kvs
+            .iter()
+            .map(|kv| (text(&kv.key), text(&kv.value)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_range_at_an_old_revision_sees_each_key_as_it_was_however_often_it_changed_since() {
+        use std::collections::BTreeMap;
+        // Keys whose escaped forms neighbour each other ("a\0" escapes its
+        // zero byte), written a few times or hundreds of times, deleted and
+        // written again; a model of the state after every revision.
+        let keys = ["a", "a\0", "a\0b", "ab", "b", "hot", "warm"];
+        let mut f = Fixture::new();
+        let mut model: Vec<BTreeMap<String, String>> = vec![BTreeMap::new()];
+        let mut seed = 7u64;
+        for rev in 1..=600u64 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let pick = (seed >> 33) as usize;
+            // Half the writes go to "hot", a few to the others.
+            let key = if pick.is_multiple_of(2) {
+                "hot"
+            } else {
+                keys[pick % keys.len()]
+            };
+            let mut state = model.last().expect("a state").clone();
+            if pick % 11 == 3 && state.contains_key(key) {
+                f.txn(vec![delete(key)]).await;
+                state.remove(key);
+            } else {
+                let value = format!("{key}@{rev}");
+                f.txn(vec![put(key, &value)]).await;
+                state.insert(key.to_string(), value);
+            }
+            model.push(state);
+        }
+        let check = |f: &Fixture, from: u64| {
+            for at in (from..=600).step_by(7).chain([600]) {
+                let want: Vec<(String, String)> = model[at as usize]
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                assert_eq!(read_at(f, KeyRange::prefix(""), at, 0), want, "all at {at}");
+                assert_eq!(
+                    read_at(f, KeyRange::prefix(""), at, 3),
+                    want[..want.len().min(3)],
+                    "the first three at {at}"
+                );
+                let a_keys: Vec<_> = want
+                    .iter()
+                    .filter(|(k, _)| k.starts_with('a'))
+                    .cloned()
+                    .collect();
+                assert_eq!(
+                    read_at(f, KeyRange::prefix("a"), at, 0),
+                    a_keys,
+                    "a* at {at}"
+                );
+                for key in keys {
+                    let one: Vec<_> = want.iter().filter(|(k, _)| k == key).cloned().collect();
+                    assert_eq!(
+                        read_at(f, KeyRange::single(key), at, 0),
+                        one,
+                        "{key} at {at}"
+                    );
+                }
+            }
+        };
+        check(&f, 1);
+        // After compaction (and its purge), reads at or after the
+        // compaction point are unchanged.
+        f.compact(300).await;
+        check(&f, 300);
     }
 
     #[tokio::test]

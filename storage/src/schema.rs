@@ -250,6 +250,31 @@ pub fn history_key_start(key: &[u8]) -> Vec<u8> {
     history_key(key, 0)
 }
 
+/// Splits a `history` row key into the user key as escaped (terminator
+/// included) and the revision, without unescaping: rows of one user key
+/// have equal escaped parts.
+pub fn split_history_row(row: &[u8]) -> Option<(&[u8], u64)> {
+    if row.len() < 10 {
+        return None;
+    }
+    let (escaped, rev) = row.split_at(row.len() - 8);
+    if !escaped.ends_with(&[0x00, 0x01]) {
+        return None;
+    }
+    Some((escaped, decode_u64(rev)?))
+}
+
+/// A key after every `history` row of the user key escaped as `escaped`
+/// and before any other key's: a seek to it lands on the next key's first
+/// row.
+pub fn history_rows_end(escaped: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(escaped.len() + 9);
+    out.extend_from_slice(escaped);
+    out.extend_from_slice(&[0xFF; 8]);
+    out.push(0x00);
+    out
+}
+
 /// Splits a `history` row key into the user key and the revision.
 pub fn split_history_key(row: &[u8]) -> Option<(Vec<u8>, u64)> {
     if row.len() < 10 {
@@ -297,6 +322,25 @@ mod tests {
             let row = history_key(k, 42);
             assert_eq!(split_history_key(&row), Some((k.to_vec(), 42)));
         }
+    }
+
+    #[test]
+    fn the_end_of_a_keys_history_rows_is_before_the_next_keys_first() {
+        let keys: Vec<&[u8]> = vec![b"", b"a", b"a\0", b"a\0b", b"a\x01", b"ab", b"b"];
+        for (i, k) in keys.iter().enumerate() {
+            let row = history_key(k, 5);
+            let (escaped, rev) = split_history_row(&row).expect("a history row");
+            assert_eq!(rev, 5);
+            let end = history_rows_end(escaped);
+            assert!(history_key(k, u64::MAX) < end, "past every row of {k:?}");
+            for later in &keys[i + 1..] {
+                assert!(end < history_key_start(later), "{k:?} before {later:?}");
+                let later_row = history_key(later, 5);
+                let (other, _) = split_history_row(&later_row).expect("row");
+                assert_ne!(escaped, other);
+            }
+        }
+        assert_eq!(split_history_row(b"short"), None);
     }
 
     #[test]
