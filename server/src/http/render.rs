@@ -190,20 +190,8 @@ pub fn render_list(
                 "items": listed.items.iter().map(|o| o.to_value()).collect::<Vec<_>>(),
             }),
         ),
-        Rendering::Table => match table::render(
-            rt,
-            &listed
-                .items
-                .iter()
-                .map(|o| o.to_value())
-                .collect::<Vec<_>>(),
-            &rv,
-            q,
-        ) {
-            Ok(mut t) => {
-                t["metadata"] = meta;
-                json_response(StatusCode::OK, &t)
-            }
+        Rendering::Table => match table::render_list(rt, &listed.items, &meta, q) {
+            Ok(table) => json_bytes_response(StatusCode::OK, table.into()),
             Err(e) => e.into_response(),
         },
     }
