@@ -145,8 +145,36 @@ struct NodeAddrs {
     peer: SocketAddr,
 }
 
+/// The ports test nodes listen on: below Linux's default ephemeral range
+/// (32768–60999), from which the kernel picks the local port of every
+/// outgoing connection. A node that is stopped and started again binds
+/// its old ports once more; had one come from the ephemeral range, a
+/// connection made meanwhile (another node's, a client's, another test's)
+/// could hold it as its local port, and the restart would fail with
+/// `AddrInUse` however long it waited.
+pub const LISTEN_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// The next port of [`LISTEN_PORTS`] to try, shared by the process's
+/// tests; it starts at a random one, so test processes running side by
+/// side rarely try the same ports.
+fn next_listen_port() -> u16 {
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
+    let span = u32::from(LISTEN_PORTS.end - LISTEN_PORTS.start);
+    let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU32::new(rand::random_range(0..span)));
+    let offset = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
+    LISTEN_PORTS.start + offset as u16
+}
+
+/// A listener on a free port of [`LISTEN_PORTS`].
 async fn free_listener() -> anyhow::Result<TcpListener> {
-    Ok(TcpListener::bind("127.0.0.1:0").await?)
+    for _ in LISTEN_PORTS {
+        match TcpListener::bind(("127.0.0.1", next_listen_port())).await {
+            Ok(listener) => return Ok(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(anyhow!("no free port in {LISTEN_PORTS:?}"))
 }
 
 /// The `kubestore` binary: `KUBESTORE_BIN`, or the one in the target
