@@ -404,7 +404,12 @@ pub(crate) trait Source {
     /// A cursor over the rows of `cf` with `lower <= key < upper` (no
     /// `upper`: to the last row), not yet positioned: rows are read where
     /// RocksDB holds them, and it can skip ahead with a seek.
-    fn cursor(&self, cf: Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Cursor<'_>, StoreError>;
+    fn cursor_between(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+    ) -> Result<Cursor<'_>, StoreError>;
 }
 
 impl Source for Engine {
@@ -423,7 +428,12 @@ impl Source for Engine {
     fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError> {
         self.floor_with(cf, lower, key, ReadOptions::default())
     }
-    fn cursor(&self, cf: Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Cursor<'_>, StoreError> {
+    fn cursor_between(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+    ) -> Result<Cursor<'_>, StoreError> {
         self.cursor_within(cf, lower, upper, ReadOptions::default())
     }
 }
@@ -446,7 +456,12 @@ impl Source for SnapshotView<'_> {
         opts.set_snapshot(&self.snapshot);
         self.engine.floor_with(cf, lower, key, opts)
     }
-    fn cursor(&self, cf: Cf, lower: &[u8], upper: Option<&[u8]>) -> Result<Cursor<'_>, StoreError> {
+    fn cursor_between(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+    ) -> Result<Cursor<'_>, StoreError> {
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&self.snapshot);
         self.engine.cursor_within(cf, lower, upper, opts)

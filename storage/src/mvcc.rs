@@ -169,7 +169,9 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
         // is stepped over (a key changed once since `at`, the common case),
         // and if the key has more, one seek goes past them all, so a key
         // written many times since `at` costs a seek, not a read per row.
-        let mut rows = self.src.cursor(Cf::History, &start, end.as_deref())?;
+        let mut rows = self
+            .src
+            .cursor_between(Cf::History, &start, end.as_deref())?;
         rows.seek(&start);
         let mut candidate = HistoryCandidate::default();
         let mut passing = Vec::new();

@@ -201,10 +201,12 @@ impl Helm {
 
 /// A base port with `n` free consecutive ports after it, all in
 /// [`crate::LISTEN_PORTS`] (outside the ephemeral range, so that no
-/// outgoing connection holds one when a node binds it again).
+/// outgoing connection holds one when a node binds it again). Ranges
+/// handed out one after another never overlap: the ports are only bound to
+/// check them, and released before the caller binds them.
 pub fn free_port_range(n: u16) -> u16 {
     for _ in 0..200 {
-        let base = rand::random_range(crate::LISTEN_PORTS.start..crate::LISTEN_PORTS.end - n);
+        let base = crate::next_listen_ports(n);
         let held: Vec<_> = (0..n)
             .filter_map(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
             .collect();

@@ -154,21 +154,29 @@ struct NodeAddrs {
 /// `AddrInUse` however long it waited.
 pub const LISTEN_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
-/// The next port of [`LISTEN_PORTS`] to try, shared by the process's
-/// tests; it starts at a random one, so test processes running side by
-/// side rarely try the same ports.
-fn next_listen_port() -> u16 {
+/// The first of `n` consecutive ports of [`LISTEN_PORTS`] to try, taken
+/// from a counter shared by the process's tests, so two calls never hand
+/// out overlapping ports until the range wraps; it starts at a random
+/// port, so test processes running side by side rarely try the same ones.
+pub(crate) fn next_listen_ports(n: u16) -> u16 {
     static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
     let span = u32::from(LISTEN_PORTS.end - LISTEN_PORTS.start);
     let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU32::new(rand::random_range(0..span)));
-    let offset = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
-    LISTEN_PORTS.start + offset as u16
+    let n = u32::from(n);
+    assert!(n <= span, "{n} ports do not fit in {LISTEN_PORTS:?}");
+    loop {
+        let offset = next.fetch_add(n, std::sync::atomic::Ordering::Relaxed) % span;
+        // A block that would run past the range's end is skipped.
+        if offset + n <= span {
+            return LISTEN_PORTS.start + offset as u16;
+        }
+    }
 }
 
 /// A listener on a free port of [`LISTEN_PORTS`].
 async fn free_listener() -> anyhow::Result<TcpListener> {
     for _ in LISTEN_PORTS {
-        match TcpListener::bind(("127.0.0.1", next_listen_port())).await {
+        match TcpListener::bind(("127.0.0.1", next_listen_ports(1))).await {
             Ok(listener) => return Ok(listener),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
             Err(e) => return Err(e.into()),
@@ -267,8 +275,8 @@ impl TestCluster {
     }
 
     /// A cluster with no node started yet, and `n` triples of bound (REST,
-    /// etcd API, peer) listeners on port 0 whose peer addresses its peers
-    /// list names.
+    /// etcd API, peer) listeners on free ports of [`LISTEN_PORTS`] whose
+    /// peer addresses its peers list names.
     async fn empty(
         n: usize,
         options: ClusterOptions,
