@@ -296,10 +296,15 @@ impl SnapshotView<'_> {
     }
 
     pub fn scan(&self, cf: Cf, start: &[u8], end: Option<&[u8]>) -> Result<Scan<'_>, StoreError> {
+        self.engine
+            .scan_with(cf, start, end, Direction::Forward, self.read_options())
+    }
+
+    /// Read options that read this view's snapshot.
+    fn read_options(&self) -> ReadOptions {
         let mut opts = ReadOptions::default();
         opts.set_snapshot(&self.snapshot);
-        self.engine
-            .scan_with(cf, start, end, Direction::Forward, opts)
+        opts
     }
 }
 
@@ -452,9 +457,7 @@ impl Source for SnapshotView<'_> {
         SnapshotView::scan(self, cf, start, end)
     }
     fn floor(&self, cf: Cf, lower: &[u8], key: &[u8]) -> Result<Option<Row>, StoreError> {
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(&self.snapshot);
-        self.engine.floor_with(cf, lower, key, opts)
+        self.engine.floor_with(cf, lower, key, self.read_options())
     }
     fn cursor_between(
         &self,
@@ -462,8 +465,7 @@ impl Source for SnapshotView<'_> {
         lower: &[u8],
         upper: Option<&[u8]>,
     ) -> Result<Cursor<'_>, StoreError> {
-        let mut opts = ReadOptions::default();
-        opts.set_snapshot(&self.snapshot);
-        self.engine.cursor_within(cf, lower, upper, opts)
+        self.engine
+            .cursor_within(cf, lower, upper, self.read_options())
     }
 }

@@ -277,12 +277,8 @@ pub fn history_rows_end(escaped: &[u8]) -> Vec<u8> {
 
 /// Splits a `history` row key into the user key and the revision.
 pub fn split_history_key(row: &[u8]) -> Option<(Vec<u8>, u64)> {
-    if row.len() < 10 {
-        return None;
-    }
-    let (escaped, rev) = row.split_at(row.len() - 8);
-    let revision = decode_u64(rev)?;
-    let body = escaped.strip_suffix(&[0x00, 0x01])?;
+    let (escaped, revision) = split_history_row(row)?;
+    let body = &escaped[..escaped.len() - 2];
     let mut key = Vec::with_capacity(body.len());
     let mut i = 0;
     while i < body.len() {

@@ -1,5 +1,6 @@
 //! Server-side printing: `meta.k8s.io/v1` Tables for `kubectl get`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -551,7 +552,10 @@ pub fn render(
     q: &HashMap<String, String>,
 ) -> Result<Value, ApiError> {
     let include = include_of(q)?;
-    Ok(table(columns_of(rt), items, resource_version, include))
+    let (columns, cells) = columns_of(rt);
+    let metadata = json!({ "resourceVersion": resource_version });
+    let table = table_of(&columns, &cells, items, &metadata, include);
+    serde_json::to_value(&table).map_err(table_error)
 }
 
 /// A list as a Table, as JSON bytes: `meta` is the list's metadata. Each
@@ -568,53 +572,87 @@ pub fn render_list(
 ) -> Result<Vec<u8>, ApiError> {
     let include = include_of(q)?;
     let (columns, cells) = columns_of(rt);
-    let table = TableJson {
-        api_version: TABLE_API_VERSION,
-        column_definitions: &columns,
-        kind: "Table",
-        metadata: meta,
-        rows: RowsJson {
-            items,
-            cells: &cells,
-            include,
-        },
-    };
-    serde_json::to_vec(&table)
-        .map_err(|e| ApiError::Kube(KubeError::Internal(format!("rendering a table: {e}"))))
+    let table = table_of(&columns, &cells, items, meta, include);
+    serde_json::to_vec(&table).map_err(table_error)
+}
+
+fn table_error(e: serde_json::Error) -> ApiError {
+    ApiError::Kube(KubeError::Internal(format!("rendering a table: {e}")))
 }
 
 const TABLE_API_VERSION: &str = "meta.k8s.io/v1";
 
+/// The Table of `items` with `columns` and `metadata`, each row's cells
+/// from `cells`, ready to be serialized (as a `Value` or as bytes).
+fn table_of<'a, T: TableItem>(
+    columns: &'a [Value],
+    cells: &'a CellsOf<'static>,
+    items: &'a [T],
+    metadata: &'a Value,
+    include: Include,
+) -> TableJson<'a, T> {
+    TableJson {
+        api_version: TABLE_API_VERSION,
+        column_definitions: columns,
+        kind: "Table",
+        metadata,
+        rows: RowsJson {
+            items,
+            cells,
+            include,
+        },
+    }
+}
+
+/// An object a Table row is made from: parsed already, or parsed when its
+/// row is written.
+trait TableItem {
+    fn object(&self) -> Cow<'_, Value>;
+}
+
+impl TableItem for Value {
+    fn object(&self) -> Cow<'_, Value> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl TableItem for Arc<CachedObject> {
+    fn object(&self) -> Cow<'_, Value> {
+        Cow::Owned(self.to_value())
+    }
+}
+
 /// A Table as written (members in the order a `Value` prints them).
 #[derive(Serialize)]
-struct TableJson<'a> {
+#[serde(bound = "")]
+struct TableJson<'a, T: TableItem> {
     #[serde(rename = "apiVersion")]
     api_version: &'static str,
     #[serde(rename = "columnDefinitions")]
     column_definitions: &'a [Value],
     kind: &'static str,
     metadata: &'a Value,
-    rows: RowsJson<'a>,
+    rows: RowsJson<'a, T>,
 }
 
 /// A Table's rows, each made from its object as it is written.
-struct RowsJson<'a> {
-    items: &'a [Arc<CachedObject>],
+struct RowsJson<'a, T> {
+    items: &'a [T],
     cells: &'a CellsOf<'static>,
     include: Include,
 }
 
-impl Serialize for RowsJson<'_> {
+impl<T: TableItem> Serialize for RowsJson<'_, T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let no_metadata = Value::Object(serde_json::Map::new());
         let mut rows = s.serialize_seq(Some(self.items.len()))?;
         for item in self.items {
-            let obj = item.to_value();
+            let obj = item.object();
             let object = match self.include {
                 Include::Metadata => Some(RowObject::Metadata(
                     obj.get("metadata").unwrap_or(&no_metadata),
                 )),
-                Include::Object => Some(RowObject::Whole(&obj)),
+                Include::Object => Some(RowObject::Whole(obj.as_ref())),
                 Include::None => None,
             };
             rows.serialize_element(&RowJson {
@@ -761,40 +799,6 @@ fn json_path(obj: &Value, path: &str) -> Option<Value> {
 
 /// What makes a row's cells of an object.
 type CellsOf<'a> = Box<dyn Fn(&Value) -> Vec<Value> + 'a>;
-
-/// The Table of `items` with `columns`, each row's cells from `cells`.
-fn table(
-    (columns, cells): (Vec<Value>, CellsOf<'_>),
-    items: &[Value],
-    resource_version: &str,
-    include: Include,
-) -> Value {
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|obj| {
-            let mut row = json!({ "cells": cells(obj) });
-            match include {
-                Include::Object => row["object"] = obj.clone(),
-                Include::Metadata => {
-                    row["object"] = json!({
-                        "kind": "PartialObjectMetadata",
-                        "apiVersion": TABLE_API_VERSION,
-                        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                    })
-                }
-                Include::None => {}
-            }
-            row
-        })
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": TABLE_API_VERSION,
-        "metadata": { "resourceVersion": resource_version },
-        "columnDefinitions": columns,
-        "rows": rows,
-    })
-}
 
 #[cfg(test)]
 mod tests {
