@@ -106,12 +106,45 @@ fn bench_compare_writes_ratios_runs_and_plots() {
             );
         }
     }
+    // The puts again with every client on the leader, on both stores. 60
+    // puts may take less CPU than one tick of the clock, so CPU figures
+    // may be 0 (and their ratio absent), never missing or negative.
+    for store in ["etcd", "kubestore"] {
+        let forwarding = &r["forwarding"][store];
+        for field in ["spread_puts_per_second", "on_leader_puts_per_second"] {
+            let v = forwarding[field].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                v.is_finite() && v > 0.0,
+                "forwarding {store} {field}: {forwarding}"
+            );
+        }
+        for field in [
+            "spread_server_cpu_us_per_put",
+            "on_leader_server_cpu_us_per_put",
+        ] {
+            let v = forwarding[field].as_f64().unwrap_or(f64::NAN);
+            assert!(
+                v.is_finite() && v >= 0.0,
+                "forwarding {store} {field}: {forwarding}"
+            );
+        }
+        let ratio = &forwarding["spread_over_on_leader_cpu"];
+        assert!(
+            ratio.is_null() || ratio.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0),
+            "forwarding {store}: {forwarding}"
+        );
+    }
     let runs = r["runs"].as_array().expect("runs");
     assert_eq!(
         runs.len(),
-        10,
-        "4 etcd-API workloads x 2 stores, 2 REST workloads on kubestore"
+        12,
+        "4 etcd-API workloads and the puts on the leader x 2 stores, 2 REST workloads on kubestore"
     );
+    let on_leader = runs
+        .iter()
+        .filter(|run| run["workload"] == "put_on_leader")
+        .count();
+    assert_eq!(on_leader, 2, "one leader-only put run per store");
     for run in runs {
         assert_eq!(run["errors"], 0, "{run}");
         assert_eq!(run["requests"], 60);

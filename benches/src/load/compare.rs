@@ -5,9 +5,12 @@
 //! It starts a 3-member etcd (the `etcd` binary, Debian's 3.4) and a
 //! 3-node kubestore (this binary's `serve`), each with data under the
 //! output directory, runs every etcd-API workload against one store and
-//! then the other, then kubestore's REST creates and updates of the same
-//! size, and writes `results.json` (top-level `ratios`: kubestore/etcd
-//! throughput per workload; `rest_ratios`: kubestore's REST write rate over
+//! then the other, the puts at 64 clients once more on each with every
+//! client on the leader, then kubestore's REST creates and updates of the
+//! same size, and writes `results.json` (top-level `ratios`: kubestore/etcd
+//! throughput per workload; `forwarding`: per store, the spread puts'
+//! rate and server CPU against the leader-only ones', what forwarding a
+//! follower's writes costs; `rest_ratios`: kubestore's REST write rate over
 //! its own etcd-API put rate at the same clients, the price of the
 //! Kubernetes layer; `kubestore_stages`: where kubestore's writes spent
 //! their time, stage by stage, on the leader and on the followers, from
@@ -75,6 +78,15 @@ const PLAN: [(&str, &str, usize); 4] = [
     ("range_serializable", "range_serializable", 64),
 ];
 
+/// The write workload run again with every client on the leader, after
+/// [`PLAN`], on both stores, as `(key, workload, clients, the spread run it
+/// is set against)`: the difference is what forwarding a follower's writes
+/// to the leader costs each store.
+const ON_LEADER: (&str, &str, usize, &str) = ("put_c64_on_leader", "put", 64, "put_c64");
+
+/// The workload name [`ON_LEADER`]'s runs are reported under.
+const ON_LEADER_WORKLOAD: &str = "put_on_leader";
+
 /// The Kubernetes-layer workloads, run on kubestore alone after [`PLAN`],
 /// as `(key in rest_ratios, REST workload, clients, the etcd-API run of
 /// kubestore it is divided by)`.
@@ -82,6 +94,9 @@ const REST_PLAN: [(&str, &str, usize, &str); 2] = [
     ("rest_create_c64", "create", 64, "put"),
     ("rest_update_c64", "update", 64, "put"),
 ];
+
+/// How long [`ON_LEADER`] waits for a member to say it leads.
+const LEADER_WAIT: Duration = Duration::from_secs(10);
 
 /// ConfigMaps seeded for the REST updates (which spread over 100).
 const REST_SEEDED: usize = 100;
@@ -427,6 +442,25 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                         runs.push(r);
                     }
                 }
+                let (key, name, clients, _) = ON_LEADER;
+                let workload = Workload::etcd(name)?;
+                for (store, cluster) in [("etcd", &etcd), ("kubestore", &kubestore)] {
+                    let leader = workload::leader_endpoint(&cluster.endpoints, LEADER_WAIT).await?;
+                    let pids = cluster.pids();
+                    let before = CpuSample::take(&pids);
+                    let mut r = workload::run_etcd(
+                        &workload,
+                        std::slice::from_ref(&leader),
+                        clients,
+                        &load(put_requests),
+                    )
+                    .await?;
+                    let spent = before.until(&CpuSample::take(&pids));
+                    cpu.push((store, key, spent, r.requests.saturating_sub(r.errors)));
+                    r.store = store.into();
+                    r.workload = ON_LEADER_WORKLOAD.into();
+                    runs.push(r);
+                }
                 workload::seed_rest(&kubestore.rest, REST_SEEDED, 1024).await?;
                 for (key, name, clients, _) in REST_PLAN {
                     let workload = Workload::rest(name, REST_SEEDED)?;
@@ -485,6 +519,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         }
     }
     let cpu_report = cpu_report(&cpu);
+    let forwarding = forwarding_report(&runs, &cpu_report.json);
     let puts_per_fsync = find("kubestore", "put", 256).map(|r| r.throughput / fsyncs.max(1e-9));
     let results = json!({
         "quick": args.quick,
@@ -501,6 +536,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
             .map(|(key, b)| ((*key).to_string(), b.json()))
             .collect::<serde_json::Map<_, _>>(),
         "cpu": cpu_report.json,
+        "forwarding": forwarding.json,
         "cpu_per_request_ratios": cpu_report.ratios,
         "runs": runs,
     });
@@ -538,6 +574,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         println!("  {k:<22} {:.2}x", v.as_f64().unwrap_or(0.0));
     }
     println!("{}", cpu_report.table);
+    println!("{}", forwarding.table);
     for (key, b) in &stages {
         println!(
             "{}",
@@ -552,6 +589,62 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         args.out.join("results.json").display()
     );
     Ok(())
+}
+
+/// What forwarding costs each store: its puts with the clients spread
+/// over the three members against the same puts with every client on the
+/// leader ([`ON_LEADER`]).
+struct ForwardingReport {
+    /// Per store: puts/s and server CPU per put, spread and on the leader,
+    /// and the spread run's CPU per put over the leader run's (`null` when
+    /// the leader run was too short to measure).
+    json: serde_json::Value,
+    table: String,
+}
+
+fn forwarding_report(runs: &[RunResult], cpu: &serde_json::Value) -> ForwardingReport {
+    let (key, name, clients, spread_key) = ON_LEADER;
+    let mut json = serde_json::Map::new();
+    let mut table = format!(
+        "Forwarding: put x{clients} with the clients spread over the members, and all on the leader\n{:<10} {:>12} {:>12} {:>12} {:>12} {:>14}\n",
+        "store", "spread /s", "leader /s", "spread µs", "leader µs", "CPU spread/ldr"
+    );
+    for store in ["etcd", "kubestore"] {
+        let rate = |workload: &str| {
+            runs.iter()
+                .find(|r| r.store == store && r.workload == workload && r.clients == clients)
+                .map(|r| r.throughput)
+        };
+        let cpu_of = |k: &str| cpu[k][store]["server_cpu_us_per_request"].as_f64();
+        let (Some(spread_rate), Some(leader_rate), Some(spread_cpu), Some(leader_cpu)) = (
+            rate(name),
+            rate(ON_LEADER_WORKLOAD),
+            cpu_of(spread_key),
+            cpu_of(key),
+        ) else {
+            continue;
+        };
+        // A run too short for the CPU clock's ticks (a test's) has no ratio.
+        let cpu_ratio = (leader_cpu > 0.0).then(|| spread_cpu / leader_cpu);
+        json.insert(
+            store.into(),
+            json!({
+                "spread_puts_per_second": spread_rate,
+                "on_leader_puts_per_second": leader_rate,
+                "spread_server_cpu_us_per_put": spread_cpu,
+                "on_leader_server_cpu_us_per_put": leader_cpu,
+                "spread_over_on_leader_cpu": cpu_ratio,
+            }),
+        );
+        let cpu_ratio = cpu_ratio.map_or("-".to_string(), |r| format!("{r:.2}x"));
+        table.push_str(&format!(
+            "{store:<10} {spread_rate:>12.0} {leader_rate:>12.0} {spread_cpu:>12.1} {leader_cpu:>12.1} {cpu_ratio:>14}\n"
+        ));
+    }
+    ForwardingReport {
+        json: json.into(),
+        table,
+    }
 }
 
 /// CPU per request of each store's servers and of the load generator.

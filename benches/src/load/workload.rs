@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
-use kubestore_proto::etcd::etcdserverpb::{PutRequest, RangeRequest};
+use kubestore_proto::etcd::etcdserverpb::maintenance_client::MaintenanceClient;
+use kubestore_proto::etcd::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
 use serde_json::json;
 use tonic::transport::Channel;
 
@@ -123,6 +124,35 @@ pub(super) async fn etcd_channel(endpoint: &str) -> anyhow::Result<Channel> {
         .connect()
         .await
         .with_context(|| format!("connecting to {url}"))
+}
+
+/// Which of `endpoints` is the member that leads now, by the members' own
+/// `Status` (the id it answers with equals the leader it knows). Asks
+/// again until one does, for up to `wait` (an election may be running).
+pub async fn leader_endpoint(endpoints: &[String], wait: Duration) -> anyhow::Result<String> {
+    let deadline = Instant::now() + wait;
+    loop {
+        for endpoint in endpoints {
+            let Ok(channel) = etcd_channel(endpoint).await else {
+                continue;
+            };
+            let Ok(status) = MaintenanceClient::new(channel)
+                .status(StatusRequest {})
+                .await
+            else {
+                continue;
+            };
+            let status = status.into_inner();
+            let member = status.header.as_ref().map_or(0, |h| h.member_id);
+            if status.leader != 0 && member == status.leader {
+                return Ok(endpoint.clone());
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("none of {endpoints:?} says it leads");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Runs an etcd-API workload with `clients` concurrent clients (one
