@@ -108,7 +108,7 @@ fn bench_compare_writes_ratios_runs_and_plots() {
     }
     // The puts again with every client on the leader, on both stores. 60
     // puts may take less CPU than one tick of the clock, so CPU figures
-    // may be 0 (and their ratio absent), never missing or negative.
+    // may be 0 (and their ratio null), never missing or negative.
     for store in ["etcd", "kubestore"] {
         let forwarding = &r["forwarding"][store];
         for field in ["spread_puts_per_second", "on_leader_puts_per_second"] {

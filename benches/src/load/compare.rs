@@ -5,8 +5,8 @@
 //! It starts a 3-member etcd (the `etcd` binary, Debian's 3.4) and a
 //! 3-node kubestore (this binary's `serve`), each with data under the
 //! output directory, runs every etcd-API workload against one store and
-//! then the other, the puts at 64 clients once more on each with every
-//! client on the leader, then kubestore's REST creates and updates of the
+//! then the other (the puts at 64 clients once more on each, straight
+//! after, with every client on the leader), then kubestore's REST creates and updates of the
 //! same size, and writes `results.json` (top-level `ratios`: kubestore/etcd
 //! throughput per workload; `forwarding`: per store, the spread puts'
 //! rate and server CPU against the leader-only ones', what forwarding a
@@ -78,13 +78,15 @@ const PLAN: [(&str, &str, usize); 4] = [
     ("range_serializable", "range_serializable", 64),
 ];
 
-/// The write workload run again with every client on the leader, after
-/// [`PLAN`], on both stores, as `(key, workload, clients, the spread run it
-/// is set against)`: the difference is what forwarding a follower's writes
-/// to the leader costs each store.
+/// The write workload run again with every client on the leader, on each
+/// store straight after its spread run of [`PLAN`], as `(key under `cpu`,
+/// workload, clients, the spread run's key it is set against)`: the
+/// difference is what forwarding a follower's writes to the leader costs
+/// each store.
 const ON_LEADER: (&str, &str, usize, &str) = ("put_c64_on_leader", "put", 64, "put_c64");
 
-/// The workload name [`ON_LEADER`]'s runs are reported under.
+/// The workload name [`ON_LEADER`]'s runs are reported under in `runs`
+/// (their key under `cpu` is [`ON_LEADER`]'s first field).
 const ON_LEADER_WORKLOAD: &str = "put_on_leader";
 
 /// The Kubernetes-layer workloads, run on kubestore alone after [`PLAN`],
@@ -440,26 +442,23 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                         cpu.push((store, key, spent, answered));
                         r.store = store.into();
                         runs.push(r);
+                        if key == ON_LEADER.3 {
+                            // Straight after the spread puts, on the same
+                            // store as it now is.
+                            let (on_leader, cpu_spent, r) =
+                                run_on_leader(cluster, &load(put_requests)).await?;
+                            cpu.push((
+                                store,
+                                on_leader,
+                                cpu_spent,
+                                r.requests.saturating_sub(r.errors),
+                            ));
+                            runs.push(RunResult {
+                                store: store.into(),
+                                ..r
+                            });
+                        }
                     }
-                }
-                let (key, name, clients, _) = ON_LEADER;
-                let workload = Workload::etcd(name)?;
-                for (store, cluster) in [("etcd", &etcd), ("kubestore", &kubestore)] {
-                    let leader = workload::leader_endpoint(&cluster.endpoints, LEADER_WAIT).await?;
-                    let pids = cluster.pids();
-                    let before = CpuSample::take(&pids);
-                    let mut r = workload::run_etcd(
-                        &workload,
-                        std::slice::from_ref(&leader),
-                        clients,
-                        &load(put_requests),
-                    )
-                    .await?;
-                    let spent = before.until(&CpuSample::take(&pids));
-                    cpu.push((store, key, spent, r.requests.saturating_sub(r.errors)));
-                    r.store = store.into();
-                    r.workload = ON_LEADER_WORKLOAD.into();
-                    runs.push(r);
                 }
                 workload::seed_rest(&kubestore.rest, REST_SEEDED, 1024).await?;
                 for (key, name, clients, _) in REST_PLAN {
@@ -589,6 +588,29 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
         args.out.join("results.json").display()
     );
     Ok(())
+}
+
+/// [`ON_LEADER`]'s puts on `cluster`, every client on the member that
+/// leads now: its key, the servers' CPU and the run (reported under
+/// [`ON_LEADER_WORKLOAD`]).
+async fn run_on_leader(
+    cluster: &Cluster,
+    load: &LoadArgs,
+) -> anyhow::Result<(&'static str, CpuSpent, RunResult)> {
+    let (key, name, clients, _) = ON_LEADER;
+    let leader = workload::leader_endpoint(&cluster.endpoints, LEADER_WAIT).await?;
+    let pids = cluster.pids();
+    let before = CpuSample::take(&pids);
+    let mut r = workload::run_etcd(
+        &Workload::etcd(name)?,
+        std::slice::from_ref(&leader),
+        clients,
+        load,
+    )
+    .await?;
+    let spent = before.until(&CpuSample::take(&pids));
+    r.workload = ON_LEADER_WORKLOAD.into();
+    Ok((key, spent, r))
 }
 
 /// What forwarding costs each store: its puts with the clients spread

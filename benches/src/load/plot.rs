@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use super::record::RunResult;
 
-const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -18,6 +18,8 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(255, 215, 0),
 ];
 
 fn label(prefix: &str, r: &RunResult) -> String {

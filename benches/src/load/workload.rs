@@ -130,25 +130,25 @@ pub(super) async fn etcd_channel(endpoint: &str) -> anyhow::Result<Channel> {
 /// `Status` (the id it answers with equals the leader it knows). Asks
 /// again until one does, for up to `wait` (an election may be running).
 pub async fn leader_endpoint(endpoints: &[String], wait: Duration) -> anyhow::Result<String> {
-    let deadline = Instant::now() + wait;
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         for endpoint in endpoints {
-            let Ok(channel) = etcd_channel(endpoint).await else {
-                continue;
+            // A member that hangs is asked no longer than the wait allows.
+            let probe = async {
+                let channel = etcd_channel(endpoint).await.ok()?;
+                let status = MaintenanceClient::new(channel)
+                    .status(StatusRequest {})
+                    .await
+                    .ok()?
+                    .into_inner();
+                let member = status.header.as_ref().map_or(0, |h| h.member_id);
+                Some(status.leader != 0 && member == status.leader)
             };
-            let Ok(status) = MaintenanceClient::new(channel)
-                .status(StatusRequest {})
-                .await
-            else {
-                continue;
-            };
-            let status = status.into_inner();
-            let member = status.header.as_ref().map_or(0, |h| h.member_id);
-            if status.leader != 0 && member == status.leader {
+            if let Ok(Some(true)) = tokio::time::timeout_at(deadline, probe).await {
                 return Ok(endpoint.clone());
             }
         }
-        if Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline {
             bail!("none of {endpoints:?} says it leads");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
