@@ -6,12 +6,13 @@
 //! 3-node kubestore (this binary's `serve`), each with data under the
 //! output directory, runs every etcd-API workload against one store and
 //! then the other (the puts at 64 clients once more on each, straight
-//! after, with every client on the leader), then kubestore's REST creates and updates of the
-//! same size, and writes `results.json` (top-level `ratios`: kubestore/etcd
-//! throughput per workload; `forwarding`: per store, the spread puts'
-//! rate and server CPU against the leader-only ones', what forwarding a
-//! follower's writes costs; `rest_ratios`: kubestore's REST write rate over
-//! its own etcd-API put rate at the same clients, the price of the
+//! after, with every client on the leader), then kubestore's REST creates
+//! and updates of the same size, and writes `results.json` (top-level
+//! `ratios`: kubestore/etcd throughput per workload; `forwarding`: per
+//! store, the spread puts' rate and server CPU against the leader-only
+//! ones', what forwarding a follower's writes costs; `rest_ratios`:
+//! kubestore's REST write rate over its own etcd-API put rate at the same
+//! clients, the price of the
 //! Kubernetes layer; `kubestore_stages`: where kubestore's writes spent
 //! their time, stage by stage, on the leader and on the followers, from
 //! the nodes' `/metrics`; `runs`: every figure of both stores), plots and
@@ -79,10 +80,10 @@ const PLAN: [(&str, &str, usize); 4] = [
 ];
 
 /// The write workload run again with every client on the leader, on each
-/// store straight after its spread run of [`PLAN`], as `(key under `cpu`,
-/// workload, clients, the spread run's key it is set against)`: the
-/// difference is what forwarding a follower's writes to the leader costs
-/// each store.
+/// store straight after its spread run of [`PLAN`], as `(key, workload,
+/// clients, spread key)`: its key under `cpu`, and the key of the spread
+/// run it is set against. The difference is what forwarding a follower's
+/// writes to the leader costs each store.
 const ON_LEADER: (&str, &str, usize, &str) = ("put_c64_on_leader", "put", 64, "put_c64");
 
 /// The workload name [`ON_LEADER`]'s runs are reported under in `runs`
