@@ -420,21 +420,19 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<()> {
                         range_requests
                     };
                     for (store, cluster) in [("etcd", &etcd), ("kubestore", &kubestore)] {
-                        let pids = cluster.pids();
                         let timed = store == "kubestore" && name == "put";
                         let stages_before = match timed {
                             true => Some(StageSample::take(&cluster.rest).await?),
                             false => None,
                         };
-                        let before = CpuSample::take(&pids);
-                        let mut r = workload::run_etcd(
+                        let (spent, mut r) = run_etcd_timed(
+                            cluster,
                             &workload,
                             &cluster.endpoints,
                             clients,
                             &load(requests),
                         )
                         .await?;
-                        let spent = before.until(&CpuSample::take(&pids));
                         let answered = r.requests.saturating_sub(r.errors);
                         if let Some(s) = stages_before {
                             let after = StageSample::take(&cluster.rest).await?;
@@ -600,18 +598,32 @@ async fn run_on_leader(
 ) -> anyhow::Result<(&'static str, CpuSpent, RunResult)> {
     let (key, name, clients, _) = ON_LEADER;
     let leader = workload::leader_endpoint(&cluster.endpoints, LEADER_WAIT).await?;
-    let pids = cluster.pids();
-    let before = CpuSample::take(&pids);
-    let mut r = workload::run_etcd(
-        &Workload::etcd(name)?,
+    let workload = Workload::etcd(name)?;
+    let (spent, mut r) = run_etcd_timed(
+        cluster,
+        &workload,
         std::slice::from_ref(&leader),
         clients,
         load,
     )
     .await?;
-    let spent = before.until(&CpuSample::take(&pids));
     r.workload = ON_LEADER_WORKLOAD.into();
     Ok((key, spent, r))
+}
+
+/// Runs an etcd-API workload against `endpoints` (members of `cluster`),
+/// and the CPU the cluster's servers and the load generator spent on it.
+async fn run_etcd_timed(
+    cluster: &Cluster,
+    workload: &Workload,
+    endpoints: &[String],
+    clients: usize,
+    load: &LoadArgs,
+) -> anyhow::Result<(CpuSpent, RunResult)> {
+    let pids = cluster.pids();
+    let before = CpuSample::take(&pids);
+    let r = workload::run_etcd(workload, endpoints, clients, load).await?;
+    Ok((before.until(&CpuSample::take(&pids)), r))
 }
 
 /// What forwarding costs each store: its puts with the clients spread
