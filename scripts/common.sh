@@ -7,6 +7,34 @@ TOOLS="$ROOT/.tools/bin"
 # to compile the first time. Override with CARGO_TARGET_DIR.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kubestore/target}"
 
+# Room on the disk that holds the target directory. A reused target
+# directory only grows (every changed build leaves its incremental state and
+# old artifacts behind); a linker writing to a full disk dies of SIGBUS with
+# no word about space. Below KUBESTORE_MIN_FREE_GIB (default 12) free, drop
+# the incremental state, then, if that was not enough, the whole target
+# directory: a cold build is slow, a dead one is red.
+ensure_disk_room() {
+    local want_gib="${KUBESTORE_MIN_FREE_GIB:-12}"
+    free_gib() {
+        local dir="$CARGO_TARGET_DIR"
+        while [ ! -d "$dir" ]; do dir=$(dirname "$dir"); done
+        df -P -B1G "$dir" | awk 'NR == 2 { print $4 }'
+    }
+    local free
+    free=$(free_gib)
+    [ "$free" -ge "$want_gib" ] && return 0
+    echo "only ${free} GiB free beside $CARGO_TARGET_DIR (want ${want_gib}): dropping incremental build state" >&2
+    rm -rf "$CARGO_TARGET_DIR"/*/incremental
+    free=$(free_gib)
+    [ "$free" -ge "$want_gib" ] && return 0
+    echo "still only ${free} GiB free: removing $CARGO_TARGET_DIR (the build starts cold)" >&2
+    rm -rf "$CARGO_TARGET_DIR"
+    free=$(free_gib)
+    if [ "$free" -lt "$want_gib" ]; then
+        echo "warning: ${free} GiB free after removing the target directory; the build may run out of disk" >&2
+    fi
+}
+
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }

@@ -8,6 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 ensure_build_deps
+ensure_disk_room
 ensure_kubectl
 ensure_kubectl_newest
 ensure_helm
