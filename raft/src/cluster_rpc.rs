@@ -1,16 +1,19 @@
 //! The cluster service a node serves its peers on the peer port
 //! (`ClusterService`, beside openraft's `RaftService` in
-//! [`crate::network`], never beside a client API): forwarded writes
-//! (validated again against [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits) before they
+//! [`crate::network`], never beside a client API): forwarded writes, on one
+//! stream per follower (validated again against [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits) before they
 //! are proposed), read indexes for followers, and this node's client
 //! address for MemberList.
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::{
     ClientAddrRequest, ClientAddrResponse, ForwardRequest, ForwardResponse, ReadIndexRequest,
     ReadIndexResponse,
 };
 use kubestore_storage::Command;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::Instrument;
 
 use crate::network::{self, MAX_MESSAGE_BYTES};
@@ -35,43 +38,21 @@ impl RaftNode {
 
 #[tonic::async_trait]
 impl ClusterService for ClusterRpcServer {
+    type ForwardStream = UnboundedReceiverStream<Result<ForwardResponse, tonic::Status>>;
+
     async fn forward(
         &self,
-        req: tonic::Request<ForwardRequest>,
-    ) -> Result<tonic::Response<ForwardResponse>, tonic::Status> {
+        req: tonic::Request<tonic::Streaming<ForwardRequest>>,
+    ) -> Result<tonic::Response<Self::ForwardStream>, tonic::Status> {
         if self.node.inner.faults.is_isolated() {
             return Err(tonic::Status::unavailable("isolated by fault injection"));
         }
-        let span = tracing::info_span!("forwarded_write", node = self.node.inner.id);
-        // Decoding bounds the nesting of txns (`kubestore_storage::MAX_TXN_DEPTH`);
-        // validation holds the command to what this node's front ends accept.
-        let cmd: Command = span.in_scope(|| {
-            let cmd: Command = network::decode(&req.get_ref().command)?;
-            cmd.validate(&self.node.inner.command_limits).map_err(|e| {
-                tracing::warn!(error = %e, cmd = %cmd, "refused a forwarded command");
-                tonic::Status::invalid_argument(format!("invalid command: {e}"))
-            })?;
-            Ok::<_, tonic::Status>(cmd)
-        })?;
-        let reply = match self.node.write_forwarded(cmd).instrument(span).await {
-            Ok(resp) => ForwardResponse {
-                response: bincode::serialize(&resp)
-                    .map_err(|e| tonic::Status::internal(e.to_string()))?,
-                leader_id: Some(self.node.inner.id),
-                error: String::new(),
-            },
-            Err(Redirect::To(leader_id)) => ForwardResponse {
-                response: Vec::new(),
-                leader_id,
-                error: String::new(),
-            },
-            Err(Redirect::Fail(e)) => ForwardResponse {
-                response: Vec::new(),
-                leader_id: None,
-                error: e.to_string(),
-            },
-        };
-        Ok(tonic::Response::new(reply))
+        let (answers, outgoing) = mpsc::unbounded_channel();
+        let span = tracing::debug_span!("forward_stream_served", node = self.node.inner.id);
+        tokio::spawn(
+            serve_forwarded(self.node.clone(), req.into_inner(), answers).instrument(span),
+        );
+        Ok(tonic::Response::new(UnboundedReceiverStream::new(outgoing)))
     }
 
     async fn read_index(
@@ -114,5 +95,102 @@ impl ClusterService for ClusterRpcServer {
         Ok(tonic::Response::new(ClientAddrResponse {
             client_addr: self.node.inner.client_addr.clone().unwrap_or_default(),
         }))
+    }
+}
+
+/// Serves one follower's forwarding stream: each request is proposed as it
+/// arrives (several at once, batched again by the proposer) and answered
+/// when its outcome is known, in whatever order that is. Ends when the
+/// follower closes its side and every request is answered, when the
+/// follower goes away, when Raft on this node shuts down (the peer
+/// server's graceful shutdown waits for every call, so a stream the
+/// follower keeps open must not outlive the node), or, under fault
+/// injection, when this node is isolated. The last two end it
+/// `Unavailable`, and the follower retries wherever leadership goes.
+async fn serve_forwarded(
+    node: RaftNode,
+    mut requests: tonic::Streaming<ForwardRequest>,
+    answers: mpsc::UnboundedSender<Result<ForwardResponse, tonic::Status>>,
+) {
+    let mut pending = FuturesUnordered::new();
+    let mut open = true;
+    let stopped = node.raft_stopped();
+    tokio::pin!(stopped);
+    while open || !pending.is_empty() {
+        tokio::select! {
+            () = &mut stopped => {
+                let _ = answers.send(Err(tonic::Status::unavailable("the leader is shutting down")));
+                return;
+            }
+            request = requests.message(), if open => match request {
+                Ok(Some(request)) => {
+                    if node.inner.faults.is_isolated() {
+                        let _ = answers.send(Err(tonic::Status::unavailable("isolated by fault injection")));
+                        return;
+                    }
+                    pending.push(answer_forwarded(node.clone(), request));
+                }
+                Ok(None) => open = false,
+                Err(status) => {
+                    tracing::debug!(%status, "forward stream broken");
+                    let _ = answers.send(Err(status));
+                    return;
+                }
+            },
+            Some(answer) = pending.next() => {
+                if answers.send(Ok(answer)).is_err() {
+                    return;
+                }
+            }
+            () = answers.closed() => return,
+        }
+    }
+}
+
+/// Decodes, checks and proposes one forwarded command; its answer, under
+/// the request's `seq`. A command that does not decode (nested too deep)
+/// or would not pass a front end's checks is answered with an error and
+/// never proposed.
+async fn answer_forwarded(node: RaftNode, request: ForwardRequest) -> ForwardResponse {
+    let seq = request.seq;
+    let failed = |error: String| ForwardResponse {
+        response: Vec::new(),
+        leader_id: None,
+        error,
+        seq,
+    };
+    let span = tracing::info_span!("forwarded_write", node = node.inner.id, seq);
+    // Decoding bounds the nesting of txns (`kubestore_storage::MAX_TXN_DEPTH`);
+    // validation holds the command to what this node's front ends accept.
+    let cmd = span.in_scope(|| {
+        let cmd: Command =
+            network::decode(&request.command).map_err(|s| s.message().to_string())?;
+        cmd.validate(&node.inner.command_limits).map_err(|e| {
+            tracing::warn!(error = %e, cmd = %cmd, "refused a forwarded command");
+            format!("invalid command: {e}")
+        })?;
+        Ok::<_, String>(cmd)
+    });
+    let cmd = match cmd {
+        Ok(cmd) => cmd,
+        Err(error) => return failed(error),
+    };
+    match node.write_forwarded(cmd).instrument(span).await {
+        Ok(resp) => match bincode::serialize(&resp) {
+            Ok(response) => ForwardResponse {
+                response,
+                leader_id: Some(node.inner.id),
+                error: String::new(),
+                seq,
+            },
+            Err(e) => failed(format!("encoding the answer: {e}")),
+        },
+        Err(Redirect::To(leader_id)) => ForwardResponse {
+            response: Vec::new(),
+            leader_id,
+            error: String::new(),
+            seq,
+        },
+        Err(Redirect::Fail(e)) => failed(e.to_string()),
     }
 }

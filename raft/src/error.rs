@@ -88,9 +88,6 @@ pub enum UnknownOutcome {
     /// (the peer protocol carries the leader's error as text).
     #[error("{0}")]
     Leader(String),
-    /// The forwarding call failed after it may have reached the leader.
-    #[error("{0}")]
-    Rpc(tonic::Status),
     /// The leader's answer could not be decoded.
     #[error("undecodable forward reply: {0}")]
     UndecodableReply(Arc<bincode::Error>),

@@ -13,17 +13,19 @@
 //! safe for every command. Once an attempt may have reached a leader, a
 //! failure is reported as unknown, never as a definite failure.
 //!
-//! The leader's side of a forward, [`RaftNode::write_forwarded`], is here
-//! too; the RPC that carries it is in [`crate::cluster_rpc`].
+//! Forwarded commands travel on one long-lived stream to the leader
+//! ([`crate::forward_stream`]). The leader's side of a forward,
+//! [`RaftNode::write_forwarded`], is here too; the RPC that carries it is
+//! in [`crate::cluster_rpc`].
 
 use std::sync::Arc;
 
-use kubestore_proto::raft::ForwardRequest;
 use kubestore_storage::{Command, CommandResult, NodeId, Response};
 use openraft::error::{ClientWriteError, RaftError};
 use tracing::instrument;
 
 use crate::error::{ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
+use crate::forward_stream::StreamEnded;
 use crate::node::{RaftNode, WeakNode, PEER_ATTEMPT_TIMEOUT};
 use crate::propose::{Redirect, Submit};
 use crate::session::settle;
@@ -178,6 +180,8 @@ impl RaftNode {
         }
     }
 
+    /// Sends `cmd` to `leader` on this node's forwarding stream
+    /// ([`crate::forward_stream`]) and waits for the leader's answer.
     #[instrument(level = "debug", skip_all, fields(leader))]
     async fn forward(&self, leader: NodeId, cmd: &Command) -> Result<Response, Redirect> {
         if self.inner.faults.is_isolated() {
@@ -186,18 +190,36 @@ impl RaftNode {
                 cause: Unreachable::Isolated,
             }));
         }
-        let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
         let command = bincode::serialize(cmd)
             .map_err(|e| Redirect::Fail(ProtocolError::Encode(Arc::new(e)).into()))?;
-        let call = client.forward(ForwardRequest { command });
-        let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, call).await else {
+        let mut unreachable = None;
+        let client = || match self.peer_client(leader) {
+            Ok(client) => Some(client),
+            Err(e) => {
+                unreachable = Some(e);
+                None
+            }
+        };
+        let sent = self.inner.forward_streams.send(leader, client, command);
+        let mut answer = match sent {
+            Ok(answer) => answer,
+            Err(StreamEnded) => {
+                return Err(match unreachable {
+                    // Not a member (any more), or no address: not retryable here.
+                    Some(e) => Redirect::Fail(e),
+                    // The stream ended as it was used: retry wherever
+                    // leadership goes.
+                    None => Redirect::To(None),
+                });
+            }
+        };
+        let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, answer.received()).await else {
             // No answer: the leader may be paused or cut off. Retry wherever
             // leadership goes: the proposal id makes a second copy harmless.
             return Err(Redirect::To(None));
         };
         match answer {
             Ok(reply) => {
-                let reply = reply.into_inner();
                 if !reply.error.is_empty() {
                     return Err(Redirect::Fail(RaftNodeError::Indeterminate(
                         UnknownOutcome::Leader(reply.error),
@@ -212,12 +234,10 @@ impl RaftNode {
                     ))
                 })
             }
-            // Unreachable: retry at whoever leads next. The proposal id makes
-            // a second copy harmless (the state machine applies it once).
-            Err(status) if status.code() == tonic::Code::Unavailable => Err(Redirect::To(None)),
-            Err(status) => Err(Redirect::Fail(RaftNodeError::Indeterminate(
-                UnknownOutcome::Rpc(status),
-            ))),
+            // The stream ended (the leader went away or is unreachable):
+            // retry at whoever leads next. The proposal id makes a second
+            // copy harmless (the state machine applies it once).
+            Err(StreamEnded) => Err(Redirect::To(None)),
         }
     }
 }

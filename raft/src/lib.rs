@@ -29,7 +29,7 @@
 //!   [`RaftNodeError::Indeterminate`]), never as a definite failure.
 //! - Writes are group-committed: whatever is queued when a batch goes out
 //!   rides in one [`kubestore_storage::Command::Batch`] entry (or one
-//!   forwarded RPC), with one answer per write. Compactions go alone.
+//!   forwarded message), with one answer per write. Compactions go alone.
 //! - [`RaftNode::linearizable_barrier`] returns only after this node has
 //!   applied everything committed before the call began (ReadIndex): a
 //!   read index is always at or above the leader's commit index at a
@@ -54,6 +54,8 @@
 //!   tracking, membership, status.
 //! - `forward`: writes from any node: propose or forward to the leader,
 //!   deadlines, retry at the next leader.
+//! - `forward_stream`: the follower's one stream to the leader that
+//!   forwarded commands travel on.
 //! - `election`: the election timer at millisecond resolution (openraft
 //!   0.9 checks election timeouts only every 1.5 heartbeats).
 //! - `read_index`: linearizable reads: the leader's lease or a quorum
@@ -78,6 +80,7 @@ pub mod config;
 mod election;
 pub mod error;
 mod forward;
+mod forward_stream;
 mod lease;
 pub mod network;
 pub mod node;

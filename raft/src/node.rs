@@ -28,6 +28,7 @@ use tracing::{instrument, Instrument};
 use crate::config::{election_window, RaftNodeConfig};
 use crate::election::{self, LeaderContact};
 use crate::error::{ConfigError, ProtocolError, RaftNodeError, Unreachable};
+use crate::forward_stream::ForwardStreams;
 use crate::lease::ReadLease;
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::propose::Proposer;
@@ -98,6 +99,9 @@ pub struct ClusterStatus {
     pub read_index_rounds: u64,
     /// Read indexes this node answered from its lease, as the leader.
     pub leased_read_indexes: u64,
+    /// Streams this node opened to forward writes to a leader (one per
+    /// leader it forwarded to while the stream to it stayed up).
+    pub forward_streams_opened: u64,
 }
 
 /// One member of the Raft group, as the membership records it.
@@ -122,6 +126,8 @@ pub(crate) struct Inner {
     /// When this node last heard from its leader (see [`crate::election`]).
     pub(crate) leader_contact: LeaderContact,
     pub(crate) peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
+    /// The stream forwarded writes travel on to the leader.
+    pub(crate) forward_streams: ForwardStreams,
     /// This node's client address ([`RaftNodeConfig::client_addr`]).
     pub(crate) client_addr: Option<String>,
     /// Peers' client addresses, as they answered `ClientAddr` (fixed for a
@@ -249,6 +255,7 @@ impl RaftNode {
                 election_timeout_max: config.election_timeout_max,
                 leader_contact,
                 peers: Mutex::new(HashMap::new()),
+                forward_streams: ForwardStreams::default(),
                 client_addr: config.client_addr.clone(),
                 peer_client_addrs: Mutex::new(HashMap::new()),
                 barrier,
@@ -457,6 +464,16 @@ impl RaftNode {
         }
     }
 
+    /// Resolves once Raft on this node has shut down. What serves a peer
+    /// for as long as the peer likes (a forwarding stream) ends with it:
+    /// the peer server's graceful shutdown waits for every call to end.
+    pub(crate) async fn raft_stopped(&self) {
+        let mut metrics = self.inner.raft.metrics();
+        // An error: the metrics' sender is gone, which only Raft's
+        // shutdown does.
+        let _ = metrics.wait_for(|m| m.state == ServerState::Shutdown).await;
+    }
+
     /// Resolves once this node knows of a leader other than `leader`.
     async fn leader_moved_from(&self, leader: NodeId) {
         let mut metrics = self.inner.raft.metrics();
@@ -627,6 +644,7 @@ impl RaftNode {
                 .collect(),
             read_index_rounds: self.inner.read_index_rounds.load(Ordering::Relaxed),
             leased_read_indexes: self.inner.leased_read_indexes.load(Ordering::Relaxed),
+            forward_streams_opened: self.inner.forward_streams.opened(),
         })
     }
 

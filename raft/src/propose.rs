@@ -3,7 +3,7 @@
 //! Every write a node takes (from its own clients or forwarded by another
 //! node) is queued here with the leader it is meant for. One task drains
 //! the queue: whatever waits when it looks becomes one
-//! [`Command::Batch`] entry (or one forwarded RPC carrying that batch), so
+//! [`Command::Batch`] entry (or one forwarded message carrying that batch), so
 //! under load one entry, one replication message, one fsync and one apply
 //! write cover many writes. A lone write is proposed as itself, so an idle
 //! cluster pays nothing for the batching.

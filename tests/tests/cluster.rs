@@ -10,7 +10,7 @@ use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::RangeRequest;
 use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
 use kubestore_proto::raft::raft_service_client::RaftServiceClient;
-use kubestore_proto::raft::{ForwardRequest, Payload, ReadIndexRequest};
+use kubestore_proto::raft::{ForwardRequest, ForwardResponse, Payload, ReadIndexRequest};
 use kubestore_tests::{ClusterOptions, KubeClient, TestCluster};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -345,6 +345,73 @@ async fn an_isolated_follower_refuses_stale_reads_and_rejoins() {
     c.shutdown().await;
 }
 
+/// A follower forwards its writes on one stream to the leader: a burst of
+/// concurrent writes through it opens at most one new stream, and every
+/// write is answered with its own revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_forwarded_writes_share_one_stream_to_the_leader() {
+    use kubestore_storage::{Command, CommandResult, Op, PutRequest, Txn};
+
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let raft = c
+        .node(follower)
+        .expect("an in-process follower")
+        .raft
+        .clone();
+    let before = raft.status().await.expect("status").forward_streams_opened;
+    let writes = (0..200).map(|i| {
+        let raft = raft.clone();
+        async move {
+            let put = Command::Txn(Txn {
+                success: vec![Op::Put(PutRequest::new(
+                    format!("burst/{i}").into_bytes(),
+                    b"v".to_vec(),
+                ))],
+                ..Txn::default()
+            });
+            raft.write(put).await
+        }
+    });
+    let mut revisions = BTreeSet::new();
+    for answer in futures::future::join_all(writes).await {
+        let answer = answer.expect("a forwarded write");
+        assert!(
+            matches!(answer.result, Ok(CommandResult::Txn(_))),
+            "{answer:?}"
+        );
+        revisions.insert(answer.revision);
+    }
+    assert_eq!(revisions.len(), 200, "one revision per write");
+    let after = raft.status().await.expect("status").forward_streams_opened;
+    assert!(after >= 1, "the follower forwarded without a stream?");
+    assert!(
+        after <= before + 1,
+        "200 writes opened {} streams to one leader",
+        after - before
+    );
+    // Every write is there, read on the leader.
+    let mut etcd = c.etcd(leader).await.expect("etcd client");
+    let got = etcd
+        .get(
+            "burst/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .expect("count");
+    assert_eq!(got.count(), 200);
+    c.shutdown().await;
+}
+
 /// The leader answers most-recent reads from its read lease between
 /// heartbeat rounds; cut off from its quorum, it stops doing so before a
 /// new leader can commit anything, so it never answers a read that misses
@@ -651,9 +718,10 @@ async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
         assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
         let refused = cluster_client(&client_port)
             .await
-            .forward(ForwardRequest {
+            .forward(futures::stream::iter([ForwardRequest {
                 command: Vec::new(),
-            })
+                seq: 1,
+            }]))
             .await
             .expect_err("Forward on the etcd port");
         assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
@@ -728,9 +796,40 @@ fn nested_txn_command(depth: usize) -> Vec<u8> {
     bytes
 }
 
+/// Sends each of `commands` to `peer` on one `Forward` stream, as a
+/// follower does, and returns the answers in the order of the commands.
+async fn forward_on_one_stream(
+    peer: &mut ClusterServiceClient<tonic::transport::Channel>,
+    commands: Vec<Vec<u8>>,
+) -> Vec<ForwardResponse> {
+    let sent = commands.len();
+    let requests = commands
+        .into_iter()
+        .zip(1..)
+        .map(|(command, seq)| ForwardRequest { command, seq });
+    let mut stream = peer
+        .forward(futures::stream::iter(requests))
+        .await
+        .expect("Forward on the peer port")
+        .into_inner();
+    let mut answers = Vec::new();
+    while let Some(answer) = stream.message().await.expect("an answer") {
+        answers.push(answer);
+    }
+    answers.sort_by_key(|a| a.seq);
+    let seqs: Vec<u64> = answers.iter().map(|a| a.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=sent as u64).collect::<Vec<_>>(),
+        "one answer per request"
+    );
+    answers
+}
+
 /// Issue 13: a forged Forward on the peer port is decoded with bounded
 /// nesting and validated as a front end would before anything is proposed:
-/// refused with InvalidArgument, and the node lives on.
+/// each is answered with its error, and the node, and the stream they came
+/// on, live on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_forwards_are_refused_before_they_are_proposed() {
     use kubestore_storage::{Command, Op, PutRequest, Response, Txn, MAX_LEASE_TTL, MAX_TXN_DEPTH};
@@ -759,15 +858,10 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
     // One level too many, and a million levels (28 MB on the wire,
     // deep enough to overflow any thread's stack if decoded by plain
     // recursion): refused at level 65, not a crash.
-    for depth in [MAX_TXN_DEPTH + 1, 1_000_000] {
-        let refused = peer
-            .forward(ForwardRequest {
-                command: nested_txn_command(depth),
-            })
-            .await
-            .expect_err("a txn nested too deep");
-        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
-        assert!(refused.message().contains("nested"), "{refused}");
+    let too_deep = [MAX_TXN_DEPTH + 1, 1_000_000].map(nested_txn_command);
+    for refused in forward_on_one_stream(&mut peer, too_deep.to_vec()).await {
+        assert!(refused.response.is_empty(), "{refused:?}");
+        assert!(refused.error.contains("nested"), "{refused:?}");
     }
 
     // Commands that decode but no front end would send.
@@ -784,16 +878,11 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
             success: vec![Op::Put(PutRequest::new(b"big".to_vec(), vec![0; 32 << 20]))],
             ..Txn::default()
         }),
-    ];
-    for cmd in forged {
-        let refused = peer
-            .forward(ForwardRequest {
-                command: bincode::serialize(&cmd).expect("encode"),
-            })
-            .await
-            .expect_err("an invalid command");
-        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
-        assert!(refused.message().contains("invalid command"), "{refused}");
+    ]
+    .map(|cmd| bincode::serialize(&cmd).expect("encode"));
+    for refused in forward_on_one_stream(&mut peer, forged.to_vec()).await {
+        assert!(refused.response.is_empty(), "{refused:?}");
+        assert!(refused.error.contains("invalid command"), "{refused:?}");
     }
     // Nothing was proposed: the revision has not moved.
     assert_eq!(
@@ -803,20 +892,23 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
         revision_before
     );
 
-    // A valid forward is still served, and the node still serves clients.
+    // A valid forward is still served, on a stream that also carries a
+    // forged one, and the node still serves clients.
     let put = Command::Txn(Txn {
         success: vec![Op::Put(PutRequest::new(b"after".to_vec(), b"1".to_vec()))],
         ..Txn::default()
     });
-    let reply = peer
-        .forward(ForwardRequest {
-            command: bincode::serialize(&put).expect("encode"),
-        })
-        .await
-        .expect("a valid forward")
-        .into_inner();
-    assert!(reply.error.is_empty(), "{reply:?}");
-    let resp: Response = bincode::deserialize(&reply.response).expect("response");
+    let answers = forward_on_one_stream(
+        &mut peer,
+        vec![
+            nested_txn_command(MAX_TXN_DEPTH + 1),
+            bincode::serialize(&put).expect("encode"),
+        ],
+    )
+    .await;
+    assert!(answers[0].error.contains("nested"), "{:?}", answers[0]);
+    assert!(answers[1].error.is_empty(), "{:?}", answers[1]);
+    let resp: Response = bincode::deserialize(&answers[1].response).expect("response");
     assert!(resp.result.is_ok(), "{resp:?}");
     let mut etcd = c.etcd(leader).await.expect("etcd client");
     let got = etcd.get("after", None).await.expect("get");
