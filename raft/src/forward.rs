@@ -192,27 +192,13 @@ impl RaftNode {
         }
         let command = bincode::serialize(cmd)
             .map_err(|e| Redirect::Fail(ProtocolError::Encode(Arc::new(e)).into()))?;
-        let mut unreachable = None;
-        let client = || match self.peer_client(leader) {
-            Ok(client) => Some(client),
-            Err(e) => {
-                unreachable = Some(e);
-                None
-            }
-        };
-        let sent = self.inner.forward_streams.send(leader, client, command);
-        let mut answer = match sent {
-            Ok(answer) => answer,
-            Err(StreamEnded) => {
-                return Err(match unreachable {
-                    // Not a member (any more), or no address: not retryable here.
-                    Some(e) => Redirect::Fail(e),
-                    // The stream ended as it was used: retry wherever
-                    // leadership goes.
-                    None => Redirect::To(None),
-                });
-            }
-        };
+        let client = self.peer_client(leader).map_err(Redirect::Fail)?;
+        // A stream that ended as it was used: retry wherever leadership goes.
+        let mut answer = self
+            .inner
+            .forward_streams
+            .send(leader, client, command)
+            .map_err(|StreamEnded| Redirect::To(None))?;
         let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, answer.received()).await else {
             // No answer: the leader may be paused or cut off. Retry wherever
             // leadership goes: the proposal id makes a second copy harmless.

@@ -62,24 +62,22 @@ impl ForwardStreams {
     pub(crate) fn send(
         &self,
         leader: NodeId,
-        client: impl FnOnce() -> Option<ClusterServiceClient<Channel>>,
+        client: ClusterServiceClient<Channel>,
         command: Vec<u8>,
     ) -> Result<Answer, StreamEnded> {
         let mut current = self.current();
-        let reusable = current
-            .as_ref()
-            .is_some_and(|(to, stream)| *to == leader && stream.is_open());
-        if !reusable {
-            // Dropping the old stream's sender ends its requests; the
-            // leader still answers what it has, and the old stream's reader
-            // hands those answers on before it ends.
-            let client = client().ok_or(StreamEnded)?;
-            *current = Some((leader, ForwardStream::open(leader, client)));
-            self.opened.fetch_add(1, Ordering::Relaxed);
-        }
         match current.as_ref() {
-            Some((_, stream)) => stream.send(command),
-            None => Err(StreamEnded),
+            Some((to, stream)) if *to == leader && stream.is_open() => stream.send(command),
+            _ => {
+                // Dropping the old stream's sender ends its requests; the
+                // leader still answers what it has, and the old stream's
+                // reader hands those answers on before it ends.
+                let stream = ForwardStream::open(leader, client);
+                self.opened.fetch_add(1, Ordering::Relaxed);
+                let answer = stream.send(command);
+                *current = Some((leader, stream));
+                answer
+            }
         }
     }
 }

@@ -354,11 +354,7 @@ async fn a_followers_forwarded_writes_share_one_stream_to_the_leader() {
 
     let c = TestCluster::new(3).await.expect("cluster");
     let leader = c.leader().await.expect("leader");
-    let follower = c
-        .ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .expect("a follower");
+    let follower = c.follower().await.expect("a follower");
     let raft = c
         .node(follower)
         .expect("an in-process follower")
