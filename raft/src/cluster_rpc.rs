@@ -5,17 +5,16 @@
 //! are proposed), read indexes for followers, and this node's client
 //! address for MemberList.
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::{
     ClientAddrRequest, ClientAddrResponse, ForwardRequest, ForwardResponse, ReadIndexRequest,
     ReadIndexResponse,
 };
 use kubestore_storage::Command;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use futures::FutureExt;
 use tracing::Instrument;
 
+use crate::call_stream::{self, Answers};
 use crate::network::{self, MAX_MESSAGE_BYTES};
 use crate::node::RaftNode;
 use crate::propose::Redirect;
@@ -38,7 +37,7 @@ impl RaftNode {
 
 #[tonic::async_trait]
 impl ClusterService for ClusterRpcServer {
-    type ForwardStream = UnboundedReceiverStream<Result<ForwardResponse, tonic::Status>>;
+    type ForwardStream = Answers<ForwardResponse>;
 
     async fn forward(
         &self,
@@ -47,12 +46,19 @@ impl ClusterService for ClusterRpcServer {
         if self.node.inner.faults.is_isolated() {
             return Err(tonic::Status::unavailable("isolated by fault injection"));
         }
-        let (answers, outgoing) = mpsc::unbounded_channel();
-        let span = tracing::debug_span!("forward_stream_served", node = self.node.inner.id);
-        tokio::spawn(
-            serve_forwarded(self.node.clone(), req.into_inner(), answers).instrument(span),
-        );
-        Ok(tonic::Response::new(UnboundedReceiverStream::new(outgoing)))
+        // Ended when Raft shuts down: see `call_stream::serve`.
+        let stopped = {
+            let node = self.node.clone();
+            async move { node.raft_stopped().await }
+        };
+        let node = self.node.clone();
+        Ok(tonic::Response::new(call_stream::serve(
+            tracing::debug_span!("forward_stream_served", node = self.node.inner.id),
+            req.into_inner(),
+            stopped,
+            self.node.inner.faults.clone(),
+            move |request| answer_forwarded(node.clone(), request).map(Ok),
+        )))
     }
 
     async fn read_index(
@@ -95,55 +101,6 @@ impl ClusterService for ClusterRpcServer {
         Ok(tonic::Response::new(ClientAddrResponse {
             client_addr: self.node.inner.client_addr.clone().unwrap_or_default(),
         }))
-    }
-}
-
-/// Serves one follower's forwarding stream: each request is proposed as it
-/// arrives (several at once, batched again by the proposer) and answered
-/// when its outcome is known, in whatever order that is. Ends when the
-/// follower closes its side and every request is answered, when the
-/// follower goes away, when Raft on this node shuts down (the peer
-/// server's graceful shutdown waits for every call, so a stream the
-/// follower keeps open must not outlive the node), or, under fault
-/// injection, when this node is isolated. The last two end it
-/// `Unavailable`, and the follower retries wherever leadership goes.
-async fn serve_forwarded(
-    node: RaftNode,
-    mut requests: tonic::Streaming<ForwardRequest>,
-    answers: mpsc::UnboundedSender<Result<ForwardResponse, tonic::Status>>,
-) {
-    let mut pending = FuturesUnordered::new();
-    let mut open = true;
-    let stopped = node.raft_stopped();
-    tokio::pin!(stopped);
-    while open || !pending.is_empty() {
-        tokio::select! {
-            () = &mut stopped => {
-                let _ = answers.send(Err(tonic::Status::unavailable("the leader is shutting down")));
-                return;
-            }
-            request = requests.message(), if open => match request {
-                Ok(Some(request)) => {
-                    if node.inner.faults.is_isolated() {
-                        let _ = answers.send(Err(tonic::Status::unavailable("isolated by fault injection")));
-                        return;
-                    }
-                    pending.push(answer_forwarded(node.clone(), request));
-                }
-                Ok(None) => open = false,
-                Err(status) => {
-                    tracing::debug!(%status, "forward stream broken");
-                    let _ = answers.send(Err(status));
-                    return;
-                }
-            },
-            Some(answer) = pending.next() => {
-                if answers.send(Ok(answer)).is_err() {
-                    return;
-                }
-            }
-            () = answers.closed() => return,
-        }
     }
 }
 

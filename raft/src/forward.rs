@@ -25,7 +25,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use tracing::instrument;
 
 use crate::error::{ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
-use crate::forward_stream::StreamEnded;
+use crate::call_stream::StreamEnded;
 use crate::node::{RaftNode, WeakNode, PEER_ATTEMPT_TIMEOUT};
 use crate::propose::{Redirect, Submit};
 use crate::session::settle;

@@ -54,6 +54,8 @@
 //!   tracking, membership, status.
 //! - `forward`: writes from any node: propose or forward to the leader,
 //!   deadlines, retry at the next leader.
+//! - `call_stream`: calls to a peer as messages on one long-lived gRPC
+//!   stream, paired with their answers by `seq`.
 //! - `forward_stream`: the follower's one stream to the leader that
 //!   forwarded commands travel on.
 //! - `election`: the election timer at millisecond resolution (openraft
@@ -62,7 +64,8 @@
 //!   round, a follower's `ReadIndex` RPC, the wait for the local apply.
 //! - [`cluster_rpc`]: the `ClusterService` peers call on the peer port
 //!   (forwarded writes, read indexes, client address).
-//! - [`network`]: the tonic transport and fault injection.
+//! - [`network`]: the tonic transport (entries travel on one stream per
+//!   leader and follower) and fault injection.
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
 //! - `lease`: the leader's read lease, which skips rounds while it holds.
@@ -75,6 +78,7 @@
 
 #![warn(missing_docs)]
 
+mod call_stream;
 pub mod cluster_rpc;
 pub mod config;
 mod election;

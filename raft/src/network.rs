@@ -3,17 +3,23 @@
 //! local `Raft`. Messages are bincode inside a protobuf `Payload` (see
 //! `proto/raft.proto` for why).
 //!
+//! AppendEntries, which carries every write and every heartbeat, travels
+//! as messages on one long-lived stream per leader and follower
+//! ([`crate::call_stream`]), shared by openraft's replication to that
+//! follower and its leadership checks. Votes and snapshots, which are
+//! rare, are unary calls.
+//!
 //! [`Faults`] lets tests cut a node off: while isolated, it neither sends
 //! nor answers any node-to-node RPC.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubestore_proto::raft::raft_service_client::RaftServiceClient;
 use kubestore_proto::raft::raft_service_server::RaftService;
-use kubestore_proto::raft::Payload;
+use kubestore_proto::raft::{Payload, SequencedPayload};
 use kubestore_storage::{Node, NodeId, Stage, StageTimes, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -28,10 +34,19 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::call_stream::{self, Answers, CallStream, Sequenced, StreamEnded};
 use crate::election::LeaderContact;
 
 /// Largest message a node accepts from a peer (a batch of entries).
 pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
+/// AppendEntries sent to a peer and not answered, past which its stream
+/// is replaced. Healthy, a follower has a few in flight: openraft 0.9's
+/// replication waits for each answer, and the leadership checks of
+/// read-index rounds add one each. A paused follower answers nothing while
+/// the leader retries every heartbeat interval, each retry carrying the
+/// entries again.
+const MAX_UNANSWERED_ENTRIES: u64 = 32;
 
 /// Fault injection shared by a node's client and server side.
 #[derive(Debug, Clone, Default)]
@@ -66,9 +81,11 @@ pub(crate) fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
 }
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Payload, tonic::Status> {
-    bincode::serialize(value)
-        .map(|data| Payload { data })
-        .map_err(|e| tonic::Status::internal(format!("encode: {e}")))
+    encode_bytes(value).map(|data| Payload { data })
+}
+
+fn encode_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, tonic::Status> {
+    bincode::serialize(value).map_err(|e| tonic::Status::internal(format!("encode: {e}")))
 }
 
 pub(crate) fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::Status> {
@@ -84,7 +101,10 @@ pub(crate) fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::St
 #[derive(Debug, Clone, Default)]
 pub struct NetworkFactory {
     pub(crate) faults: Faults,
-    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    links: Arc<Mutex<HashMap<NodeId, Arc<PeerLink>>>>,
+    /// Streams opened to send AppendEntries (`/debug/cluster`'s
+    /// `entries_streams_opened`).
+    pub(crate) entries_streams_opened: Arc<AtomicU64>,
     /// [`Stage::ReplicationRpc`] is timed here.
     timings: Arc<StageTimes>,
 }
@@ -93,22 +113,110 @@ impl NetworkFactory {
     pub(crate) fn new(faults: Faults, timings: Arc<StageTimes>) -> Self {
         Self {
             faults,
-            channels: Arc::default(),
+            links: Arc::default(),
+            entries_streams_opened: Arc::default(),
             timings,
         }
     }
 
-    /// The shared channel to `target` at `addr` (made anew if its address changed).
-    fn channel_to(&self, target: NodeId, addr: &str) -> Option<Channel> {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((known, ch)) = channels.get(&target) {
-            if known == addr {
-                return Some(ch.clone());
+    /// The shared link to `target` at `addr` (made anew if its address
+    /// changed); `None` if `addr` is not a valid address.
+    fn link_to(&self, target: NodeId, addr: &str) -> Option<Arc<PeerLink>> {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(link) = links.get(&target) {
+            if link.addr == addr {
+                return Some(Arc::clone(link));
             }
         }
-        let ch = channel(addr).ok()?;
-        channels.insert(target, (addr.to_string(), ch.clone()));
-        Some(ch)
+        let link = Arc::new(PeerLink {
+            target,
+            addr: addr.to_string(),
+            channel: channel(addr).ok()?,
+            entries: Mutex::new(None),
+            opened: Arc::clone(&self.entries_streams_opened),
+        });
+        if let Some(old) = links.insert(target, Arc::clone(&link)) {
+            old.close_entries();
+        }
+        Some(link)
+    }
+}
+
+impl Sequenced for SequencedPayload {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+type EntriesStream = CallStream<SequencedPayload, SequencedPayload>;
+
+/// What this node holds for one peer: the channel to it (one HTTP/2
+/// connection, multiplexing every call), and the stream its AppendEntries
+/// travel on.
+#[derive(Debug)]
+struct PeerLink {
+    target: NodeId,
+    addr: String,
+    channel: Channel,
+    /// Opened by the first AppendEntries, and again by the first after it
+    /// ended.
+    entries: Mutex<Option<EntriesStream>>,
+    /// The factory's count of entries streams opened.
+    opened: Arc<AtomicU64>,
+}
+
+impl PeerLink {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Option<EntriesStream>> {
+        // Every change is one assignment: consistent whatever panicked.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn client(&self) -> RaftServiceClient<Channel> {
+        RaftServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Sends one encoded AppendEntries on the stream to the peer (opened
+    /// if there is none open) and returns the receiver of its answer.
+    fn send_entries(
+        &self,
+        data: Vec<u8>,
+    ) -> Result<call_stream::Answer<SequencedPayload>, StreamEnded> {
+        let request = |seq| SequencedPayload { data, seq };
+        let mut entries = self.entries();
+        if let Some(stream) = entries.as_ref().filter(|s| s.is_open()) {
+            let unanswered = stream.unanswered();
+            if unanswered < MAX_UNANSWERED_ENTRIES {
+                return stream.send(request);
+            }
+            // The peer stopped answering and every retry queued another
+            // copy of the entries behind the last. A unary call that timed
+            // out would have been cancelled; here the stream is.
+            tracing::debug!(
+                target_node = self.target,
+                unanswered,
+                "replacing the entries stream to an unanswering peer"
+            );
+            stream.close();
+        }
+        let mut client = self.client();
+        let stream = EntriesStream::open(
+            tracing::debug_span!("entries_stream", target = self.target),
+            move |outgoing| async move { client.append_entries(outgoing).await },
+        );
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let answer = stream.send(request);
+        *entries = Some(stream);
+        answer
+    }
+
+    /// Ends the stream to the peer, if one is open: what it still holds
+    /// is not sent, and the next AppendEntries opens another.
+    fn close_entries(&self) {
+        if let Some(stream) = self.entries().take() {
+            stream.close();
+        }
     }
 }
 
@@ -118,11 +226,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Self::Network {
         PeerClient {
             target,
-            client: self.channel_to(target, &node.addr).map(|ch| {
-                RaftServiceClient::new(ch)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES)
-            }),
+            link: self.link_to(target, &node.addr),
             addr: node.addr.clone(),
             faults: self.faults.clone(),
             timings: self.timings.clone(),
@@ -135,13 +239,14 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 pub struct PeerClient {
     target: NodeId,
     addr: String,
-    client: Option<RaftServiceClient<Channel>>,
+    link: Option<Arc<PeerLink>>,
     faults: Faults,
     timings: Arc<StageTimes>,
 }
 
 impl PeerClient {
     /// Sends one request and decodes the peer's `Result<Resp, RaftError<E>>`.
+    /// AppendEntries goes on the link's stream, the rest as unary calls.
     async fn call<Req, Resp, E>(
         &mut self,
         req: &Req,
@@ -158,17 +263,26 @@ impl PeerClient {
                 &std::io::Error::other("isolated by fault injection"),
             )));
         }
-        let Some(client) = self.client.as_mut() else {
+        let Some(link) = self.link.as_ref() else {
             let e = std::io::Error::other(format!("invalid peer address {:?}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
-        let payload = encode(req).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
+        let data = encode_bytes(req).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         let call = async {
-            match rpc {
-                RpcKind::Append => client.append_entries(payload).await,
-                RpcKind::Vote => client.vote(payload).await,
-                RpcKind::Snapshot => client.install_snapshot(payload).await,
-            }
+            let reply: Result<Vec<u8>, CallFailed> = match rpc {
+                RpcKind::Append => {
+                    let mut answer = link.send_entries(data)?;
+                    Ok(answer.received().await?.data)
+                }
+                RpcKind::Vote => Ok(link.client().vote(Payload { data }).await?.into_inner().data),
+                RpcKind::Snapshot => Ok(link
+                    .client()
+                    .install_snapshot(Payload { data })
+                    .await?
+                    .into_inner()
+                    .data),
+            };
+            reply
         };
         let reply = match tokio::time::timeout(timeout, call).await {
             Err(_) => {
@@ -178,15 +292,41 @@ impl PeerClient {
                 );
                 return Err(RPCError::Network(NetworkError::new(&e)));
             }
-            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+            Ok(Err(CallFailed::Ended)) => {
+                let e = std::io::Error::other(format!("the stream to {} ended", self.target));
+                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            }
+            Ok(Err(CallFailed::Status(status))) if status.code() == tonic::Code::Unavailable => {
                 return Err(RPCError::Unreachable(Unreachable::new(&status)));
             }
-            Ok(Err(status)) => return Err(RPCError::Network(NetworkError::new(&status))),
-            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Err(CallFailed::Status(status))) => {
+                return Err(RPCError::Network(NetworkError::new(&status)))
+            }
+            Ok(Ok(reply)) => reply,
         };
         let result: Result<Resp, RaftError<NodeId, E>> =
-            decode(&reply.data).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
+            decode(&reply).map_err(|s| RPCError::Network(NetworkError::new(&s)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+/// Why a call to a peer got no answer.
+enum CallFailed {
+    /// Its stream ended first (the peer went away, or it is isolated).
+    Ended,
+    /// The unary call failed.
+    Status(tonic::Status),
+}
+
+impl From<StreamEnded> for CallFailed {
+    fn from(StreamEnded: StreamEnded) -> Self {
+        Self::Ended
+    }
+}
+
+impl From<tonic::Status> for CallFailed {
+    fn from(status: tonic::Status) -> Self {
+        Self::Status(status)
     }
 }
 
@@ -255,15 +395,16 @@ impl RaftRpcServer {
     }
 }
 
-#[tonic::async_trait]
-impl RaftService for RaftRpcServer {
-    async fn append_entries(
+impl RaftRpcServer {
+    /// Hands one AppendEntries from the stream to the local Raft; its
+    /// answer, under the request's `seq`. A request that does not decode
+    /// ends the stream.
+    async fn answer_entries(
         &self,
-        req: tonic::Request<Payload>,
-    ) -> Result<tonic::Response<Payload>, tonic::Status> {
-        self.admit()?;
+        request: SequencedPayload,
+    ) -> Result<SequencedPayload, tonic::Status> {
         let started = Instant::now();
-        let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.get_ref().data)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(&request.data)?;
         let carries_entries = !rpc.entries.is_empty();
         // A request from a leader whose vote is at least this node's is
         // contact on arrival: the core may answer it only seconds later
@@ -280,7 +421,38 @@ impl RaftService for RaftRpcServer {
             self.timings
                 .record_since(Stage::AppendEntriesHandled, started);
         }
-        encode(&result).map(tonic::Response::new)
+        Ok(SequencedPayload {
+            data: encode_bytes(&result)?,
+            seq: request.seq,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl RaftService for RaftRpcServer {
+    type AppendEntriesStream = Answers<SequencedPayload>;
+
+    async fn append_entries(
+        &self,
+        req: tonic::Request<tonic::Streaming<SequencedPayload>>,
+    ) -> Result<tonic::Response<Self::AppendEntriesStream>, tonic::Status> {
+        self.admit()?;
+        // Ended when Raft shuts down: see `call_stream::serve`.
+        let stopped = {
+            let raft = self.raft.clone();
+            async move { crate::node::raft_stopped(&raft).await }
+        };
+        let server = self.clone();
+        Ok(tonic::Response::new(call_stream::serve(
+            tracing::debug_span!("entries_stream_served"),
+            req.into_inner(),
+            stopped,
+            self.faults.clone(),
+            move |request| {
+                let server = server.clone();
+                async move { server.answer_entries(request).await }
+            },
+        )))
     }
 
     async fn vote(

@@ -102,6 +102,9 @@ pub struct ClusterStatus {
     /// Streams this node opened to forward writes to a leader (one per
     /// leader it forwarded to while the stream to it stayed up).
     pub forward_streams_opened: u64,
+    /// Streams this node opened to send AppendEntries to its followers, as
+    /// the leader (one per follower while the stream to it stays up).
+    pub entries_streams_opened: u64,
 }
 
 /// One member of the Raft group, as the membership records it.
@@ -128,6 +131,8 @@ pub(crate) struct Inner {
     pub(crate) peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     /// The stream forwarded writes travel on to the leader.
     pub(crate) forward_streams: ForwardStreams,
+    /// The network's count of streams opened to send AppendEntries.
+    pub(crate) entries_streams_opened: Arc<AtomicU64>,
     /// This node's client address ([`RaftNodeConfig::client_addr`]).
     pub(crate) client_addr: Option<String>,
     /// Peers' client addresses, as they answered `ClientAddr` (fixed for a
@@ -215,6 +220,7 @@ impl RaftNode {
         let session = ClientSession::new(config.id, store.boot_epoch());
         let faults = Faults::default();
         let network = NetworkFactory::new(faults.clone(), store.timings().clone());
+        let entries_streams_opened = Arc::clone(&network.entries_streams_opened);
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
         tokio::spawn(log_role_changes(config.id, raft.server_metrics()));
         // Stopped and awaited by `shutdown`: it holds the database open.
@@ -256,6 +262,7 @@ impl RaftNode {
                 leader_contact,
                 peers: Mutex::new(HashMap::new()),
                 forward_streams: ForwardStreams::default(),
+                entries_streams_opened,
                 client_addr: config.client_addr.clone(),
                 peer_client_addrs: Mutex::new(HashMap::new()),
                 barrier,
@@ -468,10 +475,7 @@ impl RaftNode {
     /// for as long as the peer likes (a forwarding stream) ends with it:
     /// the peer server's graceful shutdown waits for every call to end.
     pub(crate) async fn raft_stopped(&self) {
-        let mut metrics = self.inner.raft.metrics();
-        // An error: the metrics' sender is gone, which only Raft's
-        // shutdown does.
-        let _ = metrics.wait_for(|m| m.state == ServerState::Shutdown).await;
+        raft_stopped(&self.inner.raft).await;
     }
 
     /// Resolves once this node knows of a leader other than `leader`.
@@ -645,6 +649,7 @@ impl RaftNode {
             read_index_rounds: self.inner.read_index_rounds.load(Ordering::Relaxed),
             leased_read_indexes: self.inner.leased_read_indexes.load(Ordering::Relaxed),
             forward_streams_opened: self.inner.forward_streams.opened(),
+            entries_streams_opened: self.inner.entries_streams_opened.load(Ordering::Relaxed),
         })
     }
 
@@ -737,4 +742,12 @@ mod tests {
         assert!(!reason.is_empty());
         assert_eq!(node.core_stopped().as_deref(), Some(reason.as_str()));
     }
+}
+
+/// Resolves once `raft` has shut down.
+pub(crate) async fn raft_stopped(raft: &Raft<TypeConfig>) {
+    let mut metrics = raft.metrics();
+    // An error: the metrics' sender is gone, which only Raft's shutdown
+    // does.
+    let _ = metrics.wait_for(|m| m.state == ServerState::Shutdown).await;
 }

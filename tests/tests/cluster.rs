@@ -408,6 +408,59 @@ async fn a_followers_forwarded_writes_share_one_stream_to_the_leader() {
     c.shutdown().await;
 }
 
+/// The leader sends AppendEntries to each follower on one long-lived
+/// stream: once every follower has caught up, 200 concurrent writes open
+/// no other stream, and every follower holds every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_replicates_to_each_follower_on_one_stream() {
+    use kubestore_storage::{Command, Op, PutRequest, Txn};
+
+    let put = |key: String| {
+        Command::Txn(Txn {
+            success: vec![Op::Put(PutRequest::new(key.into_bytes(), b"v".to_vec()))],
+            ..Txn::default()
+        })
+    };
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let raft = c.node(leader).expect("an in-process leader").raft.clone();
+    let followers: Vec<_> = c
+        .ids()
+        .into_iter()
+        .filter(|id| *id != leader)
+        .map(|id| c.node(id).expect("an in-process follower").raft.clone())
+        .collect();
+    assert_eq!(followers.len(), 2);
+    // The streams opened while the followers were still starting are
+    // behind us once each has applied a write.
+    raft.write(put("first".into())).await.expect("first write");
+    for follower in &followers {
+        follower.linearizable_barrier().await.expect("follower caught up");
+    }
+    let before = raft.status().await.expect("status").entries_streams_opened;
+    assert!(before >= 2, "the leader replicated without streams?");
+    let writes = (0..200).map(|i| raft.write(put(format!("replicated/{i}"))));
+    for answer in futures::future::join_all(writes).await {
+        answer.expect("a write");
+    }
+    for follower in &followers {
+        follower.linearizable_barrier().await.expect("follower caught up");
+        let held = (0..200)
+            .filter(|i| {
+                follower
+                    .store()
+                    .get(format!("replicated/{i}").as_bytes())
+                    .expect("read")
+                    .is_some()
+            })
+            .count();
+        assert_eq!(held, 200, "node {} holds {held} of 200 writes", follower.id());
+    }
+    let after = raft.status().await.expect("status").entries_streams_opened;
+    assert_eq!(after, before, "200 writes opened {} streams", after - before);
+    c.shutdown().await;
+}
+
 /// The leader answers most-recent reads from its read lease between
 /// heartbeat rounds; cut off from its quorum, it stops doing so before a
 /// new leader can commit anything, so it never answers a read that misses
