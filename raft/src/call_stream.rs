@@ -6,9 +6,9 @@
 //! HTTP/2 stream each time (headers both ways, trailers, a task on the
 //! receiver), and at a few writes per request that was a large part of
 //! what a node-to-node call cost (BENCHMARKS.md, "What forwarding costs a
-//! put"). On the stream a request costs one DATA frame each way. Write
-//! forwarding ([`crate::forward_stream`]) and log replication
-//! ([`crate::network`]) both travel this way.
+//! put"). On the stream a request costs one DATA frame each way. Log
+//! replication ([`crate::network`]), write forwarding (`crate::forward`)
+//! and a follower's read indexes (`crate::read_index`) travel this way.
 //!
 //! The calling side: a task per stream reads the answers and hands each to the caller
 //! waiting on its `seq`. When the stream ends (the peer went away, its
@@ -20,12 +20,17 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use kubestore_proto::raft::{
+    ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse, SequencedPayload,
+};
+use kubestore_storage::NodeId;
 use tracing::Instrument;
 
 use crate::network::Faults;
@@ -36,6 +41,25 @@ pub(crate) trait Sequenced: Send + 'static {
     /// The number of the request this message is or answers.
     fn seq(&self) -> u64;
 }
+
+/// Every message of the peer protocol's call streams carries its `seq`.
+macro_rules! sequenced {
+    ($($message:ty),*) => {
+        $(impl Sequenced for $message {
+            fn seq(&self) -> u64 {
+                self.seq
+            }
+        })*
+    };
+}
+
+sequenced!(
+    ForwardRequest,
+    ForwardResponse,
+    ReadIndexRequest,
+    ReadIndexResponse,
+    SequencedPayload
+);
 
 /// The stream ended before the request was answered: whether the peer got
 /// it is unknown.
@@ -213,6 +237,71 @@ impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
     pub(crate) fn close(&self) {
         self.reader.abort();
         self.waiting.end();
+    }
+}
+
+/// A follower's stream of calls to the leader: to the node it last
+/// called, replaced by another when the leader changes or the stream
+/// ended. Write forwarding and read indexes each keep one.
+#[derive(Debug)]
+pub(crate) struct LeaderStream<Req, Resp> {
+    name: &'static str,
+    current: Mutex<Option<(NodeId, CallStream<Req, Resp>)>>,
+    /// Streams opened so far.
+    opened: AtomicU64,
+}
+
+impl<Req: Sequenced, Resp: Sequenced> LeaderStream<Req, Resp> {
+    /// No stream yet; `name` names its tracing span.
+    pub(crate) fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            current: Mutex::new(None),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    /// How many streams this node has opened: one per leader it called,
+    /// and one more each time a stream ended and was needed again.
+    pub(crate) fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// Sends the request `request` makes of its `seq` to `leader`, on the
+    /// stream to it, or on one that `call` opens if there is none, the one
+    /// there is goes elsewhere, or it ended. Returns the receiver of its
+    /// answer; dropping the receiver gives up on the answer.
+    pub(crate) fn send<F, Fut>(
+        &self,
+        leader: NodeId,
+        request: impl FnOnce(u64) -> Req,
+        call: F,
+    ) -> Result<Answer<Resp>, StreamEnded>
+    where
+        F: FnOnce(Outgoing<Req>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>>
+            + Send
+            + 'static,
+    {
+        // Every change is one assignment: consistent whatever panicked.
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, stream)) = current
+            .as_ref()
+            .filter(|(to, stream)| *to == leader && stream.is_open())
+        {
+            return stream.send(request);
+        }
+        // Dropping the old stream's sender ends its requests; the old
+        // leader still answers what it has, and the old stream's reader
+        // hands those answers on before it ends.
+        let stream = CallStream::open(
+            tracing::debug_span!("leader_stream", stream = self.name, leader),
+            call,
+        );
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        let answer = stream.send(request);
+        *current = Some((leader, stream));
+        answer
     }
 }
 

@@ -1,9 +1,11 @@
 //! The cluster service a node serves its peers on the peer port
 //! (`ClusterService`, beside openraft's `RaftService` in
-//! [`crate::network`], never beside a client API): forwarded writes, on one
-//! stream per follower (validated again against [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits) before they
-//! are proposed), read indexes for followers, and this node's client
-//! address for MemberList.
+//! [`crate::network`], never beside a client API): forwarded writes
+//! (validated again against
+//! [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits)
+//! before they are proposed) and read indexes for followers, each on one
+//! stream per follower ([`crate::call_stream::serve`]), and this node's
+//! client address for MemberList.
 
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::{
@@ -61,34 +63,27 @@ impl ClusterService for ClusterRpcServer {
         )))
     }
 
+    type ReadIndexStream = Answers<ReadIndexResponse>;
+
     async fn read_index(
         &self,
-        _req: tonic::Request<ReadIndexRequest>,
-    ) -> Result<tonic::Response<ReadIndexResponse>, tonic::Status> {
+        req: tonic::Request<tonic::Streaming<ReadIndexRequest>>,
+    ) -> Result<tonic::Response<Self::ReadIndexStream>, tonic::Status> {
         if self.node.inner.faults.is_isolated() {
             return Err(tonic::Status::unavailable("isolated by fault injection"));
         }
-        let leader = self.node.current_leader();
-        if leader != Some(self.node.inner.id) {
-            return Ok(tonic::Response::new(ReadIndexResponse {
-                index: 0,
-                leader_id: leader,
-                error: format!("node {} is not the leader", self.node.inner.id),
-            }));
-        }
-        let reply = match self.node.read_index().await {
-            Ok(index) => ReadIndexResponse {
-                index,
-                leader_id: leader,
-                error: String::new(),
-            },
-            Err(e) => ReadIndexResponse {
-                index: 0,
-                leader_id: None,
-                error: e.to_string(),
-            },
+        let stopped = {
+            let node = self.node.clone();
+            async move { node.raft_stopped().await }
         };
-        Ok(tonic::Response::new(reply))
+        let node = self.node.clone();
+        Ok(tonic::Response::new(call_stream::serve(
+            tracing::debug_span!("read_index_stream_served", node = self.node.inner.id),
+            req.into_inner(),
+            stopped,
+            self.node.inner.faults.clone(),
+            move |request| answer_read_index(node.clone(), request).map(Ok),
+        )))
     }
 
     async fn client_addr(
@@ -149,5 +144,34 @@ async fn answer_forwarded(node: RaftNode, request: ForwardRequest) -> ForwardRes
             seq,
         },
         Err(Redirect::Fail(e)) => failed(e.to_string()),
+    }
+}
+
+/// A read index for a follower, under the request's `seq`: refused with
+/// the leader this node knows of if it is not the leader.
+async fn answer_read_index(node: RaftNode, request: ReadIndexRequest) -> ReadIndexResponse {
+    let seq = request.seq;
+    let leader = node.current_leader();
+    if leader != Some(node.inner.id) {
+        return ReadIndexResponse {
+            index: 0,
+            leader_id: leader,
+            error: format!("node {} is not the leader", node.inner.id),
+            seq,
+        };
+    }
+    match node.read_index().await {
+        Ok(index) => ReadIndexResponse {
+            index,
+            leader_id: leader,
+            error: String::new(),
+            seq,
+        },
+        Err(e) => ReadIndexResponse {
+            index: 0,
+            leader_id: None,
+            error: e.to_string(),
+            seq,
+        },
     }
 }

@@ -76,9 +76,10 @@ pub enum Unreachable {
     /// The peer's address is not a usable URI.
     #[error("{0}")]
     Address(Arc<tonic::transport::Error>),
-    /// The call failed on the way.
-    #[error("{0}")]
-    Rpc(tonic::Status),
+    /// The stream the call went on ended before the answer came (the
+    /// peer went away, or its connection broke).
+    #[error("the stream to it ended")]
+    StreamEnded,
 }
 
 /// Why a write's outcome is unknown.

@@ -14,12 +14,13 @@
 //! failure is reported as unknown, never as a definite failure.
 //!
 //! Forwarded commands travel on one long-lived stream to the leader
-//! ([`crate::forward_stream`]). The leader's side of a forward,
+//! ([`crate::call_stream`]), each answered by one message with its `seq`. The leader's side of a forward,
 //! [`RaftNode::write_forwarded`], is here too; the RPC that carries it is
 //! in [`crate::cluster_rpc`].
 
 use std::sync::Arc;
 
+use kubestore_proto::raft::ForwardRequest;
 use kubestore_storage::{Command, CommandResult, NodeId, Response};
 use openraft::error::{ClientWriteError, RaftError};
 use tracing::instrument;
@@ -181,7 +182,7 @@ impl RaftNode {
     }
 
     /// Sends `cmd` to `leader` on this node's forwarding stream
-    /// ([`crate::forward_stream`]) and waits for the leader's answer.
+    /// ([`crate::call_stream`]) and waits for the leader's answer.
     #[instrument(level = "debug", skip_all, fields(leader))]
     async fn forward(&self, leader: NodeId, cmd: &Command) -> Result<Response, Redirect> {
         if self.inner.faults.is_isolated() {
@@ -192,12 +193,16 @@ impl RaftNode {
         }
         let command = bincode::serialize(cmd)
             .map_err(|e| Redirect::Fail(ProtocolError::Encode(Arc::new(e)).into()))?;
-        let client = self.peer_client(leader).map_err(Redirect::Fail)?;
+        let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
         // A stream that ended as it was used: retry wherever leadership goes.
         let mut answer = self
             .inner
             .forward_streams
-            .send(leader, client, command)
+            .send(
+                leader,
+                |seq| ForwardRequest { command, seq },
+                move |outgoing| async move { client.forward(outgoing).await },
+            )
             .map_err(|StreamEnded| Redirect::To(None))?;
         let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, answer.received()).await else {
             // No answer: the leader may be paused or cut off. Retry wherever

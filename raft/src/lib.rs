@@ -55,9 +55,8 @@
 //! - `forward`: writes from any node: propose or forward to the leader,
 //!   deadlines, retry at the next leader.
 //! - `call_stream`: calls to a peer as messages on one long-lived gRPC
-//!   stream, paired with their answers by `seq`.
-//! - `forward_stream`: the follower's one stream to the leader that
-//!   forwarded commands travel on.
+//!   stream, paired with their answers by `seq`: replication, forwarded
+//!   writes and a follower's read indexes travel this way.
 //! - `election`: the election timer at millisecond resolution (openraft
 //!   0.9 checks election timeouts only every 1.5 heartbeats).
 //! - `read_index`: linearizable reads: the leader's lease or a quorum
@@ -84,7 +83,6 @@ pub mod config;
 mod election;
 pub mod error;
 mod forward;
-mod forward_stream;
 mod lease;
 pub mod network;
 pub mod node;

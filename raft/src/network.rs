@@ -34,7 +34,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::call_stream::{self, Answers, CallStream, Sequenced, StreamEnded};
+use crate::call_stream::{self, Answers, CallStream, StreamEnded};
 use crate::election::LeaderContact;
 
 /// Largest message a node accepts from a peer (a batch of entries).
@@ -139,12 +139,6 @@ impl NetworkFactory {
             old.close_entries();
         }
         Some(link)
-    }
-}
-
-impl Sequenced for SequencedPayload {
-    fn seq(&self) -> u64 {
-        self.seq
     }
 }
 

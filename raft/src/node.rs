@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
 use kubestore_proto::raft::raft_service_server::RaftServiceServer;
-use kubestore_proto::raft::ClientAddrRequest;
+use kubestore_proto::raft::{
+    ClientAddrRequest, ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse,
+};
 use kubestore_storage::{Limits, LogIndex, Node, NodeId, Revision, Store, TypeConfig};
 use openraft::error::RaftError;
 use openraft::metrics::RaftServerMetrics;
@@ -28,7 +30,7 @@ use tracing::{instrument, Instrument};
 use crate::config::{election_window, RaftNodeConfig};
 use crate::election::{self, LeaderContact};
 use crate::error::{ConfigError, ProtocolError, RaftNodeError, Unreachable};
-use crate::forward_stream::ForwardStreams;
+use crate::call_stream::LeaderStream;
 use crate::lease::ReadLease;
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::propose::Proposer;
@@ -102,6 +104,9 @@ pub struct ClusterStatus {
     /// Streams this node opened to forward writes to a leader (one per
     /// leader it forwarded to while the stream to it stayed up).
     pub forward_streams_opened: u64,
+    /// Streams this node opened to ask a leader for read indexes (one per
+    /// leader it asked while the stream to it stayed up).
+    pub read_index_streams_opened: u64,
     /// Streams this node opened to send AppendEntries to its followers, as
     /// the leader (one per follower while the stream to it stays up).
     pub entries_streams_opened: u64,
@@ -130,7 +135,9 @@ pub(crate) struct Inner {
     pub(crate) leader_contact: LeaderContact,
     pub(crate) peers: Mutex<HashMap<NodeId, ClusterServiceClient<Channel>>>,
     /// The stream forwarded writes travel on to the leader.
-    pub(crate) forward_streams: ForwardStreams,
+    pub(crate) forward_streams: LeaderStream<ForwardRequest, ForwardResponse>,
+    /// The stream a follower asks the leader for read indexes on.
+    pub(crate) read_index_streams: LeaderStream<ReadIndexRequest, ReadIndexResponse>,
     /// The network's count of streams opened to send AppendEntries.
     pub(crate) entries_streams_opened: Arc<AtomicU64>,
     /// This node's client address ([`RaftNodeConfig::client_addr`]).
@@ -261,7 +268,8 @@ impl RaftNode {
                 election_timeout_max: config.election_timeout_max,
                 leader_contact,
                 peers: Mutex::new(HashMap::new()),
-                forward_streams: ForwardStreams::default(),
+                forward_streams: LeaderStream::new("forward"),
+                read_index_streams: LeaderStream::new("read_index"),
                 entries_streams_opened,
                 client_addr: config.client_addr.clone(),
                 peer_client_addrs: Mutex::new(HashMap::new()),
@@ -649,6 +657,7 @@ impl RaftNode {
             read_index_rounds: self.inner.read_index_rounds.load(Ordering::Relaxed),
             leased_read_indexes: self.inner.leased_read_indexes.load(Ordering::Relaxed),
             forward_streams_opened: self.inner.forward_streams.opened(),
+            read_index_streams_opened: self.inner.read_index_streams.opened(),
             entries_streams_opened: self.inner.entries_streams_opened.load(Ordering::Relaxed),
         })
     }

@@ -5,7 +5,8 @@
 //! holds (`crate::lease`; past half the lease one renewal round starts in
 //! the background), else from a round in which a quorum confirms the
 //! leadership (`Raft::get_read_log_id`, which also grants the lease); on a
-//! follower, from the leader over `ClusterService.ReadIndex`. Concurrent
+//! follower, from the leader over `ClusterService.ReadIndex` (one
+//! long-lived stream to the leader, `crate::call_stream`). Concurrent
 //! readers share rounds (`crate::read`). An attempt that finds no leader,
 //! cannot reach it or gets no answer within [`PEER_ATTEMPT_TIMEOUT`] is
 //! retried at whoever leads next, until the request deadline.
@@ -18,6 +19,7 @@ use openraft::error::RaftError;
 use openraft::ServerState;
 use tracing::{instrument, Instrument};
 
+use crate::call_stream::StreamEnded;
 use crate::error::{ProtocolError, RaftNodeError, Unreachable};
 use crate::lease::Leased;
 use crate::node::{RaftNode, PEER_ATTEMPT_TIMEOUT};
@@ -95,14 +97,22 @@ impl RaftNode {
             });
         }
         let mut client = self.peer_client(leader)?;
-        let reply = client
-            .read_index(ReadIndexRequest {})
+        let ended = |StreamEnded| RaftNodeError::Unreachable {
+            node: leader,
+            cause: Unreachable::StreamEnded,
+        };
+        let reply = self
+            .inner
+            .read_index_streams
+            .send(
+                leader,
+                |seq| ReadIndexRequest { seq },
+                move |outgoing| async move { client.read_index(outgoing).await },
+            )
+            .map_err(ended)?
+            .received()
             .await
-            .map_err(|s| RaftNodeError::Unreachable {
-                node: leader,
-                cause: Unreachable::Rpc(s),
-            })?
-            .into_inner();
+            .map_err(ended)?;
         if reply.leader_id != Some(leader) {
             // Leadership moved since we looked: find the new leader.
             return Err(RaftNodeError::NoLeader);

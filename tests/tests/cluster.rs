@@ -409,10 +409,12 @@ async fn a_followers_forwarded_writes_share_one_stream_to_the_leader() {
 }
 
 /// The leader sends AppendEntries to each follower on one long-lived
-/// stream: once every follower has caught up, 200 concurrent writes open
-/// no other stream, and every follower holds every write.
+/// stream, and each follower asks it for read indexes on one: once every
+/// follower has caught up, 200 concurrent writes and 50 concurrent
+/// linearizable reads per follower open no other stream, and every
+/// follower holds every write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_replicates_to_each_follower_on_one_stream() {
+async fn replication_and_read_indexes_keep_one_stream_per_peer() {
     use kubestore_storage::{Command, Op, PutRequest, Txn};
 
     let put = |key: String| {
@@ -432,10 +434,14 @@ async fn the_leader_replicates_to_each_follower_on_one_stream() {
         .collect();
     assert_eq!(followers.len(), 2);
     // The streams opened while the followers were still starting are
-    // behind us once each has applied a write.
+    // behind us once each has applied a write through a read index.
     raft.write(put("first".into())).await.expect("first write");
+    let mut read_streams = Vec::new();
     for follower in &followers {
         follower.linearizable_barrier().await.expect("follower caught up");
+        let opened = follower.status().await.expect("status").read_index_streams_opened;
+        assert!(opened >= 1, "node {} read without a stream?", follower.id());
+        read_streams.push(opened);
     }
     let before = raft.status().await.expect("status").entries_streams_opened;
     assert!(before >= 2, "the leader replicated without streams?");
@@ -443,8 +449,11 @@ async fn the_leader_replicates_to_each_follower_on_one_stream() {
     for answer in futures::future::join_all(writes).await {
         answer.expect("a write");
     }
-    for follower in &followers {
-        follower.linearizable_barrier().await.expect("follower caught up");
+    for (follower, opened) in followers.iter().zip(read_streams) {
+        let reads = (0..50).map(|_| follower.linearizable_barrier());
+        for read in futures::future::join_all(reads).await {
+            read.expect("a linearizable read on a follower");
+        }
         let held = (0..200)
             .filter(|i| {
                 follower
@@ -455,6 +464,8 @@ async fn the_leader_replicates_to_each_follower_on_one_stream() {
             })
             .count();
         assert_eq!(held, 200, "node {} holds {held} of 200 writes", follower.id());
+        let now = follower.status().await.expect("status").read_index_streams_opened;
+        assert_eq!(now, opened, "node {}: 50 reads opened {} streams", follower.id(), now - opened);
     }
     let after = raft.status().await.expect("status").entries_streams_opened;
     assert_eq!(after, before, "200 writes opened {} streams", after - before);
@@ -761,7 +772,7 @@ async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
 
         let refused = cluster_client(&client_port)
             .await
-            .read_index(ReadIndexRequest {})
+            .read_index(futures::stream::iter([ReadIndexRequest { seq: 1 }]))
             .await
             .expect_err("ReadIndex on the etcd port");
         assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
@@ -788,10 +799,15 @@ async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
         // The same RPC on the peer port is served.
         let served = cluster_client(&peer_port)
             .await
-            .read_index(ReadIndexRequest {})
+            .read_index(futures::stream::iter([ReadIndexRequest { seq: 7 }]))
             .await
             .expect("ReadIndex on the peer port")
-            .into_inner();
+            .into_inner()
+            .message()
+            .await
+            .expect("a read index")
+            .expect("an answer on the stream");
+        assert_eq!(served.seq, 7, "the answer carries the request's seq");
         assert_eq!(served.leader_id, Some(leader), "node {id}: {served:?}");
         if id == leader {
             assert!(served.error.is_empty(), "{served:?}");
