@@ -24,13 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::AbortHandle;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use kubestore_proto::raft::{
     ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse, SequencedPayload,
 };
 use kubestore_storage::NodeId;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::Instrument;
 
 use crate::network::Faults;
@@ -209,7 +209,10 @@ impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
     /// Sends the request that `request` makes of the next `seq` and
     /// returns the receiver of its answer. Dropping the receiver gives up
     /// on the answer (the peer still gets the request).
-    pub(crate) fn send(&self, request: impl FnOnce(u64) -> Req) -> Result<Answer<Resp>, StreamEnded> {
+    pub(crate) fn send(
+        &self,
+        request: impl FnOnce(u64) -> Req,
+    ) -> Result<Answer<Resp>, StreamEnded> {
         let (tx, rx) = oneshot::channel();
         let seq = {
             let mut state = self.waiting.state();

@@ -7,13 +7,13 @@
 //! stream per follower ([`crate::call_stream::serve`]), and this node's
 //! client address for MemberList.
 
+use futures::FutureExt;
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
 use kubestore_proto::raft::{
     ClientAddrRequest, ClientAddrResponse, ForwardRequest, ForwardResponse, ReadIndexRequest,
     ReadIndexResponse,
 };
 use kubestore_storage::Command;
-use futures::FutureExt;
 use tracing::Instrument;
 
 use crate::call_stream::{self, Answers};

@@ -25,8 +25,8 @@ use kubestore_storage::{Command, CommandResult, NodeId, Response};
 use openraft::error::{ClientWriteError, RaftError};
 use tracing::instrument;
 
-use crate::error::{ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
 use crate::call_stream::StreamEnded;
+use crate::error::{ProtocolError, RaftNodeError, UnknownOutcome, Unreachable};
 use crate::node::{RaftNode, WeakNode, PEER_ATTEMPT_TIMEOUT};
 use crate::propose::{Redirect, Submit};
 use crate::session::settle;

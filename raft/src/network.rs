@@ -268,7 +268,12 @@ impl PeerClient {
                     let mut answer = link.send_entries(data)?;
                     Ok(answer.received().await?.data)
                 }
-                RpcKind::Vote => Ok(link.client().vote(Payload { data }).await?.into_inner().data),
+                RpcKind::Vote => Ok(link
+                    .client()
+                    .vote(Payload { data })
+                    .await?
+                    .into_inner()
+                    .data),
                 RpcKind::Snapshot => Ok(link
                     .client()
                     .install_snapshot(Payload { data })

@@ -27,10 +27,10 @@ use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
 use tracing::{instrument, Instrument};
 
+use crate::call_stream::LeaderStream;
 use crate::config::{election_window, RaftNodeConfig};
 use crate::election::{self, LeaderContact};
 use crate::error::{ConfigError, ProtocolError, RaftNodeError, Unreachable};
-use crate::call_stream::LeaderStream;
 use crate::lease::ReadLease;
 use crate::network::{self, Faults, NetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::propose::Proposer;

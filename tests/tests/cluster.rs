@@ -438,8 +438,15 @@ async fn replication_and_read_indexes_keep_one_stream_per_peer() {
     raft.write(put("first".into())).await.expect("first write");
     let mut read_streams = Vec::new();
     for follower in &followers {
-        follower.linearizable_barrier().await.expect("follower caught up");
-        let opened = follower.status().await.expect("status").read_index_streams_opened;
+        follower
+            .linearizable_barrier()
+            .await
+            .expect("follower caught up");
+        let opened = follower
+            .status()
+            .await
+            .expect("status")
+            .read_index_streams_opened;
         assert!(opened >= 1, "node {} read without a stream?", follower.id());
         read_streams.push(opened);
     }
@@ -463,12 +470,32 @@ async fn replication_and_read_indexes_keep_one_stream_per_peer() {
                     .is_some()
             })
             .count();
-        assert_eq!(held, 200, "node {} holds {held} of 200 writes", follower.id());
-        let now = follower.status().await.expect("status").read_index_streams_opened;
-        assert_eq!(now, opened, "node {}: 50 reads opened {} streams", follower.id(), now - opened);
+        assert_eq!(
+            held,
+            200,
+            "node {} holds {held} of 200 writes",
+            follower.id()
+        );
+        let now = follower
+            .status()
+            .await
+            .expect("status")
+            .read_index_streams_opened;
+        assert_eq!(
+            now,
+            opened,
+            "node {}: 50 reads opened {} streams",
+            follower.id(),
+            now - opened
+        );
     }
     let after = raft.status().await.expect("status").entries_streams_opened;
-    assert_eq!(after, before, "200 writes opened {} streams", after - before);
+    assert_eq!(
+        after,
+        before,
+        "200 writes opened {} streams",
+        after - before
+    );
     c.shutdown().await;
 }
 
