@@ -33,7 +33,7 @@ use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::Instrument;
 
-use crate::network::Faults;
+use crate::faults::Faults;
 
 /// A request or answer on a call stream: it carries the number that pairs
 /// an answer with its request.

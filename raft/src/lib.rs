@@ -64,7 +64,8 @@
 //! - [`cluster_rpc`]: the `ClusterService` peers call on the peer port
 //!   (forwarded writes, read indexes, client address).
 //! - [`network`]: the tonic transport (entries travel on one stream per
-//!   leader and follower) and fault injection.
+//!   leader and follower).
+//! - `faults`: fault injection (a node cut off from its peers).
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
 //! - `lease`: the leader's read lease, which skips rounds while it holds.
@@ -82,6 +83,7 @@ pub mod cluster_rpc;
 pub mod config;
 mod election;
 pub mod error;
+mod faults;
 mod forward;
 mod lease;
 pub mod network;

@@ -13,7 +13,7 @@
 //! nor answers any node-to-node RPC.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::call_stream::{self, Answers, CallStream, StreamEnded};
 use crate::election::LeaderContact;
+pub use crate::faults::Faults;
 
 /// Largest message a node accepts from a peer (a batch of entries).
 pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
@@ -47,24 +48,6 @@ pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// the leader retries every heartbeat interval, each retry carrying the
 /// entries again.
 const MAX_UNANSWERED_ENTRIES: u64 = 32;
-
-/// Fault injection shared by a node's client and server side.
-#[derive(Debug, Clone, Default)]
-pub struct Faults {
-    isolated: Arc<AtomicBool>,
-}
-
-impl Faults {
-    /// Cuts the node off from (or reconnects it to) every peer.
-    pub fn set_isolated(&self, isolated: bool) {
-        self.isolated.store(isolated, Ordering::SeqCst);
-    }
-
-    /// Whether the node is cut off now.
-    pub fn is_isolated(&self) -> bool {
-        self.isolated.load(Ordering::SeqCst)
-    }
-}
 
 /// A lazily connecting channel to a peer's gRPC address.
 pub(crate) fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
@@ -439,7 +422,7 @@ impl RaftService for RaftRpcServer {
         // Ended when Raft shuts down: see `call_stream::serve`.
         let stopped = {
             let raft = self.raft.clone();
-            async move { crate::node::raft_stopped(&raft).await }
+            async move { raft_stopped(&raft).await }
         };
         let server = self.clone();
         Ok(tonic::Response::new(call_stream::serve(
@@ -482,4 +465,14 @@ impl RaftService for RaftRpcServer {
         }
         encode(&result).map(tonic::Response::new)
     }
+}
+
+/// Resolves once `raft` has shut down.
+pub(crate) async fn raft_stopped(raft: &Raft<TypeConfig>) {
+    let mut metrics = raft.metrics();
+    // An error: the metrics' sender is gone, which only Raft's shutdown
+    // does.
+    let _ = metrics
+        .wait_for(|m| m.state == openraft::ServerState::Shutdown)
+        .await;
 }

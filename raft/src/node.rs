@@ -483,7 +483,7 @@ impl RaftNode {
     /// for as long as the peer likes (a forwarding stream) ends with it:
     /// the peer server's graceful shutdown waits for every call to end.
     pub(crate) async fn raft_stopped(&self) {
-        raft_stopped(&self.inner.raft).await;
+        network::raft_stopped(&self.inner.raft).await;
     }
 
     /// Resolves once this node knows of a leader other than `leader`.
@@ -751,12 +751,4 @@ mod tests {
         assert!(!reason.is_empty());
         assert_eq!(node.core_stopped().as_deref(), Some(reason.as_str()));
     }
-}
-
-/// Resolves once `raft` has shut down.
-pub(crate) async fn raft_stopped(raft: &Raft<TypeConfig>) {
-    let mut metrics = raft.metrics();
-    // An error: the metrics' sender is gone, which only Raft's shutdown
-    // does.
-    let _ = metrics.wait_for(|m| m.state == ServerState::Shutdown).await;
 }
