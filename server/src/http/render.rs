@@ -26,7 +26,12 @@ pub fn with_read_path(mut resp: Response, served: ReadPath) -> Response {
 }
 
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
-    bytes_response(status, "application/json", body.to_string())
+    // Serialized straight into bytes: `Value`'s `Display` goes through a
+    // `fmt::Write` adapter, one call per string fragment, which was about
+    // 1% of a REST update's CPU. A `Value` always serializes (its keys are
+    // strings); the `Display` fallback is there only so no case panics.
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| body.to_string().into_bytes());
+    bytes_response(status, "application/json", bytes)
 }
 
 pub fn json_bytes_response(status: StatusCode, body: bytes::Bytes) -> Response {
