@@ -690,6 +690,70 @@ async fn a_forwarded_write_retried_after_a_timeout_is_applied_once() {
     c.shutdown().await;
 }
 
+/// A paused follower (SIGSTOP) answers none of the AppendEntries the
+/// leader keeps sending it, each retry carrying the entries again: the
+/// leader replaces the stream once 32 are unanswered rather than queue
+/// copies without bound, and the follower, resumed, catches up with every
+/// write made while it was stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_followers_entries_stream_is_replaced_and_it_catches_up() {
+    use nix::sys::signal::Signal;
+
+    let c = TestCluster::spawn(3, ClusterOptions::default())
+        .await
+        .expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("a follower");
+    let opened = |s: &Value| s["entries_streams_opened"].as_u64().expect("a count");
+    let before = opened(&c.status(leader).await.expect("leader status"));
+    c.signal(follower, Signal::SIGSTOP).expect("pause");
+    let mut etcd = c.etcd(leader).await.expect("etcd client");
+    for i in 0..200 {
+        etcd.put(format!("while-paused/{i}"), "v", None)
+            .await
+            .expect("a write with the quorum of the other two");
+    }
+    // The leader retries every heartbeat interval (200 ms): 32 go
+    // unanswered within a few seconds. The deadline stays below the 30 s
+    // after which HTTP/2 keep-alive (10 s interval, 20 s timeout) would
+    // drop the connection, and with it the stream, anyway.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(25);
+    loop {
+        let now = opened(&c.status(leader).await.expect("leader status"));
+        if now > before {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream to the paused follower was never replaced ({now} opened)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.signal(follower, Signal::SIGCONT).expect("resume");
+    c.wait_converged(Duration::from_secs(60))
+        .await
+        .expect("the resumed follower catches up");
+    let mut on_follower = c.etcd(follower).await.expect("etcd client");
+    let got = on_follower
+        .get(
+            "while-paused/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only()
+                    .with_serializable(),
+            ),
+        )
+        .await
+        .expect("count on the follower");
+    assert_eq!(got.count(), 200);
+    c.shutdown().await;
+}
+
 /// Real processes, real kill -9: 8 writers create configmaps through every
 /// node while the leader is killed; every acknowledged object survives on
 /// every node, and the nodes end identical.
