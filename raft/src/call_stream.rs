@@ -10,13 +10,13 @@
 //! replication ([`crate::network`]), write forwarding (`crate::forward`)
 //! and a follower's read indexes (`crate::read_index`) travel this way.
 //!
-//! The calling side: a task per stream reads the answers and hands each to the caller
-//! waiting on its `seq`. When the stream ends (the peer went away, its
-//! connection broke, it is isolated by fault injection, or
+//! The calling side: a task per stream reads the answers and hands each
+//! to the caller waiting on its `seq`. When the stream ends (the peer went
+//! away, its connection broke, it is isolated by fault injection, or
 //! [`CallStream::close`] was called), every caller still waiting is woken
 //! with [`StreamEnded`], and the stream is not used again: the owner opens
-//! another for the next call. The answering side ([`serve`]) answers
-//! each request as it is ready, several at once.
+//! another for the next call. The answering side ([`serve`]) answers each
+//! request as it is ready, several at once.
 
 use std::collections::HashMap;
 use std::future::Future;
