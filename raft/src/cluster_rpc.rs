@@ -4,7 +4,7 @@
 //! (validated again against
 //! [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits)
 //! before they are proposed) and read indexes for followers, each on one
-//! stream per follower ([`crate::call_stream::serve`]), and this node's
+//! stream per follower (`call_stream::serve`), and this node's
 //! client address for MemberList.
 
 use futures::FutureExt;

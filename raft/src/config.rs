@@ -19,8 +19,8 @@ pub struct RaftNodeConfig {
     /// Where this node keeps its RocksDB database and snapshots.
     pub data_dir: PathBuf,
     /// Every member of the initial cluster, this node included: id → peer
-    /// address (where it serves [`RaftNode::raft_service`] and
-    /// [`RaftNode::cluster_service`]). A node whose storage is empty
+    /// address (where it serves [`RaftNode::raft_service`](crate::RaftNode::raft_service) and
+    /// [`RaftNode::cluster_service`](crate::RaftNode::cluster_service)). A node whose storage is empty
     /// bootstraps with exactly these.
     pub members: BTreeMap<NodeId, String>,
     /// Where this node's clients reach its gRPC API (the etcd API), as
