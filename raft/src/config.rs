@@ -24,7 +24,7 @@ pub struct RaftNodeConfig {
     /// bootstraps with exactly these.
     pub members: BTreeMap<NodeId, String>,
     /// Where this node's clients reach its gRPC API (the etcd API), as
-    /// peers report it ([`RaftNode::member_client_addrs`]); `None`: nowhere.
+    /// peers report it ([`RaftNode::member_client_addrs`](crate::RaftNode::member_client_addrs)); `None`: nowhere.
     pub client_addr: Option<String>,
     /// How often the leader sends heartbeats; openraft 0.9 also times out
     /// every AppendEntries after one interval.
@@ -44,11 +44,11 @@ pub struct RaftNodeConfig {
     /// indexes without another round (zero: every read runs a round).
     /// Must stay well below `election_timeout_max`, the followers' lease,
     /// and below `election_timeout_min`, the least a restarted voter waits
-    /// before campaigning; [`RaftNode::start`] refuses more than half of
+    /// before campaigning; [`RaftNode::start`](crate::RaftNode::start) refuses more than half of
     /// `election_timeout_min`.
     pub read_lease: Duration,
     /// What every command proposed through this node must meet:
-    /// [`RaftNode::write`] checks its command before proposing or
+    /// [`RaftNode::write`](crate::RaftNode::write) checks its command before proposing or
     /// forwarding it, and the leader checks every command a peer forwards
     /// before proposing it (a peer-port client is not trusted to have come
     /// through a front end). Front ends with tighter rules (the etcd API's

@@ -14,9 +14,9 @@
 //! failure is reported as unknown, never as a definite failure.
 //!
 //! Forwarded commands travel on one long-lived stream to the leader
-//! ([`crate::call_stream`]), each answered by one message with its `seq`. The leader's side of a forward,
-//! [`RaftNode::write_forwarded`], is here too; the RPC that carries it is
-//! in [`crate::cluster_rpc`].
+//! ([`crate::call_stream`]), each answered by one message with its `seq`.
+//! The leader's side of a forward, [`RaftNode::write_forwarded`], is here
+//! too; the RPC that carries it is in [`crate::cluster_rpc`].
 
 use std::sync::Arc;
 

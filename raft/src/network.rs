@@ -5,7 +5,7 @@
 //!
 //! AppendEntries, which carries every write and every heartbeat, travels
 //! as messages on one long-lived stream per leader and follower
-//! ([`crate::call_stream`]), shared by openraft's replication to that
+//! (`call_stream`), shared by openraft's replication to that
 //! follower and its leadership checks. Votes and snapshots, which are
 //! rare, are unary calls.
 //!
