@@ -27,7 +27,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use kubestore_proto::raft::{
     ForwardRequest, ForwardResponse, ReadIndexRequest, ReadIndexResponse, SequencedPayload,
 };
-use kubestore_storage::NodeId;
+use kubestore_storage::{NodeId, TypeConfig};
+use openraft::Raft;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -323,33 +324,40 @@ pub(crate) type Answers<Resp> = UnboundedReceiverStream<Result<Resp, tonic::Stat
 
 /// Serves one peer's call stream on a task (in `span`): each request is
 /// handed to `answer` as it arrives (several at once) and its answer sent
-/// when it is ready, in whatever order that is. The stream ends when the
-/// peer closes its side and every request is answered, or when the peer
-/// goes away. It ends `Unavailable` when `stopped` resolves (Raft on this
-/// node shut down: the peer server's graceful shutdown waits for every
-/// call, so a stream the peer keeps open must not outlive the node), or,
-/// under fault injection, when a request arrives while this node is
-/// isolated; the peer then retries as it would with an unreachable node.
-/// An answer that is an error (a request that could not be understood)
-/// ends the stream with that error.
+/// when it is ready, in whatever order that is. Refused `Unavailable` at
+/// once while this node is isolated by fault injection. The stream ends
+/// when the peer closes its side and every request is answered, or when
+/// the peer goes away. It ends `Unavailable` when `raft` shuts down (the
+/// peer server's graceful shutdown waits for every call, so a stream the
+/// peer keeps open must not outlive the node), or when a request arrives
+/// while this node is isolated; the peer then retries as it would with an
+/// unreachable node. An answer that is an error (a request that could not
+/// be understood) ends the stream with that error.
 pub(crate) fn serve<Req, Resp, F, Fut>(
     span: tracing::Span,
-    mut requests: tonic::Streaming<Req>,
-    stopped: impl Future<Output = ()> + Send + 'static,
-    faults: Faults,
+    request: tonic::Request<tonic::Streaming<Req>>,
+    raft: &Raft<TypeConfig>,
+    faults: &Faults,
     mut answer: F,
-) -> Answers<Resp>
+) -> Result<tonic::Response<Answers<Resp>>, tonic::Status>
 where
     Req: Send + 'static,
     Resp: Send + 'static,
     F: FnMut(Req) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Resp, tonic::Status>> + Send + 'static,
 {
+    if faults.is_isolated() {
+        return Err(tonic::Status::unavailable("isolated by fault injection"));
+    }
+    let mut requests = request.into_inner();
+    let faults = faults.clone();
+    let raft = raft.clone();
     let (answers, outgoing) = mpsc::unbounded_channel();
     tokio::spawn(
         async move {
             let mut pending = FuturesUnordered::new();
             let mut open = true;
+            let stopped = raft_stopped(&raft);
             tokio::pin!(stopped);
             while open || !pending.is_empty() {
                 tokio::select! {
@@ -384,5 +392,15 @@ where
         }
         .instrument(span),
     );
-    UnboundedReceiverStream::new(outgoing)
+    Ok(tonic::Response::new(UnboundedReceiverStream::new(outgoing)))
+}
+
+/// Resolves once `raft` has shut down.
+async fn raft_stopped(raft: &Raft<TypeConfig>) {
+    let mut metrics = raft.metrics();
+    // An error: the metrics' sender is gone, which only Raft's shutdown
+    // does.
+    let _ = metrics
+        .wait_for(|m| m.state == openraft::ServerState::Shutdown)
+        .await;
 }

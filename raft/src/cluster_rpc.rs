@@ -45,22 +45,14 @@ impl ClusterService for ClusterRpcServer {
         &self,
         req: tonic::Request<tonic::Streaming<ForwardRequest>>,
     ) -> Result<tonic::Response<Self::ForwardStream>, tonic::Status> {
-        if self.node.inner.faults.is_isolated() {
-            return Err(tonic::Status::unavailable("isolated by fault injection"));
-        }
-        // Ended when Raft shuts down: see `call_stream::serve`.
-        let stopped = {
-            let node = self.node.clone();
-            async move { node.raft_stopped().await }
-        };
         let node = self.node.clone();
-        Ok(tonic::Response::new(call_stream::serve(
+        call_stream::serve(
             tracing::debug_span!("forward_stream_served", node = self.node.inner.id),
-            req.into_inner(),
-            stopped,
-            self.node.inner.faults.clone(),
+            req,
+            &self.node.inner.raft,
+            &self.node.inner.faults,
             move |request| answer_forwarded(node.clone(), request).map(Ok),
-        )))
+        )
     }
 
     type ReadIndexStream = Answers<ReadIndexResponse>;
@@ -69,21 +61,14 @@ impl ClusterService for ClusterRpcServer {
         &self,
         req: tonic::Request<tonic::Streaming<ReadIndexRequest>>,
     ) -> Result<tonic::Response<Self::ReadIndexStream>, tonic::Status> {
-        if self.node.inner.faults.is_isolated() {
-            return Err(tonic::Status::unavailable("isolated by fault injection"));
-        }
-        let stopped = {
-            let node = self.node.clone();
-            async move { node.raft_stopped().await }
-        };
         let node = self.node.clone();
-        Ok(tonic::Response::new(call_stream::serve(
+        call_stream::serve(
             tracing::debug_span!("read_index_stream_served", node = self.node.inner.id),
-            req.into_inner(),
-            stopped,
-            self.node.inner.faults.clone(),
+            req,
+            &self.node.inner.raft,
+            &self.node.inner.faults,
             move |request| answer_read_index(node.clone(), request).map(Ok),
-        )))
+        )
     }
 
     async fn client_addr(

@@ -251,18 +251,14 @@ impl PeerClient {
                     let mut answer = link.send_entries(data)?;
                     Ok(answer.received().await?.data)
                 }
-                RpcKind::Vote => Ok(link
-                    .client()
-                    .vote(Payload { data })
-                    .await?
-                    .into_inner()
-                    .data),
-                RpcKind::Snapshot => Ok(link
-                    .client()
-                    .install_snapshot(Payload { data })
-                    .await?
-                    .into_inner()
-                    .data),
+                RpcKind::Vote | RpcKind::Snapshot => {
+                    let (mut client, payload) = (link.client(), Payload { data });
+                    let reply = match rpc {
+                        RpcKind::Vote => client.vote(payload).await?,
+                        _ => client.install_snapshot(payload).await?,
+                    };
+                    Ok(reply.into_inner().data)
+                }
             };
             reply
         };
@@ -418,23 +414,17 @@ impl RaftService for RaftRpcServer {
         &self,
         req: tonic::Request<tonic::Streaming<SequencedPayload>>,
     ) -> Result<tonic::Response<Self::AppendEntriesStream>, tonic::Status> {
-        self.admit()?;
-        // Ended when Raft shuts down: see `call_stream::serve`.
-        let stopped = {
-            let raft = self.raft.clone();
-            async move { raft_stopped(&raft).await }
-        };
         let server = self.clone();
-        Ok(tonic::Response::new(call_stream::serve(
+        call_stream::serve(
             tracing::debug_span!("entries_stream_served"),
-            req.into_inner(),
-            stopped,
-            self.faults.clone(),
+            req,
+            &self.raft,
+            &self.faults,
             move |request| {
                 let server = server.clone();
                 async move { server.answer_entries(request).await }
             },
-        )))
+        )
     }
 
     async fn vote(
@@ -465,14 +455,4 @@ impl RaftService for RaftRpcServer {
         }
         encode(&result).map(tonic::Response::new)
     }
-}
-
-/// Resolves once `raft` has shut down.
-pub(crate) async fn raft_stopped(raft: &Raft<TypeConfig>) {
-    let mut metrics = raft.metrics();
-    // An error: the metrics' sender is gone, which only Raft's shutdown
-    // does.
-    let _ = metrics
-        .wait_for(|m| m.state == openraft::ServerState::Shutdown)
-        .await;
 }

@@ -479,13 +479,6 @@ impl RaftNode {
         }
     }
 
-    /// Resolves once Raft on this node has shut down. What serves a peer
-    /// for as long as the peer likes (a forwarding stream) ends with it:
-    /// the peer server's graceful shutdown waits for every call to end.
-    pub(crate) async fn raft_stopped(&self) {
-        network::raft_stopped(&self.inner.raft).await;
-    }
-
     /// Resolves once this node knows of a leader other than `leader`.
     async fn leader_moved_from(&self, leader: NodeId) {
         let mut metrics = self.inner.raft.metrics();

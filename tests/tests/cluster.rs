@@ -393,18 +393,7 @@ async fn a_followers_forwarded_writes_share_one_stream_to_the_leader() {
     );
     // Every write is there, read on the leader.
     let mut etcd = c.etcd(leader).await.expect("etcd client");
-    let got = etcd
-        .get(
-            "burst/",
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_count_only(),
-            ),
-        )
-        .await
-        .expect("count");
-    assert_eq!(got.count(), 200);
+    assert_eq!(count_under(&mut etcd, "burst/", false).await, 200);
     c.shutdown().await;
 }
 
@@ -738,19 +727,10 @@ async fn a_paused_followers_entries_stream_is_replaced_and_it_catches_up() {
         .await
         .expect("the resumed follower catches up");
     let mut on_follower = c.etcd(follower).await.expect("etcd client");
-    let got = on_follower
-        .get(
-            "while-paused/",
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_count_only()
-                    .with_serializable(),
-            ),
-        )
-        .await
-        .expect("count on the follower");
-    assert_eq!(got.count(), 200);
+    assert_eq!(
+        count_under(&mut on_follower, "while-paused/", true).await,
+        200
+    );
     c.shutdown().await;
 }
 
@@ -838,6 +818,21 @@ async fn killing_the_leader_during_writes_loses_no_acknowledged_write() {
         assert_eq!(s["revision"], revision);
     }
     c.shutdown().await;
+}
+
+/// How many keys start with `prefix`, read on the node `etcd` talks to:
+/// as that node holds them (`serializable`) or linearizably.
+async fn count_under(etcd: &mut etcd_client::Client, prefix: &str, serializable: bool) -> i64 {
+    let mut options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    if serializable {
+        options = options.with_serializable();
+    }
+    etcd.get(prefix, Some(options))
+        .await
+        .expect("count")
+        .count()
 }
 
 /// A `ClusterService` client on `endpoint`, as a peer (or an attacker) makes one.
