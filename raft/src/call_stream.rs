@@ -18,10 +18,48 @@
 //! another for the next call. The answering side ([`serve`]) answers each
 //! request as it is ready, several at once.
 
+//! Calls to a peer as messages on one long-lived TCP connection of the
+//! peer port, each request answered by the message carrying the same
+//! `seq`, in whatever order the peer answers them.
+//!
+//! A stream instead of a call per request: a unary gRPC call opens an
+//! HTTP/2 stream each time (headers both ways, trailers, a task on the
+//! receiver), and at a few writes per request that was a large part of
+//! what a node-to-node call cost (BENCHMARKS.md, "What forwarding costs a
+//! put"). A plain connection instead of a gRPC stream: on HTTP/2 each
+//! message still passed through the body's task, the connection's task and
+//! its flow control on both sides, two wake-ups more per message than a
+//! writer task draining a queue into the socket (BENCHMARKS.md, "Call
+//! streams on plain connections"). etcd's peers likewise talk on long-lived
+//! streams of their own framing, not gRPC. Log replication
+//! ([`crate::network`]), write forwarding (`crate::forward`) and a
+//! follower's read indexes (`crate::read_index`) travel this way.
+//!
+//! The wire: the caller opens a TCP connection to the peer port and
+//! writes [`PREAMBLE`] and the [`StreamKind`] byte; then each side writes
+//! frames, a 4-byte big-endian length and that many bytes of one protobuf
+//! message (`proto/raft.proto`): requests one way, answers the other. The
+//! caller ends its requests by shutting its side down; the answering side
+//! closes the connection when every request is answered. Either side ends
+//! the stream early by closing the connection, which is all a refusal is.
+//! The peer port tells these connections from its gRPC ones by their
+//! first byte ([`crate::peer_port`]).
+//!
+//! The calling side: a task per stream writes the requests and reads the
+//! answers, handing each to the caller waiting on its `seq`. When the
+//! stream ends (the peer went away, its connection broke, it is isolated
+//! by fault injection, or [`CallStream::close`] was called), every caller
+//! still waiting is woken with [`StreamEnded`], and the stream is not used
+//! again: the owner opens another for the next call. The answering side
+//! ([`serve`]) answers each request as it is ready, several at once.
+
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::future::Future;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use kubestore_proto::raft::{
@@ -29,16 +67,68 @@ use kubestore_proto::raft::{
 };
 use kubestore_storage::{NodeId, TypeConfig};
 use openraft::Raft;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tracing::Instrument;
 
 use crate::faults::Faults;
 
+/// Largest message a node accepts from a peer (a batch of entries), on a
+/// call stream or a gRPC call.
+pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
+/// The first bytes a caller writes on a call-stream connection. Its first
+/// byte is never an HTTP/2 client's (whose preface starts with `P`), which
+/// is how the peer port tells the two apart; the digit is the version of
+/// this wire.
+pub const PREAMBLE: &[u8; 8] = b"KSCALL1\n";
+
+/// What a call stream carries: the byte after [`PREAMBLE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StreamKind {
+    /// A leader's AppendEntries to one follower (`SequencedPayload` both
+    /// ways, bincode inside).
+    Entries = 1,
+    /// A follower's forwarded writes (`ForwardRequest`, `ForwardResponse`).
+    Forward = 2,
+    /// A follower's read-index requests (`ReadIndexRequest`,
+    /// `ReadIndexResponse`).
+    ReadIndex = 3,
+}
+
+impl StreamKind {
+    /// The kind a preamble's last byte names, if any.
+    pub(crate) fn from_byte(byte: u8) -> Option<Self> {
+        [Self::Entries, Self::Forward, Self::ReadIndex]
+            .into_iter()
+            .find(|kind| *kind as u8 == byte)
+    }
+}
+
+/// How long a caller waits for a peer to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long sent bytes may go unacknowledged before the kernel gives up on
+/// the connection (`TCP_USER_TIMEOUT`), and how long an idle connection
+/// waits before probing its peer: a peer whose host vanished ends the
+/// stream instead of holding its callers until their deadlines forever.
+/// As long as HTTP/2 keep-alive took to notice on the gRPC streams these
+/// replaced (10 s interval, 20 s timeout), so a merely paused peer is still
+/// noticed by what notices it first (`MAX_UNANSWERED_ENTRIES` in
+/// [`crate::network`]).
+const DEAD_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Frames queued while the writer was busy are written together, up to
+/// this many bytes per write.
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
+
 /// A request or answer on a call stream: it carries the number that pairs
 /// an answer with its request.
-pub(crate) trait Sequenced: Send + 'static {
+pub(crate) trait Sequenced: prost::Message + Default + 'static {
     /// The number of the request this message is or answers.
     fn seq(&self) -> u64;
 }
@@ -67,22 +157,18 @@ sequenced!(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StreamEnded;
 
-/// The requests a call stream sends: what the tonic client's streaming
-/// method takes.
-pub(crate) type Outgoing<Req> = UnboundedReceiverStream<Req>;
-
-/// One open stream: the sender of its requests and who waits for which
+/// One open stream: the queue of its requests and who waits for which
 /// answer.
 #[derive(Debug)]
 pub(crate) struct CallStream<Req, Resp> {
     requests: mpsc::UnboundedSender<Req>,
     waiting: Arc<Waiting<Resp>>,
-    reader: AbortHandle,
+    task: AbortHandle,
 }
 
 /// The callers waiting on one stream, by `seq`. Shared with the stream's
-/// reader task, which outlives the [`CallStream`] when its owner replaces
-/// it with requests still unanswered.
+/// task, which outlives the [`CallStream`] when its owner replaces it with
+/// requests still unanswered.
 #[derive(Debug)]
 struct Waiting<Resp> {
     state: Mutex<WaitingState<Resp>>,
@@ -113,6 +199,23 @@ impl<Resp> Waiting<Resp> {
         state.open = false;
         state.answers.clear();
     }
+
+    /// Hands `answer` to the caller waiting on its `seq`, if it still
+    /// waits.
+    fn answered(&self, answer: Resp)
+    where
+        Resp: Sequenced,
+    {
+        let waiter = {
+            let mut state = self.state();
+            state.unanswered = state.unanswered.saturating_sub(1);
+            state.answers.remove(&answer.seq())
+        };
+        if let Some(waiter) = waiter {
+            // The caller may have given up meanwhile.
+            let _ = waiter.send(answer);
+        }
+    }
 }
 
 /// The answer to one call, once it comes.
@@ -139,15 +242,11 @@ impl<Resp> Drop for Answer<Resp> {
 }
 
 impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
-    /// Opens a stream: `call` starts the streaming RPC with the requests
-    /// to send, and a task (in `span`) reads its answers.
-    pub(crate) fn open<F, Fut>(span: tracing::Span, call: F) -> Self
-    where
-        F: FnOnce(Outgoing<Req>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>>
-            + Send
-            + 'static,
-    {
+    /// Opens a stream of `kind` to the peer port at `addr`: a task (in
+    /// `span`) connects, writes the requests as they are sent and reads
+    /// their answers. Requests sent before the connection is up wait for
+    /// it.
+    pub(crate) fn open(span: tracing::Span, addr: String, kind: StreamKind) -> Self {
         let (requests, outgoing) = mpsc::unbounded_channel();
         let waiting = Arc::new(Waiting {
             state: Mutex::new(WaitingState {
@@ -163,27 +262,9 @@ impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
                 // Ends the stream for the waiters however this task ends,
                 // aborted included.
                 let _ended = EndOnDrop(Arc::clone(&reader));
-                let ended = async {
-                    let mut answers = call(UnboundedReceiverStream::new(outgoing))
-                        .await?
-                        .into_inner();
-                    while let Some(answer) = answers.message().await? {
-                        let waiter = {
-                            let mut state = reader.state();
-                            state.unanswered = state.unanswered.saturating_sub(1);
-                            state.answers.remove(&answer.seq())
-                        };
-                        if let Some(waiter) = waiter {
-                            // The caller may have given up meanwhile.
-                            let _ = waiter.send(answer);
-                        }
-                    }
-                    Ok::<_, tonic::Status>(())
-                }
-                .await;
-                match ended {
+                match Self::run(&addr, kind, outgoing, &reader).await {
                     Ok(()) => tracing::debug!("call stream closed"),
-                    Err(status) => tracing::debug!(%status, "call stream ended"),
+                    Err(error) => tracing::debug!(%error, "call stream ended"),
                 }
             }
             .instrument(span),
@@ -191,7 +272,41 @@ impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
         Self {
             requests,
             waiting,
-            reader: task.abort_handle(),
+            task: task.abort_handle(),
+        }
+    }
+
+    /// Connects, then writes requests and reads answers until the peer
+    /// closes the connection (after the last answer, once this side's
+    /// requests ended) or it breaks.
+    async fn run(
+        addr: &str,
+        kind: StreamKind,
+        outgoing: mpsc::UnboundedReceiver<Req>,
+        waiting: &Waiting<Resp>,
+    ) -> io::Result<()> {
+        let connection = connect(addr, kind).await?;
+        let (from, to) = connection.into_split();
+        let writing = write_frames(outgoing, to);
+        let reading = async {
+            let mut answers = frames(from);
+            while let Some(frame) = answers.next().await {
+                waiting.answered(Resp::decode(frame?)?);
+            }
+            Ok::<_, io::Error>(())
+        };
+        tokio::pin!(writing, reading);
+        let mut requests_ended = false;
+        loop {
+            tokio::select! {
+                // The owner dropped the stream: this side's requests have
+                // ended, and the peer still answers what it has.
+                written = &mut writing, if !requests_ended => {
+                    written?;
+                    requests_ended = true;
+                }
+                read = &mut reading => return read,
+            }
         }
     }
 
@@ -235,11 +350,11 @@ impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
         Ok(answer)
     }
 
-    /// Ends the stream now: requests not yet sent are dropped, the peer
-    /// sees the stream reset, and every caller still waiting gets
+    /// Ends the stream now: requests not yet written are dropped, the
+    /// connection is closed, and every caller still waiting gets
     /// [`StreamEnded`].
     pub(crate) fn close(&self) {
-        self.reader.abort();
+        self.task.abort();
         self.waiting.end();
     }
 }
@@ -249,17 +364,17 @@ impl<Req: Sequenced, Resp: Sequenced> CallStream<Req, Resp> {
 /// ended. Write forwarding and read indexes each keep one.
 #[derive(Debug)]
 pub(crate) struct LeaderStream<Req, Resp> {
-    name: &'static str,
+    kind: StreamKind,
     current: Mutex<Option<(NodeId, CallStream<Req, Resp>)>>,
     /// Streams opened so far.
     opened: AtomicU64,
 }
 
 impl<Req: Sequenced, Resp: Sequenced> LeaderStream<Req, Resp> {
-    /// No stream yet; `name` names its tracing span.
-    pub(crate) fn new(name: &'static str) -> Self {
+    /// No stream yet; the streams it opens carry `kind`.
+    pub(crate) fn new(kind: StreamKind) -> Self {
         Self {
-            name,
+            kind,
             current: Mutex::new(None),
             opened: AtomicU64::new(0),
         }
@@ -272,21 +387,16 @@ impl<Req: Sequenced, Resp: Sequenced> LeaderStream<Req, Resp> {
     }
 
     /// Sends the request `request` makes of its `seq` to `leader`, on the
-    /// stream to it, or on one that `call` opens if there is none, the one
-    /// there is goes elsewhere, or it ended. Returns the receiver of its
-    /// answer; dropping the receiver gives up on the answer.
-    pub(crate) fn send<F, Fut>(
+    /// stream to it, or on one opened to `addr` (the leader's peer port)
+    /// if there is none, the one there is goes elsewhere, or it ended.
+    /// Returns the receiver of its answer; dropping the receiver gives up
+    /// on the answer.
+    pub(crate) fn send(
         &self,
         leader: NodeId,
+        addr: impl FnOnce() -> String,
         request: impl FnOnce(u64) -> Req,
-        call: F,
-    ) -> Result<Answer<Resp>, StreamEnded>
-    where
-        F: FnOnce(Outgoing<Req>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<tonic::Response<tonic::Streaming<Resp>>, tonic::Status>>
-            + Send
-            + 'static,
-    {
+    ) -> Result<Answer<Resp>, StreamEnded> {
         // Every change is one assignment: consistent whatever panicked.
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, stream)) = current
@@ -296,11 +406,12 @@ impl<Req: Sequenced, Resp: Sequenced> LeaderStream<Req, Resp> {
             return stream.send(request);
         }
         // Dropping the old stream's sender ends its requests; the old
-        // leader still answers what it has, and the old stream's reader
+        // leader still answers what it has, and the old stream's task
         // hands those answers on before it ends.
         let stream = CallStream::open(
-            tracing::debug_span!("leader_stream", stream = self.name, leader),
-            call,
+            tracing::debug_span!("leader_stream", kind = ?self.kind, leader),
+            addr(),
+            self.kind,
         );
         self.opened.fetch_add(1, Ordering::Relaxed);
         let answer = stream.send(request);
@@ -309,7 +420,7 @@ impl<Req: Sequenced, Resp: Sequenced> LeaderStream<Req, Resp> {
     }
 }
 
-/// Ends a stream for its waiters when its reader task ends or is aborted.
+/// Ends a stream for its waiters when its task ends or is aborted.
 struct EndOnDrop<Resp>(Arc<Waiting<Resp>>);
 
 impl<Resp> Drop for EndOnDrop<Resp> {
@@ -318,81 +429,211 @@ impl<Resp> Drop for EndOnDrop<Resp> {
     }
 }
 
-/// The answers a served call stream sends: what a tonic service's
-/// streaming method returns.
-pub(crate) type Answers<Resp> = UnboundedReceiverStream<Result<Resp, tonic::Status>>;
+/// Opens a call-stream connection of `kind` to the peer port at `addr`
+/// (`host:port`, or a URL of the peer port as `--peers` may give it).
+async fn connect(addr: &str, kind: StreamKind) -> io::Result<TcpStream> {
+    let host_port = addr
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches('/');
+    let mut connection = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(host_port))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("connecting to {addr}")))??;
+    tune(&connection)?;
+    let mut preamble = PREAMBLE.to_vec();
+    preamble.push(kind as u8);
+    connection.write_all(&preamble).await?;
+    Ok(connection)
+}
 
-/// Serves one peer's call stream on a task (in `span`): each request is
-/// handed to `answer` as it arrives (several at once) and its answer sent
-/// when it is ready, in whatever order that is. Refused `Unavailable` at
-/// once while this node is isolated by fault injection. The stream ends
-/// when the peer closes its side and every request is answered, or when
-/// the peer goes away. It ends `Unavailable` when `raft` shuts down (the
-/// peer server's graceful shutdown waits for every call, so a stream the
-/// peer keeps open must not outlive the node), or when a request arrives
-/// while this node is isolated; the peer then retries as it would with an
-/// unreachable node. An answer that is an error (a request that could not
-/// be understood) ends the stream with that error.
-pub(crate) fn serve<Req, Resp, F, Fut>(
+/// Sets a call-stream connection's socket options, on either side: no
+/// Nagle (messages are small and latency-bound), and a bound on how long
+/// a vanished peer goes unnoticed ([`DEAD_PEER_TIMEOUT`]).
+pub(crate) fn tune(connection: &TcpStream) -> io::Result<()> {
+    connection.set_nodelay(true)?;
+    let socket = socket2::SockRef::from(connection);
+    socket.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(DEAD_PEER_TIMEOUT / 3)
+            .with_interval(DEAD_PEER_TIMEOUT / 6)
+            .with_retries(4),
+    )?;
+    #[cfg(target_os = "linux")]
+    socket.set_tcp_user_timeout(Some(DEAD_PEER_TIMEOUT))?;
+    Ok(())
+}
+
+/// The frames arriving on `from`, each one message's bytes.
+fn frames<R: AsyncRead>(from: R) -> FramedRead<R, LengthDelimitedCodec> {
+    FramedRead::new(
+        from,
+        LengthDelimitedCodec::builder()
+            .big_endian()
+            .length_field_length(4)
+            .max_frame_length(MAX_MESSAGE_BYTES)
+            .new_codec(),
+    )
+}
+
+/// Writes each message `messages` yields to `to` as a frame, those queued
+/// meanwhile together in one write, and shuts `to` down once the sender is
+/// gone and everything is written.
+async fn write_frames<M: prost::Message, W: AsyncWrite + Unpin>(
+    mut messages: mpsc::UnboundedReceiver<M>,
+    mut to: W,
+) -> io::Result<()> {
+    let mut buffer = Vec::with_capacity(16 * 1024);
+    while let Some(message) = messages.recv().await {
+        put_frame(&mut buffer, &message)?;
+        while buffer.len() < WRITE_BATCH_BYTES {
+            match messages.try_recv() {
+                Ok(message) => put_frame(&mut buffer, &message)?,
+                Err(_) => break,
+            }
+        }
+        to.write_all(&buffer).await?;
+        buffer.clear();
+        if buffer.capacity() > WRITE_BATCH_BYTES {
+            // A batch of entries once made it large: do not keep that.
+            buffer = Vec::with_capacity(16 * 1024);
+        }
+    }
+    to.shutdown().await
+}
+
+/// Appends `message` to `buffer` as one frame: its length, then its bytes.
+fn put_frame<M: prost::Message>(buffer: &mut Vec<u8>, message: &M) -> io::Result<()> {
+    let len = message.encoded_len();
+    let too_long = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a message of {len} bytes is over the peer limit of {MAX_MESSAGE_BYTES}"),
+        )
+    };
+    if len > MAX_MESSAGE_BYTES {
+        return Err(too_long());
+    }
+    let prefix = u32::try_from(len).map_err(|_| too_long())?;
+    buffer.extend_from_slice(&prefix.to_be_bytes());
+    // A Vec grows as needed: encoding into it cannot run out of room.
+    message.encode(buffer).map_err(io::Error::other)
+}
+
+/// Serves one peer's call stream on `connection` (past its preamble) on a
+/// task (in `span`): each request is handed to `answer` as it arrives
+/// (several at once) and its answer written when it is ready, in whatever
+/// order that is. Refused at once while this node is isolated by fault
+/// injection. The connection is closed when the peer ended its requests
+/// and every one is answered, or when the peer goes away; and at once
+/// when `raft` shuts down, when a request arrives while this node is
+/// isolated, when a request does not decode, or when an answer is an
+/// error (a request that could not be understood). The peer then sees
+/// the stream ended and retries as it would with an unreachable node.
+pub(crate) fn serve<Req, Resp, F, Fut, E>(
     span: tracing::Span,
-    request: tonic::Request<tonic::Streaming<Req>>,
+    connection: TcpStream,
     raft: &Raft<TypeConfig>,
     faults: &Faults,
     mut answer: F,
-) -> Result<tonic::Response<Answers<Resp>>, tonic::Status>
-where
-    Req: Send + 'static,
-    Resp: Send + 'static,
+) where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + 'static,
     F: FnMut(Req) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Resp, tonic::Status>> + Send + 'static,
+    Fut: Future<Output = Result<Resp, E>> + Send + 'static,
+    E: Display,
 {
     if faults.is_isolated() {
-        return Err(tonic::Status::unavailable("isolated by fault injection"));
+        tracing::debug!(parent: &span, "refused: isolated by fault injection");
+        return;
     }
-    let mut requests = request.into_inner();
     let faults = faults.clone();
     let raft = raft.clone();
-    let (answers, outgoing) = mpsc::unbounded_channel();
     tokio::spawn(
         async move {
+            let (from, to) = connection.into_split();
+            let (answers, outgoing) = mpsc::unbounded_channel::<Resp>();
+            let writing = write_frames(outgoing, to);
+            tokio::pin!(writing);
+            let mut requests = frames(from);
             let mut pending = FuturesUnordered::new();
             let mut open = true;
             let stopped = raft_stopped(&raft);
             tokio::pin!(stopped);
-            while open || !pending.is_empty() {
+            let ended = loop {
+                if !open && pending.is_empty() {
+                    break None;
+                }
                 tokio::select! {
-                    () = &mut stopped => {
-                        let _ = answers.send(Err(tonic::Status::unavailable("this node is shutting down")));
-                        return;
-                    }
-                    request = requests.message(), if open => match request {
-                        Ok(Some(request)) => {
+                    () = &mut stopped => break Some("this node is shutting down".to_string()),
+                    request = requests.next(), if open => match request {
+                        Some(Ok(frame)) => {
                             if faults.is_isolated() {
-                                let _ = answers.send(Err(tonic::Status::unavailable("isolated by fault injection")));
-                                return;
+                                break Some("isolated by fault injection".to_string());
                             }
-                            pending.push(answer(request));
+                            match Req::decode(frame) {
+                                Ok(request) => pending.push(answer(request)),
+                                Err(e) => break Some(format!("undecodable request: {e}")),
+                            }
                         }
-                        Ok(None) => open = false,
-                        Err(status) => {
-                            tracing::debug!(%status, "call stream broken");
-                            let _ = answers.send(Err(status));
-                            return;
-                        }
+                        None => open = false,
+                        Some(Err(e)) => break Some(format!("broken: {e}")),
                     },
-                    Some(answer) = pending.next() => {
-                        let failed = answer.is_err();
-                        if answers.send(answer).is_err() || failed {
-                            return;
+                    Some(answered) = pending.next() => match answered {
+                        Ok(answered) => {
+                            // The writer ends only on an error, found below.
+                            let _ = answers.send(answered);
                         }
+                        Err(e) => break Some(format!("unanswerable request: {e}")),
+                    },
+                    written = &mut writing => break Some(match written {
+                        Ok(()) => "writer ended".to_string(),
+                        Err(e) => format!("write failed: {e}"),
+                    }),
+                }
+            };
+            match ended {
+                Some(why) => tracing::debug!(%why, "call stream ended"),
+                None => {
+                    // Every request is answered: flush the answers, then
+                    // close.
+                    drop(answers);
+                    if let Err(e) = writing.await {
+                        tracing::debug!(error = %e, "call stream's last answers not written");
                     }
-                    () = answers.closed() => return,
                 }
             }
         }
         .instrument(span),
     );
-    Ok(tonic::Response::new(UnboundedReceiverStream::new(outgoing)))
+}
+
+/// Sends `requests` on one call stream of `kind` to the peer port at
+/// `addr`, as a peer does, ends the requests, and returns every answer the
+/// node wrote before it closed the connection, in the order they came.
+/// For tests and tools that speak to the peer port as a node does.
+pub async fn call_all<Req, Resp>(
+    addr: &str,
+    kind: StreamKind,
+    requests: Vec<Req>,
+) -> io::Result<Vec<Resp>>
+where
+    Req: prost::Message + Send + 'static,
+    Resp: prost::Message + Default,
+{
+    let (from, to) = connect(addr, kind).await?.into_split();
+    let (queue, outgoing) = mpsc::unbounded_channel();
+    for request in requests {
+        let _ = queue.send(request);
+    }
+    drop(queue);
+    let writing = tokio::spawn(write_frames(outgoing, to));
+    let mut answers = Vec::new();
+    let mut frames = frames(from);
+    while let Some(frame) = frames.next().await {
+        answers.push(Resp::decode(frame?)?);
+    }
+    writing.await.map_err(io::Error::other)??;
+    Ok(answers)
 }
 
 /// Resolves once `raft` has shut down.
@@ -403,4 +644,163 @@ async fn raft_stopped(raft: &Raft<TypeConfig>) {
     let _ = metrics
         .wait_for(|m| m.state == openraft::ServerState::Shutdown)
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    type ReadIndexStream = CallStream<ReadIndexRequest, ReadIndexResponse>;
+
+    /// A peer port that takes one call stream, checks its preamble, and
+    /// hands the connection to `peer`.
+    async fn peer_port<F, Fut>(kind: StreamKind, peer: F) -> String
+    where
+        F: FnOnce(
+                FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
+                tokio::net::tcp::OwnedWriteHalf,
+            ) -> Fut
+            + Send
+            + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut connection, _) = listener.accept().await.expect("accept");
+            let mut preamble = [0u8; PREAMBLE.len() + 1];
+            connection
+                .read_exact(&mut preamble)
+                .await
+                .expect("preamble");
+            assert_eq!(&preamble[..PREAMBLE.len()], PREAMBLE);
+            assert_eq!(StreamKind::from_byte(preamble[PREAMBLE.len()]), Some(kind));
+            let (from, to) = connection.into_split();
+            peer(frames(from), to).await;
+        });
+        addr
+    }
+
+    /// Reads `n` read-index requests off `requests`.
+    async fn read_requests(
+        requests: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
+        n: usize,
+    ) -> Vec<ReadIndexRequest> {
+        let mut read = Vec::new();
+        for _ in 0..n {
+            let frame = requests.next().await.expect("a request").expect("a frame");
+            read.push(ReadIndexRequest::decode(frame).expect("decodes"));
+        }
+        read
+    }
+
+    fn answer(to: &ReadIndexRequest) -> ReadIndexResponse {
+        ReadIndexResponse {
+            index: to.seq * 10,
+            seq: to.seq,
+            ..Default::default()
+        }
+    }
+
+    async fn write_answers(
+        to: &mut tokio::net::tcp::OwnedWriteHalf,
+        answers: &[ReadIndexResponse],
+    ) {
+        let mut buffer = Vec::new();
+        for a in answers {
+            put_frame(&mut buffer, a).expect("frame");
+        }
+        to.write_all(&buffer).await.expect("write");
+    }
+
+    #[tokio::test]
+    async fn each_answer_reaches_the_caller_of_its_request_in_any_order() {
+        let addr = peer_port(StreamKind::ReadIndex, |mut requests, mut to| async move {
+            let read = read_requests(&mut requests, 3).await;
+            let reversed: Vec<_> = read.iter().rev().map(answer).collect();
+            write_answers(&mut to, &reversed).await;
+            // Hold the connection until the caller is done with it.
+            let _ = requests.next().await;
+        })
+        .await;
+        let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            answers.push(stream.send(|seq| ReadIndexRequest { seq }).expect("sent"));
+        }
+        assert_eq!(stream.unanswered(), 3);
+        for (seq, answer) in (1..).zip(answers.iter_mut()) {
+            let got = answer.received().await.expect("answered");
+            assert_eq!((got.seq, got.index), (seq, seq * 10));
+        }
+        assert_eq!(stream.unanswered(), 0);
+        assert!(stream.is_open());
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_ends_wakes_every_waiting_caller() {
+        let addr = peer_port(StreamKind::ReadIndex, |mut requests, to| async move {
+            read_requests(&mut requests, 2).await;
+            drop((requests, to));
+        })
+        .await;
+        let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
+        let mut first = stream.send(|seq| ReadIndexRequest { seq }).expect("sent");
+        let mut second = stream.send(|seq| ReadIndexRequest { seq }).expect("sent");
+        assert!(first.received().await.is_err());
+        assert!(second.received().await.is_err());
+        assert!(!stream.is_open());
+        assert!(stream.send(|seq| ReadIndexRequest { seq }).is_err());
+    }
+
+    /// A follower's stream to an old leader is dropped when it calls a new
+    /// one: the old leader sees the requests end and still answers what it
+    /// has, and those answers reach their callers.
+    #[tokio::test]
+    async fn a_dropped_stream_ends_its_requests_and_still_hands_on_their_answers() {
+        let addr = peer_port(StreamKind::Forward, |mut requests, mut to| async move {
+            let mut read = Vec::new();
+            while let Some(frame) = requests.next().await {
+                read.push(ForwardRequest::decode(frame.expect("a frame")).expect("decodes"));
+            }
+            let mut buffer = Vec::new();
+            for request in &read {
+                let answer = ForwardResponse {
+                    response: request.command.clone(),
+                    seq: request.seq,
+                    ..Default::default()
+                };
+                put_frame(&mut buffer, &answer).expect("frame");
+            }
+            to.write_all(&buffer).await.expect("write");
+        })
+        .await;
+        let stream = CallStream::<ForwardRequest, ForwardResponse>::open(
+            tracing::Span::none(),
+            addr,
+            StreamKind::Forward,
+        );
+        let mut answer = stream
+            .send(|seq| ForwardRequest {
+                command: b"put".to_vec(),
+                seq,
+            })
+            .expect("sent");
+        drop(stream);
+        let got = answer.received().await.expect("answered after the drop");
+        assert_eq!(got.response, b"put");
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_is_not_there_ends_the_stream() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
+        let mut answer = stream.send(|seq| ReadIndexRequest { seq }).expect("queued");
+        assert!(answer.received().await.is_err());
+    }
 }

@@ -1,11 +1,12 @@
-//! The cluster service a node serves its peers on the peer port
-//! (`ClusterService`, beside openraft's `RaftService` in
-//! [`crate::network`], never beside a client API): forwarded writes
+//! What a node serves its peers on the peer port beside Raft (which is in
+//! [`crate::network`]), never beside a client API: forwarded writes
 //! (validated again against
 //! [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits)
 //! before they are proposed) and read indexes for followers, each on one
-//! stream per follower (`call_stream::serve`), and this node's
-//! client address for MemberList.
+//! call stream per follower (`crate::call_stream`), and this node's
+//! client address for MemberList (`ClusterService`, gRPC).
+
+use std::convert::Infallible;
 
 use futures::FutureExt;
 use kubestore_proto::raft::cluster_service_server::{ClusterService, ClusterServiceServer};
@@ -14,22 +15,22 @@ use kubestore_proto::raft::{
     ReadIndexResponse,
 };
 use kubestore_storage::Command;
+use tokio::net::TcpStream;
 use tracing::Instrument;
 
-use crate::call_stream::{self, Answers};
+use crate::call_stream;
 use crate::network::{self, MAX_MESSAGE_BYTES};
 use crate::node::RaftNode;
 use crate::propose::Redirect;
 
-/// Serves forwarded writes and read-index requests from other nodes.
+/// Serves this node's client address to other nodes.
 #[derive(Clone)]
 pub struct ClusterRpcServer {
     node: RaftNode,
 }
 
 impl RaftNode {
-    /// Write forwarding, read index and client address, to be served on the
-    /// node's peer port.
+    /// The client address service, to be served on the node's peer port.
     pub fn cluster_service(&self) -> ClusterServiceServer<ClusterRpcServer> {
         ClusterServiceServer::new(ClusterRpcServer { node: self.clone() })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -37,40 +38,34 @@ impl RaftNode {
     }
 }
 
+impl RaftNode {
+    /// Serves a follower's stream of forwarded writes on `connection`.
+    pub(crate) fn serve_forwards(&self, connection: TcpStream) {
+        let node = self.clone();
+        call_stream::serve(
+            tracing::debug_span!("forward_stream_served", node = self.inner.id),
+            connection,
+            &self.inner.raft,
+            &self.inner.faults,
+            move |request| answer_forwarded(node.clone(), request).map(Ok::<_, Infallible>),
+        );
+    }
+
+    /// Serves a follower's stream of read-index requests on `connection`.
+    pub(crate) fn serve_read_indexes(&self, connection: TcpStream) {
+        let node = self.clone();
+        call_stream::serve(
+            tracing::debug_span!("read_index_stream_served", node = self.inner.id),
+            connection,
+            &self.inner.raft,
+            &self.inner.faults,
+            move |request| answer_read_index(node.clone(), request).map(Ok::<_, Infallible>),
+        );
+    }
+}
+
 #[tonic::async_trait]
 impl ClusterService for ClusterRpcServer {
-    type ForwardStream = Answers<ForwardResponse>;
-
-    async fn forward(
-        &self,
-        req: tonic::Request<tonic::Streaming<ForwardRequest>>,
-    ) -> Result<tonic::Response<Self::ForwardStream>, tonic::Status> {
-        let node = self.node.clone();
-        call_stream::serve(
-            tracing::debug_span!("forward_stream_served", node = self.node.inner.id),
-            req,
-            &self.node.inner.raft,
-            &self.node.inner.faults,
-            move |request| answer_forwarded(node.clone(), request).map(Ok),
-        )
-    }
-
-    type ReadIndexStream = Answers<ReadIndexResponse>;
-
-    async fn read_index(
-        &self,
-        req: tonic::Request<tonic::Streaming<ReadIndexRequest>>,
-    ) -> Result<tonic::Response<Self::ReadIndexStream>, tonic::Status> {
-        let node = self.node.clone();
-        call_stream::serve(
-            tracing::debug_span!("read_index_stream_served", node = self.node.inner.id),
-            req,
-            &self.node.inner.raft,
-            &self.node.inner.faults,
-            move |request| answer_read_index(node.clone(), request).map(Ok),
-        )
-    }
-
     async fn client_addr(
         &self,
         _req: tonic::Request<ClientAddrRequest>,

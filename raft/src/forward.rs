@@ -1,5 +1,5 @@
 //! Writes from any node: [`RaftNode::write`] proposes on the leader or
-//! forwards to it (`ClusterService.Forward` on the peer port), under one
+//! forwards to it (a call stream on the peer port), under one
 //! deadline ([`RaftNodeConfig::request_timeout`](crate::RaftNodeConfig::request_timeout)).
 //!
 //! An attempt at a leader is abandoned and retried at the next one when
@@ -193,16 +193,12 @@ impl RaftNode {
         }
         let command = bincode::serialize(cmd)
             .map_err(|e| Redirect::Fail(ProtocolError::Encode(Arc::new(e)).into()))?;
-        let mut client = self.peer_client(leader).map_err(Redirect::Fail)?;
+        let addr = self.peer_addr(leader).map_err(Redirect::Fail)?;
         // A stream that ended as it was used: retry wherever leadership goes.
         let mut answer = self
             .inner
             .forward_streams
-            .send(
-                leader,
-                |seq| ForwardRequest { command, seq },
-                move |outgoing| async move { client.forward(outgoing).await },
-            )
+            .send(leader, || addr, |seq| ForwardRequest { command, seq })
             .map_err(|StreamEnded| Redirect::To(None))?;
         let Ok(answer) = tokio::time::timeout(PEER_ATTEMPT_TIMEOUT, answer.received()).await else {
             // No answer: the leader may be paused or cut off. Retry wherever

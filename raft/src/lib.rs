@@ -54,17 +54,21 @@
 //!   tracking, membership, status.
 //! - `forward`: writes from any node: propose or forward to the leader,
 //!   deadlines, retry at the next leader.
-//! - `call_stream`: calls to a peer as messages on one long-lived gRPC
-//!   stream, paired with their answers by `seq`: replication, forwarded
-//!   writes and a follower's read indexes travel this way.
+//! - `call_stream`: calls to a peer as messages on one long-lived TCP
+//!   connection of the peer port, paired with their answers by `seq`:
+//!   replication, forwarded writes and a follower's read indexes travel
+//!   this way. [`call_stream::call_all`] speaks it as a peer does.
+//! - [`peer_port`]: the peer port's listener, which serves call streams
+//!   and hands every other connection to the peer gRPC server.
 //! - `election`: the election timer at millisecond resolution (openraft
 //!   0.9 checks election timeouts only every 1.5 heartbeats).
 //! - `read_index`: linearizable reads: the leader's lease or a quorum
 //!   round, a follower's `ReadIndex` RPC, the wait for the local apply.
-//! - [`cluster_rpc`]: the `ClusterService` peers call on the peer port
-//!   (forwarded writes, read indexes, client address).
-//! - [`network`]: the tonic transport (entries travel on one stream per
-//!   leader and follower).
+//! - [`cluster_rpc`]: what peers call on the peer port beside Raft:
+//!   forwarded writes and read indexes (call streams), and the client
+//!   address (`ClusterService`, gRPC).
+//! - [`network`]: the Raft transport (entries travel on one call stream
+//!   per leader and follower, votes and snapshots as gRPC calls).
 //! - `faults`: fault injection (a node cut off from its peers).
 //! - `propose`: group commit of writes into batch entries.
 //! - `read`: batching of concurrent read-index requests into rounds.
@@ -78,7 +82,7 @@
 
 #![warn(missing_docs)]
 
-mod call_stream;
+pub mod call_stream;
 pub mod cluster_rpc;
 pub mod config;
 mod election;
@@ -88,6 +92,7 @@ mod forward;
 mod lease;
 pub mod network;
 pub mod node;
+pub mod peer_port;
 mod propose;
 mod read;
 mod read_index;

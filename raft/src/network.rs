@@ -1,13 +1,14 @@
-//! The tonic transport between Raft peers: openraft's `RaftNetwork` on the
-//! client side, and the `RaftService` server that hands requests to the
-//! local `Raft`. Messages are bincode inside a protobuf `Payload` (see
-//! `proto/raft.proto` for why).
+//! The transport between Raft peers: openraft's `RaftNetwork` on the
+//! client side, and the server side that hands requests to the local
+//! `Raft`. Messages are bincode inside a protobuf `Payload` or
+//! `SequencedPayload` (see `proto/raft.proto` for why).
 //!
 //! AppendEntries, which carries every write and every heartbeat, travels
-//! as messages on one long-lived stream per leader and follower
-//! (`call_stream`), shared by openraft's replication to that
-//! follower and its leadership checks. Votes and snapshots, which are
-//! rare, are unary calls.
+//! as messages on one long-lived call stream per leader and follower
+//! (`crate::call_stream`, a connection of the peer port of its own),
+//! shared by openraft's replication to that follower and its leadership
+//! checks. Votes and snapshots, which are rare, are unary gRPC calls
+//! (`RaftService`).
 //!
 //! [`Faults`] lets tests cut a node off: while isolated, it neither sends
 //! nor answers any node-to-node RPC.
@@ -32,14 +33,13 @@ use openraft::raft::{
 use openraft::Raft;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::net::TcpStream;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::call_stream::{self, Answers, CallStream, StreamEnded};
+pub use crate::call_stream::MAX_MESSAGE_BYTES;
+use crate::call_stream::{self, CallStream, StreamEnded, StreamKind};
 use crate::election::LeaderContact;
 pub use crate::faults::Faults;
-
-/// Largest message a node accepts from a peer (a batch of entries).
-pub const MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
 /// AppendEntries sent to a peer and not answered, past which its stream
 /// is replaced. Healthy, a follower has a few in flight: openraft 0.9's
@@ -128,7 +128,7 @@ impl NetworkFactory {
 type EntriesStream = CallStream<SequencedPayload, SequencedPayload>;
 
 /// What this node holds for one peer: the channel to it (one HTTP/2
-/// connection, multiplexing every call), and the stream its AppendEntries
+/// connection, for votes and snapshots), and the stream its AppendEntries
 /// travel on.
 #[derive(Debug)]
 struct PeerLink {
@@ -177,10 +177,10 @@ impl PeerLink {
             );
             stream.close();
         }
-        let mut client = self.client();
         let stream = EntriesStream::open(
             tracing::debug_span!("entries_stream", target = self.target),
-            move |outgoing| async move { client.append_entries(outgoing).await },
+            self.addr.clone(),
+            StreamKind::Entries,
         );
         self.opened.fetch_add(1, Ordering::Relaxed);
         let answer = stream.send(request);
@@ -406,27 +406,25 @@ impl RaftRpcServer {
     }
 }
 
-#[tonic::async_trait]
-impl RaftService for RaftRpcServer {
-    type AppendEntriesStream = Answers<SequencedPayload>;
-
-    async fn append_entries(
-        &self,
-        req: tonic::Request<tonic::Streaming<SequencedPayload>>,
-    ) -> Result<tonic::Response<Self::AppendEntriesStream>, tonic::Status> {
+impl RaftRpcServer {
+    /// Serves a leader's stream of AppendEntries on `connection`.
+    pub(crate) fn serve_entries(&self, connection: TcpStream) {
         let server = self.clone();
         call_stream::serve(
             tracing::debug_span!("entries_stream_served"),
-            req,
+            connection,
             &self.raft,
             &self.faults,
             move |request| {
                 let server = server.clone();
                 async move { server.answer_entries(request).await }
             },
-        )
+        );
     }
+}
 
+#[tonic::async_trait]
+impl RaftService for RaftRpcServer {
     async fn vote(
         &self,
         req: tonic::Request<Payload>,

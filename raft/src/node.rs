@@ -27,7 +27,7 @@ use openraft::{Raft, ServerState, SnapshotPolicy};
 use tonic::transport::Channel;
 use tracing::{instrument, Instrument};
 
-use crate::call_stream::LeaderStream;
+use crate::call_stream::{LeaderStream, StreamKind};
 use crate::config::{election_window, RaftNodeConfig};
 use crate::election::{self, LeaderContact};
 use crate::error::{ConfigError, ProtocolError, RaftNodeError, Unreachable};
@@ -268,8 +268,8 @@ impl RaftNode {
                 election_timeout_max: config.election_timeout_max,
                 leader_contact,
                 peers: Mutex::new(HashMap::new()),
-                forward_streams: LeaderStream::new("forward"),
-                read_index_streams: LeaderStream::new("read_index"),
+                forward_streams: LeaderStream::new(StreamKind::Forward),
+                read_index_streams: LeaderStream::new(StreamKind::ReadIndex),
                 entries_streams_opened,
                 client_addr: config.client_addr.clone(),
                 peer_client_addrs: Mutex::new(HashMap::new()),
@@ -328,14 +328,23 @@ impl RaftNode {
 
     /// The Raft replication service, to be served on the node's peer port.
     pub fn raft_service(&self) -> RaftServiceServer<RaftRpcServer> {
-        RaftServiceServer::new(RaftRpcServer {
+        RaftServiceServer::new(self.raft_rpc_server())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn raft_rpc_server(&self) -> RaftRpcServer {
+        RaftRpcServer {
             raft: self.inner.raft.clone(),
             timings: self.inner.store.timings().clone(),
             faults: self.inner.faults.clone(),
             leader_contact: self.inner.leader_contact.clone(),
-        })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        }
+    }
+
+    /// Serves a leader's stream of AppendEntries on `connection`.
+    pub(crate) fn serve_entries(&self, connection: tokio::net::TcpStream) {
+        self.raft_rpc_server().serve_entries(connection);
     }
 
     /// The leader this node knows of now, if any (it may have been deposed
@@ -516,8 +525,21 @@ impl RaftNode {
         if let Some(c) = peers.get(&peer) {
             return Ok(c.clone());
         }
-        let addr = self
-            .inner
+        let addr = self.peer_addr(peer)?;
+        let channel = network::channel(&addr).map_err(|e| RaftNodeError::Unreachable {
+            node: peer,
+            cause: Unreachable::Address(Arc::new(e)),
+        })?;
+        let client = ClusterServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        peers.insert(peer, client.clone());
+        Ok(client)
+    }
+
+    /// The peer port address of member `peer`, as the membership gives it.
+    pub(crate) fn peer_addr(&self, peer: NodeId) -> Result<String, RaftNodeError> {
+        self.inner
             .raft
             .metrics()
             .borrow()
@@ -528,16 +550,7 @@ impl RaftNode {
             .ok_or(RaftNodeError::Unreachable {
                 node: peer,
                 cause: Unreachable::NotAMember,
-            })?;
-        let channel = network::channel(&addr).map_err(|e| RaftNodeError::Unreachable {
-            node: peer,
-            cause: Unreachable::Address(Arc::new(e)),
-        })?;
-        let client = ClusterServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        peers.insert(peer, client.clone());
-        Ok(client)
+            })
     }
 
     /// Whether this node is in touch with a leader that leads: it knows a

@@ -3,7 +3,7 @@
 //! A read that must see every write acknowledged before it started first
 //! obtains a *read index*: the leader confirms with a quorum that it is still
 //! the leader and returns its commit index. A follower asks the leader for
-//! it over `ClusterService.ReadIndex`. The reader then waits until its own
+//! it on the read-index call stream. The reader then waits until its own
 //! node has applied that index and reads locally.
 //!
 //! Concurrent readers share rounds: one round runs at a time; every reader

@@ -5,8 +5,8 @@
 //! holds (`crate::lease`; past half the lease one renewal round starts in
 //! the background), else from a round in which a quorum confirms the
 //! leadership (`Raft::get_read_log_id`, which also grants the lease); on a
-//! follower, from the leader over `ClusterService.ReadIndex` (one
-//! long-lived stream to the leader, `crate::call_stream`). Concurrent
+//! follower, from the leader on one long-lived call stream to it
+//! (`crate::call_stream`). Concurrent
 //! readers share rounds (`crate::read`). An attempt that finds no leader,
 //! cannot reach it or gets no answer within [`PEER_ATTEMPT_TIMEOUT`] is
 //! retried at whoever leads next, until the request deadline.
@@ -96,7 +96,7 @@ impl RaftNode {
                 cause: Unreachable::Isolated,
             });
         }
-        let mut client = self.peer_client(leader)?;
+        let addr = self.peer_addr(leader)?;
         let ended = |StreamEnded| RaftNodeError::Unreachable {
             node: leader,
             cause: Unreachable::StreamEnded,
@@ -104,11 +104,7 @@ impl RaftNode {
         let reply = self
             .inner
             .read_index_streams
-            .send(
-                leader,
-                |seq| ReadIndexRequest { seq },
-                move |outgoing| async move { client.read_index(outgoing).await },
-            )
+            .send(leader, || addr, |seq| ReadIndexRequest { seq })
             .map_err(ended)?
             .received()
             .await

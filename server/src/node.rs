@@ -7,8 +7,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use futures::Stream;
 use kubestore_raft::{RaftNode, RaftNodeConfig};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::Router;
@@ -88,10 +89,12 @@ impl RunningNode {
         let mut tasks = Vec::new();
 
         // The peer port: Raft and cluster RPCs, nothing a client needs.
+        // Call streams (replication, forwarding, read indexes) are served
+        // by the Raft node itself; the rest goes to the peer gRPC server.
         tasks.push(tokio::spawn(serve_grpc(
             "peer",
             peer_grpc_server(&raft),
-            peer,
+            raft.serve_peer_port(peer),
             shutdown.subscribe(),
         )));
 
@@ -119,6 +122,8 @@ impl RunningNode {
             .add_service(etcd_api.lease)
             .add_service(etcd_api.maintenance)
             .add_service(etcd_api.cluster);
+        // No Nagle: etcd requests are small and latency-bound.
+        let grpc = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
         tasks.push(tokio::spawn(serve_grpc(
             "etcd",
             etcd_server,
@@ -238,9 +243,10 @@ fn max_command_bytes(max_body_bytes: usize) -> usize {
         .max(max_body_bytes.saturating_mul(6).saturating_add(64 * 1024))
 }
 
-/// The peer port's server: `RaftService` and `ClusterService` only. This
-/// is the one place the peer listener's server is built: TLS between
-/// peers (a later issue) goes here, as `Server::builder().tls_config(..)`
+/// The peer port's gRPC server: `RaftService` and `ClusterService` only
+/// (the call streams beside them are served by `RaftNode::serve_peer_port`).
+/// This is the one place the peer listener's gRPC server is built: TLS
+/// between peers (a later issue) goes here and on the call streams' connections, as `Server::builder().tls_config(..)`
 /// with the peer certificates, leaving the etcd port alone. Message sizes
 /// are bounded by each service (`kubestore_raft::network::MAX_MESSAGE_BYTES`)
 /// and the nesting of decoded commands by storage's `Deserialize`
@@ -251,16 +257,14 @@ fn peer_grpc_server(raft: &RaftNode) -> Router {
         .add_service(raft.cluster_service())
 }
 
-/// Serves one gRPC listener until `stop` turns true.
+/// Serves one gRPC listener's connections until `stop` turns true.
 #[tracing::instrument(level = "debug", skip_all, fields(listener = what))]
 async fn serve_grpc(
     what: &'static str,
     router: Router,
-    listener: TcpListener,
+    incoming: impl Stream<Item = std::io::Result<TcpStream>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // No Nagle: Raft messages and etcd requests are small and latency-bound.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };

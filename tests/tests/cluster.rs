@@ -10,7 +10,11 @@ use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::RangeRequest;
 use kubestore_proto::raft::cluster_service_client::ClusterServiceClient;
 use kubestore_proto::raft::raft_service_client::RaftServiceClient;
-use kubestore_proto::raft::{ForwardRequest, ForwardResponse, Payload, ReadIndexRequest};
+use kubestore_proto::raft::{
+    ClientAddrRequest, ForwardRequest, ForwardResponse, Payload, ReadIndexRequest,
+    ReadIndexResponse,
+};
+use kubestore_raft::call_stream::{call_all, StreamKind};
 use kubestore_tests::{ClusterOptions, KubeClient, TestCluster};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -835,19 +839,10 @@ async fn count_under(etcd: &mut etcd_client::Client, prefix: &str, serializable:
         .count()
 }
 
-/// A `ClusterService` client on `endpoint`, as a peer (or an attacker) makes one.
-async fn cluster_client(endpoint: &str) -> ClusterServiceClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_string())
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    ClusterServiceClient::new(channel).max_encoding_message_size(64 * 1024 * 1024)
-}
-
 /// Issue 13: the internal services are on the peer port only. A client of
 /// the etcd port cannot reach Raft (a forged vote or append) or the cluster
-/// RPCs: the service does not exist there.
+/// calls: the gRPC services do not exist there, and a call stream is not
+/// understood.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
     let c = TestCluster::new(3).await.expect("cluster");
@@ -856,21 +851,31 @@ async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
         let client_port = c.etcd_endpoint(id);
         let peer_port = c.peer_endpoint(id);
 
-        let refused = cluster_client(&client_port)
-            .await
-            .read_index(futures::stream::iter([ReadIndexRequest { seq: 1 }]))
-            .await
-            .expect_err("ReadIndex on the etcd port");
-        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
-        let refused = cluster_client(&client_port)
-            .await
-            .forward(futures::stream::iter([ForwardRequest {
+        // A call stream to the etcd port gets no answer: the connection is
+        // an HTTP/2 server's, which closes it on the unknown preface.
+        let refused = call_all::<_, ReadIndexResponse>(
+            &client_port,
+            StreamKind::ReadIndex,
+            vec![ReadIndexRequest { seq: 1 }],
+        )
+        .await;
+        assert!(
+            refused.as_ref().map_or(true, |answers| answers.is_empty()),
+            "ReadIndex on the etcd port: {refused:?}"
+        );
+        let refused = call_all::<_, ForwardResponse>(
+            &client_port,
+            StreamKind::Forward,
+            vec![ForwardRequest {
                 command: Vec::new(),
                 seq: 1,
-            }]))
-            .await
-            .expect_err("Forward on the etcd port");
-        assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
+            }],
+        )
+        .await;
+        assert!(
+            refused.as_ref().map_or(true, |answers| answers.is_empty()),
+            "Forward on the etcd port: {refused:?}"
+        );
         let channel = tonic::transport::Endpoint::from_shared(client_port.clone())
             .expect("endpoint")
             .connect()
@@ -882,22 +887,39 @@ async fn raft_and_cluster_rpcs_are_served_on_the_peer_port_only() {
             .expect_err("Vote on the etcd port");
         assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused}");
 
-        // The same RPC on the peer port is served.
-        let served = cluster_client(&peer_port)
-            .await
-            .read_index(futures::stream::iter([ReadIndexRequest { seq: 7 }]))
-            .await
-            .expect("ReadIndex on the peer port")
-            .into_inner()
-            .message()
-            .await
-            .expect("a read index")
-            .expect("an answer on the stream");
+        // The same call on the peer port is served.
+        let served: Vec<ReadIndexResponse> = call_all(
+            &peer_port,
+            StreamKind::ReadIndex,
+            vec![ReadIndexRequest { seq: 7 }],
+        )
+        .await
+        .expect("ReadIndex on the peer port");
+        let [served] = served.as_slice() else {
+            panic!("one answer on the stream: {served:?}");
+        };
         assert_eq!(served.seq, 7, "the answer carries the request's seq");
         assert_eq!(served.leader_id, Some(leader), "node {id}: {served:?}");
         if id == leader {
             assert!(served.error.is_empty(), "{served:?}");
         }
+
+        // And so is a gRPC call on the same port.
+        let channel = tonic::transport::Endpoint::from_shared(peer_port.clone())
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let addr = ClusterServiceClient::new(channel)
+            .client_addr(ClientAddrRequest {})
+            .await
+            .expect("ClientAddr on the peer port")
+            .into_inner();
+        assert_eq!(
+            addr.client_addr,
+            client_port.trim_start_matches("http://"),
+            "node {id}"
+        );
 
         // And the etcd API is not on the peer port.
         let channel = tonic::transport::Endpoint::from_shared(peer_port)
@@ -947,26 +969,19 @@ fn nested_txn_command(depth: usize) -> Vec<u8> {
     bytes
 }
 
-/// Sends each of `commands` to `peer` on one `Forward` stream, as a
-/// follower does, and returns the answers in the order of the commands.
-async fn forward_on_one_stream(
-    peer: &mut ClusterServiceClient<tonic::transport::Channel>,
-    commands: Vec<Vec<u8>>,
-) -> Vec<ForwardResponse> {
+/// Sends each of `commands` to the peer port at `peer` on one `Forward`
+/// call stream, as a follower does, and returns the answers in the order
+/// of the commands.
+async fn forward_on_one_stream(peer: &str, commands: Vec<Vec<u8>>) -> Vec<ForwardResponse> {
     let sent = commands.len();
     let requests = commands
         .into_iter()
         .zip(1..)
-        .map(|(command, seq)| ForwardRequest { command, seq });
-    let mut stream = peer
-        .forward(futures::stream::iter(requests))
+        .map(|(command, seq)| ForwardRequest { command, seq })
+        .collect();
+    let mut answers: Vec<ForwardResponse> = call_all(peer, StreamKind::Forward, requests)
         .await
-        .expect("Forward on the peer port")
-        .into_inner();
-    let mut answers = Vec::new();
-    while let Some(answer) = stream.message().await.expect("an answer") {
-        answers.push(answer);
-    }
+        .expect("Forward on the peer port");
     answers.sort_by_key(|a| a.seq);
     let seqs: Vec<u64> = answers.iter().map(|a| a.seq).collect();
     assert_eq!(
@@ -987,7 +1002,7 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
 
     let c = TestCluster::new(3).await.expect("cluster");
     let leader = c.leader().await.expect("leader");
-    let mut peer = cluster_client(&c.peer_endpoint(leader)).await;
+    let peer = c.peer_endpoint(leader);
     let revision_before = c
         .wait_converged(Duration::from_secs(10))
         .await
@@ -1010,7 +1025,7 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
     // deep enough to overflow any thread's stack if decoded by plain
     // recursion): refused at level 65, not a crash.
     let too_deep = [MAX_TXN_DEPTH + 1, 1_000_000].map(nested_txn_command);
-    for refused in forward_on_one_stream(&mut peer, too_deep.to_vec()).await {
+    for refused in forward_on_one_stream(&peer, too_deep.to_vec()).await {
         assert!(refused.response.is_empty(), "{refused:?}");
         assert!(refused.error.contains("nested"), "{refused:?}");
     }
@@ -1031,7 +1046,7 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
         }),
     ]
     .map(|cmd| bincode::serialize(&cmd).expect("encode"));
-    for refused in forward_on_one_stream(&mut peer, forged.to_vec()).await {
+    for refused in forward_on_one_stream(&peer, forged.to_vec()).await {
         assert!(refused.response.is_empty(), "{refused:?}");
         assert!(refused.error.contains("invalid command"), "{refused:?}");
     }
@@ -1050,7 +1065,7 @@ async fn forged_forwards_are_refused_before_they_are_proposed() {
         ..Txn::default()
     });
     let answers = forward_on_one_stream(
-        &mut peer,
+        &peer,
         vec![
             nested_txn_command(MAX_TXN_DEPTH + 1),
             bincode::serialize(&put).expect("encode"),
