@@ -648,6 +648,7 @@ async fn raft_stopped(raft: &Raft<TypeConfig>) {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message as _;
     use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 

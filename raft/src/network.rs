@@ -374,6 +374,21 @@ impl RaftRpcServer {
 }
 
 impl RaftRpcServer {
+    /// Serves a leader's stream of AppendEntries on `connection`.
+    pub(crate) fn serve_entries(&self, connection: TcpStream) {
+        let server = self.clone();
+        call_stream::serve(
+            tracing::debug_span!("entries_stream_served"),
+            connection,
+            &self.raft,
+            &self.faults,
+            move |request| {
+                let server = server.clone();
+                async move { server.answer_entries(request).await }
+            },
+        );
+    }
+
     /// Hands one AppendEntries from the stream to the local Raft; its
     /// answer, under the request's `seq`. A request that does not decode
     /// ends the stream.
@@ -403,23 +418,6 @@ impl RaftRpcServer {
             data: encode_bytes(&result)?,
             seq: request.seq,
         })
-    }
-}
-
-impl RaftRpcServer {
-    /// Serves a leader's stream of AppendEntries on `connection`.
-    pub(crate) fn serve_entries(&self, connection: TcpStream) {
-        let server = self.clone();
-        call_stream::serve(
-            tracing::debug_span!("entries_stream_served"),
-            connection,
-            &self.raft,
-            &self.faults,
-            move |request| {
-                let server = server.clone();
-                async move { server.answer_entries(request).await }
-            },
-        );
     }
 }
 

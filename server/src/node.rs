@@ -246,8 +246,9 @@ fn max_command_bytes(max_body_bytes: usize) -> usize {
 /// The peer port's gRPC server: `RaftService` and `ClusterService` only
 /// (the call streams beside them are served by `RaftNode::serve_peer_port`).
 /// This is the one place the peer listener's gRPC server is built: TLS
-/// between peers (a later issue) goes here and on the call streams' connections, as `Server::builder().tls_config(..)`
-/// with the peer certificates, leaving the etcd port alone. Message sizes
+/// between peers (a later issue) goes here, as
+/// `Server::builder().tls_config(..)` with the peer certificates, and on
+/// the call streams' connections, leaving the etcd port alone. Message sizes
 /// are bounded by each service (`kubestore_raft::network::MAX_MESSAGE_BYTES`)
 /// and the nesting of decoded commands by storage's `Deserialize`
 /// (`kubestore_storage::MAX_TXN_DEPTH`).
