@@ -22,6 +22,9 @@ use crate::node::RaftNode;
 /// is dropped.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the peer port waits after a failed accept before the next.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
 /// The peer port's gRPC connections, for the peer gRPC server's
 /// `serve_with_incoming`.
 pub type GrpcConnections = ReceiverStream<io::Result<TcpStream>>;
@@ -45,7 +48,10 @@ impl RaftNode {
                         Err(e) => {
                             // Out of file descriptors, say: the
                             // connection is lost, the listener is not.
+                            // Pause before the next accept, or a lasting
+                            // cause would spin this loop.
                             tracing::warn!(error = %e, "peer port: accept failed");
+                            tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                             continue;
                         }
                     };
