@@ -1,23 +1,3 @@
-//! Calls to a peer as messages on one long-lived bidirectional gRPC
-//! stream, each request answered by the message carrying the same `seq`,
-//! in whatever order the peer answers them.
-//!
-//! A stream instead of a unary call per request: a unary call opens an
-//! HTTP/2 stream each time (headers both ways, trailers, a task on the
-//! receiver), and at a few writes per request that was a large part of
-//! what a node-to-node call cost (BENCHMARKS.md, "What forwarding costs a
-//! put"). On the stream a request costs one DATA frame each way. Log
-//! replication ([`crate::network`]), write forwarding (`crate::forward`)
-//! and a follower's read indexes (`crate::read_index`) travel this way.
-//!
-//! The calling side: a task per stream reads the answers and hands each
-//! to the caller waiting on its `seq`. When the stream ends (the peer went
-//! away, its connection broke, it is isolated by fault injection, or
-//! [`CallStream::close`] was called), every caller still waiting is woken
-//! with [`StreamEnded`], and the stream is not used again: the owner opens
-//! another for the next call. The answering side ([`serve`]) answers each
-//! request as it is ready, several at once.
-
 //! Calls to a peer as messages on one long-lived TCP connection of the
 //! peer port, each request answered by the message carrying the same
 //! `seq`, in whatever order the peer answers them.
@@ -48,10 +28,10 @@
 //! The calling side: a task per stream writes the requests and reads the
 //! answers, handing each to the caller waiting on its `seq`. When the
 //! stream ends (the peer went away, its connection broke, it is isolated
-//! by fault injection, or [`CallStream::close`] was called), every caller
-//! still waiting is woken with [`StreamEnded`], and the stream is not used
+//! by fault injection, or `CallStream::close` was called), every caller
+//! still waiting is woken with `StreamEnded`, and the stream is not used
 //! again: the owner opens another for the next call. The answering side
-//! ([`serve`]) answers each request as it is ready, several at once.
+//! (`serve`) answers each request as it is ready, several at once.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -657,8 +637,9 @@ mod tests {
     type ReadIndexStream = CallStream<ReadIndexRequest, ReadIndexResponse>;
 
     /// A peer port that takes one call stream, checks its preamble, and
-    /// hands the connection to `peer`.
-    async fn peer_port<F, Fut>(kind: StreamKind, peer: F) -> String
+    /// hands the connection to `peer`; the handle says whether the peer's
+    /// side held up (its checks panic in that task).
+    async fn peer_port<F, Fut>(kind: StreamKind, peer: F) -> (String, tokio::task::JoinHandle<()>)
     where
         F: FnOnce(
                 FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
@@ -670,7 +651,7 @@ mod tests {
     {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
+        let peer_side = tokio::spawn(async move {
             let (mut connection, _) = listener.accept().await.expect("accept");
             let mut preamble = [0u8; PREAMBLE.len() + 1];
             connection
@@ -682,7 +663,15 @@ mod tests {
             let (from, to) = connection.into_split();
             peer(frames(from), to).await;
         });
-        addr
+        (addr, peer_side)
+    }
+
+    /// Waits for `what` at most 10 s: a broken stream fails the test
+    /// instead of hanging it.
+    async fn within<T>(what: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), what)
+            .await
+            .expect("done within 10 s")
     }
 
     /// Reads `n` read-index requests off `requests`.
@@ -719,31 +708,33 @@ mod tests {
 
     #[tokio::test]
     async fn each_answer_reaches_the_caller_of_its_request_in_any_order() {
-        let addr = peer_port(StreamKind::ReadIndex, |mut requests, mut to| async move {
-            let read = read_requests(&mut requests, 3).await;
-            let reversed: Vec<_> = read.iter().rev().map(answer).collect();
-            write_answers(&mut to, &reversed).await;
-            // Hold the connection until the caller is done with it.
-            let _ = requests.next().await;
-        })
-        .await;
+        let (addr, peer_side) =
+            peer_port(StreamKind::ReadIndex, |mut requests, mut to| async move {
+                let read = read_requests(&mut requests, 3).await;
+                let reversed: Vec<_> = read.iter().rev().map(answer).collect();
+                write_answers(&mut to, &reversed).await;
+                // Hold the connection until the caller is done with it.
+                let _ = requests.next().await;
+            })
+            .await;
         let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
         let mut answers = Vec::new();
         for _ in 0..3 {
             answers.push(stream.send(|seq| ReadIndexRequest { seq }).expect("sent"));
         }
-        assert_eq!(stream.unanswered(), 3);
         for (seq, answer) in (1..).zip(answers.iter_mut()) {
-            let got = answer.received().await.expect("answered");
+            let got = within(answer.received()).await.expect("answered");
             assert_eq!((got.seq, got.index), (seq, seq * 10));
         }
         assert_eq!(stream.unanswered(), 0);
         assert!(stream.is_open());
+        drop(stream);
+        within(peer_side).await.expect("the peer's side");
     }
 
     #[tokio::test]
     async fn a_connection_that_ends_wakes_every_waiting_caller() {
-        let addr = peer_port(StreamKind::ReadIndex, |mut requests, to| async move {
+        let (addr, peer_side) = peer_port(StreamKind::ReadIndex, |mut requests, to| async move {
             read_requests(&mut requests, 2).await;
             drop((requests, to));
         })
@@ -751,10 +742,32 @@ mod tests {
         let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
         let mut first = stream.send(|seq| ReadIndexRequest { seq }).expect("sent");
         let mut second = stream.send(|seq| ReadIndexRequest { seq }).expect("sent");
-        assert!(first.received().await.is_err());
-        assert!(second.received().await.is_err());
+        assert!(within(first.received()).await.is_err());
+        assert!(within(second.received()).await.is_err());
         assert!(!stream.is_open());
         assert!(stream.send(|seq| ReadIndexRequest { seq }).is_err());
+        // The peer read both requests whole before it closed.
+        within(peer_side).await.expect("the peer's side");
+    }
+
+    #[tokio::test]
+    async fn closing_a_stream_wakes_every_waiting_caller() {
+        let (read, was_read) = oneshot::channel();
+        let (addr, peer_side) = peer_port(StreamKind::ReadIndex, |mut requests, _to| async move {
+            read_requests(&mut requests, 1).await;
+            let _ = read.send(());
+            // Answers nothing, and sees the connection end.
+            while let Some(Ok(_)) = requests.next().await {}
+        })
+        .await;
+        let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
+        let mut answer = stream.send(|seq| ReadIndexRequest { seq }).expect("sent");
+        within(was_read).await.expect("the peer read the request");
+        assert_eq!(stream.unanswered(), 1);
+        stream.close();
+        assert!(within(answer.received()).await.is_err());
+        assert!(!stream.is_open());
+        within(peer_side).await.expect("the peer's side");
     }
 
     /// A follower's stream to an old leader is dropped when it calls a new
@@ -762,7 +775,7 @@ mod tests {
     /// has, and those answers reach their callers.
     #[tokio::test]
     async fn a_dropped_stream_ends_its_requests_and_still_hands_on_their_answers() {
-        let addr = peer_port(StreamKind::Forward, |mut requests, mut to| async move {
+        let (addr, peer_side) = peer_port(StreamKind::Forward, |mut requests, mut to| async move {
             let mut read = Vec::new();
             while let Some(frame) = requests.next().await {
                 read.push(ForwardRequest::decode(frame.expect("a frame")).expect("decodes"));
@@ -791,8 +804,11 @@ mod tests {
             })
             .expect("sent");
         drop(stream);
-        let got = answer.received().await.expect("answered after the drop");
+        let got = within(answer.received())
+            .await
+            .expect("answered after the drop");
         assert_eq!(got.response, b"put");
+        within(peer_side).await.expect("the peer's side");
     }
 
     #[tokio::test]
@@ -802,6 +818,6 @@ mod tests {
         drop(listener);
         let stream = ReadIndexStream::open(tracing::Span::none(), addr, StreamKind::ReadIndex);
         let mut answer = stream.send(|seq| ReadIndexRequest { seq }).expect("queued");
-        assert!(answer.received().await.is_err());
+        assert!(within(answer.received()).await.is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The peer port: one listener for both ways peers talk to this node. A
-//! connection that opens with [`PREAMBLE`](crate::call_stream::PREAMBLE)
-//! is a call stream (AppendEntries, forwarded writes or read indexes,
+//! connection that opens with [`PREAMBLE`] is a call stream
+//! (AppendEntries, forwarded writes or read indexes,
 //! [`crate::call_stream`]) and is served here; every other connection is
 //! handed on to the peer gRPC server (votes, snapshots, client
 //! addresses). The first byte decides: an HTTP/2 client's preface starts
