@@ -36,9 +36,7 @@ impl RaftNode {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
-}
 
-impl RaftNode {
     /// Serves a follower's stream of forwarded writes on `connection`.
     pub(crate) fn serve_forwards(&self, connection: TcpStream) {
         let node = self.clone();
