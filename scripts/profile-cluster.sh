@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Profiles the three nodes of a local cluster under one write workload and
+# prints where their CPU goes, by write-path stage (scripts/perf-stages.py).
+#
+#   scripts/profile-cluster.sh put            # etcd-API puts of 1 KiB, 64 clients
+#   scripts/profile-cluster.sh update OUT     # REST updates of 1 KiB ConfigMaps
+#
+# Workloads: put (`kubestore bench etcd`), create and update (`kubestore
+# bench rest`). The clients are spread over the three nodes, as in `bench
+# compare`. After 5,000 warm-up puts the workload starts, and 3 s into it
+# `perf record` samples the nodes (not the load generator) for
+# PROFILE_SECONDS (default 8) at 299 Hz with DWARF call graphs. OUT
+# (default ./profile-WORKLOAD) keeps perf.data, the `perf script` text and
+# stages.txt: the stages of all three nodes, of the leader and of the two
+# followers. `scripts/perf-stages.py --under FRAME` reads the text again.
+# KUBESTORE_BIN runs a given binary instead of building the release one.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+workload=${1:?usage: scripts/profile-cluster.sh put|create|update [OUT]}
+out=$(realpath -m "${2:-profile-$workload}")
+seconds=${PROFILE_SECONDS:-8}
+case "$workload" in
+    put | create | update) ;;
+    *) echo "unknown workload $workload (put, create, update)" >&2; exit 2 ;;
+esac
+
+command -v perf >/dev/null 2>&1 || { as_root apt-get update -qq && as_root apt-get install -y -qq linux-perf >/dev/null; }
+if [ -z "${KUBESTORE_BIN:-}" ]; then
+    ensure_build_deps
+    (cd "$ROOT" && cargo build --release --bin kubestore)
+    KUBESTORE_BIN="$CARGO_TARGET_DIR/release/kubestore"
+fi
+
+mkdir -p "$out"
+data=$(mktemp -d)
+cluster_pid=
+node_pids=
+cleanup() {
+    [ -n "$cluster_pid" ] && kill "$cluster_pid" 2>/dev/null && wait "$cluster_pid" 2>/dev/null
+    for pid in ${node_pids//,/ }; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$data"
+}
+trap cleanup EXIT
+
+"$KUBESTORE_BIN" cluster --nodes 3 --data-dir "$data/cluster" >"$out/cluster.log" 2>&1 &
+cluster_pid=$!
+for _ in $(seq 1 600); do
+    [ -s "$data/cluster/cluster.json" ] && break
+    kill -0 "$cluster_pid" 2>/dev/null || { echo "the cluster did not start: $out/cluster.log" >&2; exit 1; }
+    sleep 0.1
+done
+nodes() { python3 -c "import json,sys; print(','.join(str(n[sys.argv[1]]) for n in json.load(open('$data/cluster/cluster.json'))['nodes']))" "$1"; }
+node_pids=$(nodes pid)
+grpc=$(nodes grpc_url)
+rest=$(nodes rest_url)
+
+"$KUBESTORE_BIN" bench etcd --endpoints "$grpc" --workloads put --clients 64 --requests 5000 \
+    --no-progress --out "$data/warm-up" >/dev/null
+case "$workload" in
+    put) load=(bench etcd --endpoints "$grpc" --workloads put) ;;
+    *) load=(bench rest --endpoints "$rest" --workloads "$workload") ;;
+esac
+# Enough requests to outlast the recording on any machine we have seen.
+"$KUBESTORE_BIN" "${load[@]}" --clients 64 --requests 200000 --no-progress --out "$data/load" \
+    >"$out/load.log" 2>&1 &
+load_pid=$!
+sleep 3
+perf record -F 299 -g --call-graph dwarf,16384 -p "$node_pids" -o "$out/perf.data" \
+    -- sleep "$seconds" 2>"$out/perf-record.log" >/dev/null
+# Which node led while the profile was taken, as the first node sees it.
+leader_id=$(curl -fsS "${rest%%,*}/debug/cluster" | python3 -c "import json,sys; print(json.load(sys.stdin)['leader_id'])")
+kill "$load_pid" 2>/dev/null || true
+wait "$load_pid" 2>/dev/null || true
+roles() {
+    python3 -c "
+import json, sys
+nodes = json.load(open('$data/cluster/cluster.json'))['nodes']
+leader = [str(n['pid']) for n in nodes if n['id'] == $leader_id]
+followers = [str(n['pid']) for n in nodes if n['id'] != $leader_id]
+print(','.join(leader if sys.argv[1] == 'leader' else followers))" "$1"
+}
+
+perf script -F +pid -i "$out/perf.data" 2>/dev/null >"$out/perf.txt"
+stages="$ROOT/scripts/perf-stages.py"
+{
+    echo "== the three nodes"
+    python3 "$stages" <"$out/perf.txt"
+    echo "== the leader (node $leader_id)"
+    python3 "$stages" --pids "$(roles leader)" <"$out/perf.txt"
+    echo "== the two followers"
+    python3 "$stages" --pids "$(roles followers)" <"$out/perf.txt"
+} | tee "$out/stages.txt"
