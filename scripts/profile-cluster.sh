@@ -14,6 +14,8 @@
 # stages.txt: the stages of all three nodes, of the leader and of the two
 # followers. `scripts/perf-stages.py --under FRAME` reads the text again.
 # KUBESTORE_BIN runs a given binary instead of building the release one.
+# Run it as root, or with kernel.perf_event_paranoid at 1 or below: the
+# kernel's share (syscalls, loopback TCP, fsync) is a third of the samples.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
