@@ -89,14 +89,15 @@ async fn answer_forwarded(node: RaftNode, request: ForwardRequest) -> ForwardRes
         error,
         seq,
     };
-    let span = tracing::info_span!("forwarded_write", node = node.inner.id, seq);
+    // Debug level, as `RaftNode::write`'s: one span per forwarded write.
+    let span = tracing::debug_span!("forwarded_write", node = node.inner.id, seq);
     // Decoding bounds the nesting of txns (`kubestore_storage::MAX_TXN_DEPTH`);
     // validation holds the command to what this node's front ends accept.
     let cmd = span.in_scope(|| {
         let cmd: Command =
             network::decode(&request.command).map_err(|s| s.message().to_string())?;
         cmd.validate(&node.inner.command_limits).map_err(|e| {
-            tracing::warn!(error = %e, cmd = %cmd, "refused a forwarded command");
+            tracing::warn!(node = node.inner.id, seq, error = %e, cmd = %cmd, "refused a forwarded command");
             format!("invalid command: {e}")
         })?;
         Ok::<_, String>(cmd)

@@ -37,7 +37,14 @@ impl RaftNode {
     /// leader; the client never sees a redirect.
     /// A command that does not meet [`RaftNodeConfig::command_limits`](crate::RaftNodeConfig::command_limits) is
     /// refused at once ([`RaftNodeError::InvalidCommand`]), unproposed.
-    #[instrument(skip_all, fields(node = self.inner.id, cmd = %cmd, proposal))]
+    ///
+    /// Its span is at debug level, as are the other per-write spans below
+    /// the front ends (a proposed batch's, a forwarded write's): at info
+    /// level the subscriber registers each one, formats its fields and is
+    /// told of every enter and exit, which with the forwarded write's span
+    /// was 2.2% of the nodes' CPU under puts (BENCHMARKS.md), and nothing
+    /// in here logs above debug. `KUBESTORE_LOG=debug` turns them on.
+    #[instrument(level = "debug", skip_all, fields(node = self.inner.id, cmd = %cmd, proposal))]
     pub async fn write(&self, cmd: Command) -> Result<Response, RaftNodeError> {
         cmd.validate(&self.inner.command_limits)?;
         let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
