@@ -67,6 +67,7 @@ esac
 "$KUBESTORE_BIN" "${load[@]}" --clients 64 --requests 200000 --no-progress --out "$data/load" \
     >"$out/load.log" 2>&1 &
 load_pid=$!
+# Sample the steady state, not the clients' connecting and first batches.
 sleep 3
 perf record -F 299 -g --call-graph dwarf,16384 -p "$node_pids" -o "$out/perf.data" \
     -- sleep "$seconds" 2>"$out/perf-record.log" >/dev/null
