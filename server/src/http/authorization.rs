@@ -12,7 +12,7 @@
 
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{json, Map, Value};
 
 use crate::http::body::{media_type, read_body};
@@ -21,7 +21,7 @@ use crate::http::protobuf;
 use crate::http::query::{dry_run, query_map};
 use crate::http::render::render_value;
 use crate::http::state::AppState;
-use crate::http::status::ApiError;
+use crate::http::status::{answer_in, ApiError};
 use crate::kube::error::{BadValue, FieldCause, KubeError};
 use crate::kube::options::OptionsKind;
 
@@ -59,9 +59,8 @@ pub fn resource_discovery() -> Vec<Value> {
 /// kube's `405`.
 pub async fn serve(State(state): State<AppState>, req: Request) -> Response {
     let span = tracing::info_span!("kube_request", node = state.node.id(), method = %req.method(), path = PATH);
-    tracing::Instrument::instrument(review(state, req), span)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    let result = tracing::Instrument::instrument(review(state, req), span.clone()).await;
+    answer_in(&span, result)
 }
 
 async fn review(state: AppState, req: Request) -> Result<Response, ApiError> {

@@ -21,7 +21,7 @@ use crate::http::query::{dry_run, freshness, page_request, query_bool, query_map
 use crate::http::render::{json_bytes_response, render_list, render_object, with_read_path};
 use crate::http::routing::{no_resource, resolve, Route, Target};
 use crate::http::state::AppState;
-use crate::http::status::ApiError;
+use crate::http::status::{answer_in, ApiError};
 use crate::http::write_options::{decode_object, with_warnings, WriteOptions};
 use crate::http::{discovery, metrics, patch, query, watch, write_options};
 use crate::kube::admission::{self, UpdateScope};
@@ -44,8 +44,8 @@ pub async fn api(State(state): State<AppState>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let span = tracing::info_span!("kube_request", node = state.node.id(), %method, %path);
-    let result = tracing::Instrument::instrument(route(state, req), span).await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    let result = tracing::Instrument::instrument(route(state, req), span.clone()).await;
+    answer_in(&span, result)
 }
 
 async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {

@@ -399,10 +399,59 @@ impl From<kubestore_storage::StoreError> for ApiError {
     }
 }
 
+/// The answer to a request served in `span`: its response, or its error
+/// as a `Status`. The error is logged as it becomes one (a 5xx at warn),
+/// inside the request's span, so the line says which request failed.
+pub(crate) fn answer_in(span: &tracing::Span, result: Result<Response, ApiError>) -> Response {
+    result.unwrap_or_else(|e| span.in_scope(|| e.into_response()))
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+    use tracing_subscriber::registry::LookupSpan;
+    use tracing_subscriber::Layer;
+
     use super::*;
     use crate::kube::resources;
+
+    /// An event's level and the name of the span it was logged in.
+    type Logged = (tracing::Level, Option<String>);
+
+    /// Records every event as [`Logged`].
+    struct Events(Arc<Mutex<Vec<Logged>>>);
+
+    impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Events {
+        fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+            let span = ctx.event_span(event).map(|s| s.name().to_string());
+            self.0
+                .lock()
+                .expect("events")
+                .push((*event.metadata().level(), span));
+        }
+    }
+
+    #[test]
+    fn a_failed_request_is_logged_in_its_span_and_an_answer_is_not_logged() {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let subscriber = tracing_subscriber::registry().with(Events(events.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("kube_request", path = "/api/v1/namespaces");
+            let failed = answer_in(
+                &span,
+                Err(KubeError::Internal("the disk is gone".into()).into()),
+            );
+            assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            let answered = answer_in(&span, Ok(StatusCode::OK.into_response()));
+            assert_eq!(answered.status(), StatusCode::OK);
+        });
+        assert_eq!(
+            *events.lock().expect("events"),
+            vec![(tracing::Level::WARN, Some("kube_request".to_string()))]
+        );
+    }
 
     #[test]
     fn not_found_matches_kube() {
