@@ -371,9 +371,7 @@ impl RaftRpcServer {
         }
         Ok(())
     }
-}
 
-impl RaftRpcServer {
     /// Serves a leader's stream of AppendEntries on `connection`.
     pub(crate) fn serve_entries(&self, connection: TcpStream) {
         let server = self.clone();
