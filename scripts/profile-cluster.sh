@@ -52,7 +52,19 @@ for _ in $(seq 1 600); do
     kill -0 "$cluster_pid" 2>/dev/null || { echo "the cluster did not start: $out/cluster.log" >&2; exit 1; }
     sleep 0.1
 done
-nodes() { python3 -c "import json,sys; print(','.join(str(n[sys.argv[1]]) for n in json.load(open('$data/cluster/cluster.json'))['nodes']))" "$1"; }
+# FIELD of the nodes in cluster.json, comma-separated: every node's, or
+# with `leader ID` or `followers ID` the leader's or the other nodes'.
+nodes() {
+    python3 - "$data/cluster/cluster.json" "$@" <<'PY'
+import json, sys
+path, field, *role = sys.argv[1:]
+nodes = json.load(open(path))["nodes"]
+if role:
+    which, leader = role[0], int(role[1])
+    nodes = [n for n in nodes if (n["id"] == leader) == (which == "leader")]
+print(",".join(str(n[field]) for n in nodes))
+PY
+}
 node_pids=$(nodes pid)
 grpc=$(nodes grpc_url)
 rest=$(nodes rest_url)
@@ -75,14 +87,6 @@ perf record -F 299 -g --call-graph dwarf,16384 -p "$node_pids" -o "$out/perf.dat
 leader_id=$(curl -fsS "${rest%%,*}/debug/cluster" | python3 -c "import json,sys; print(json.load(sys.stdin)['leader_id'])")
 kill "$load_pid" 2>/dev/null || true
 wait "$load_pid" 2>/dev/null || true
-roles() {
-    python3 -c "
-import json, sys
-nodes = json.load(open('$data/cluster/cluster.json'))['nodes']
-leader = [str(n['pid']) for n in nodes if n['id'] == $leader_id]
-followers = [str(n['pid']) for n in nodes if n['id'] != $leader_id]
-print(','.join(leader if sys.argv[1] == 'leader' else followers))" "$1"
-}
 
 perf script -F +pid -i "$out/perf.data" 2>/dev/null >"$out/perf.txt"
 stages="$ROOT/scripts/perf-stages.py"
@@ -90,7 +94,7 @@ stages="$ROOT/scripts/perf-stages.py"
     echo "== the three nodes"
     python3 "$stages" <"$out/perf.txt"
     echo "== the leader (node $leader_id)"
-    python3 "$stages" --pids "$(roles leader)" <"$out/perf.txt"
+    python3 "$stages" --pids "$(nodes pid leader "$leader_id")" <"$out/perf.txt"
     echo "== the two followers"
-    python3 "$stages" --pids "$(roles followers)" <"$out/perf.txt"
+    python3 "$stages" --pids "$(nodes pid followers "$leader_id")" <"$out/perf.txt"
 } | tee "$out/stages.txt"
