@@ -77,6 +77,11 @@ pub struct Event {
     pub prev_kv: Option<KeyValue>,
 }
 
+/// One revision's events as the event log hands them out: shared, not
+/// copied, by every reader of the revision (each node's watch cache, every
+/// etcd watcher), which copies only what it keeps or sends.
+pub type RevisionEvents = (Revision, std::sync::Arc<[Event]>);
+
 /// The key selection shared by range, delete and compare: one key when
 /// `range_end` is empty; otherwise `[key, range_end)`, where a `range_end`
 /// of `[0]` means "every key >= key" (etcd's convention).

@@ -24,7 +24,7 @@
 //! ([`Store::run_blocking`]), [`EventCursor::next_blocking`] on the calling
 //! thread (for code already on the blocking pool).
 
-use crate::command::{Event, Revision};
+use crate::command::{Revision, RevisionEvents};
 use crate::error::StoreError;
 use crate::Store;
 
@@ -40,7 +40,7 @@ pub enum EventStep {
     /// The events of the next revisions after the cursor, ascending by
     /// revision, at most [`EVENT_BATCH`] revisions and never part of one;
     /// never empty. The cursor now stands at the last revision.
-    Events(Vec<(Revision, Vec<Event>)>),
+    Events(Vec<RevisionEvents>),
     /// The log holds nothing after the cursor. `revision` is where the
     /// cursor stands now: the store's applied revision as of just before
     /// the read (every revision up to it was already in the log, so there

@@ -120,8 +120,8 @@ use tokio::sync::watch;
 pub use command::{
     prefix_end, ApplyError, Command, CommandResult, Compare, CompareOp, CompareTarget,
     DeleteRequest, DeleteResponse, Event, EventKind, KeyRange, KeyValue, LeaseRecord, Op,
-    OpResponse, ProposalId, PutRequest, RangeRequest, RangeResponse, Response, Revision, Txn,
-    TxnResponse, MAX_TXN_DEPTH,
+    OpResponse, ProposalId, PutRequest, RangeRequest, RangeResponse, Response, Revision,
+    RevisionEvents, Txn, TxnResponse, MAX_TXN_DEPTH,
 };
 pub use compactor::{PurgeStep, PURGE_STEP_REVISIONS};
 pub use cursor::{EventCursor, EventStep, EVENT_BATCH};
@@ -241,7 +241,7 @@ impl Store {
         &self,
         after: Revision,
         limit: usize,
-    ) -> Result<Vec<(Revision, Vec<Event>)>, StoreError> {
+    ) -> Result<Vec<RevisionEvents>, StoreError> {
         self.consistent(|| {
             // The newest revisions come from memory when it holds them all
             // (see `recent_events`), anything else from the log.

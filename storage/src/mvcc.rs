@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::apply::Applied;
-use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision};
+use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision, RevisionEvents};
 use crate::engine::{Batch, Cursor, Engine, Source};
 use crate::error::StoreError;
 use crate::ids::LeaseId;
@@ -97,7 +97,7 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
         &self,
         after: Revision,
         limit: usize,
-    ) -> Result<Vec<(Revision, Vec<Event>)>, StoreError> {
+    ) -> Result<Vec<RevisionEvents>, StoreError> {
         if after.next() < self.compacted {
             return Err(StoreError::Compacted {
                 requested: after.next(),
@@ -116,8 +116,8 @@ impl<'a, S: Source + ?Sized> MvccReader<'a, S> {
             let events = stored
                 .into_iter()
                 .map(|e| e.load(self.src, rev))
-                .collect::<Result<_, _>>()?;
-            out.push((Revision(rev), events));
+                .collect::<Result<Vec<_>, _>>()?;
+            out.push((Revision(rev), events.into()));
             if out.len() >= limit {
                 break;
             }
@@ -658,7 +658,7 @@ mod tests {
                 .expect("events")
                 .into_iter()
                 .flat_map(|(rev, events)| {
-                    events.into_iter().map(move |e| {
+                    events.to_vec().into_iter().map(move |e| {
                         assert_eq!(e.kv.mod_revision, rev, "an event's kv has its revision");
                         (
                             rev.0,

@@ -4,7 +4,9 @@
 //! Everything that follows the event log (the watch cache's feed on every
 //! node, etcd watches) reads the newest revisions right after they are
 //! applied. From RocksDB each such read is a scan of `events` and, per
-//! event, a read of its states from `history`; from here it is a copy.
+//! event, a read of its states from `history`; from here it is a shared
+//! handle on the revision's events: every reader gets the same ones, and
+//! copies only what it keeps.
 //!
 //! Invariant: [`RecentEvents`] holds every revision from its first to its
 //! last, each with exactly the events the `events` row of that revision
@@ -18,7 +20,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::command::{Event, KeyValue};
+use crate::command::{Event, KeyValue, RevisionEvents};
 use crate::ids::Revision;
 use crate::recent::RecentRun;
 
@@ -31,7 +33,7 @@ const RECENT_EVENT_BYTES: usize = 16 << 20;
 /// [`crate::Store`] handle (which reads). Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct RecentEvents {
-    ring: Arc<Mutex<RecentRun<Vec<Event>>>>,
+    ring: Arc<Mutex<RecentRun<Arc<[Event]>>>>,
 }
 
 impl Default for RecentEvents {
@@ -51,14 +53,14 @@ fn held_bytes(events: &[Event]) -> usize {
 }
 
 impl RecentEvents {
-    fn ring(&self) -> MutexGuard<'_, RecentRun<Vec<Event>>> {
+    fn ring(&self) -> MutexGuard<'_, RecentRun<Arc<[Event]>>> {
         self.ring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `revision`'s events, written to storage just now.
     pub(crate) fn push(&self, revision: Revision, events: Vec<Event>) {
         let bytes = held_bytes(&events);
-        self.ring().push(revision.0, events, bytes);
+        self.ring().push(revision.0, events.into(), bytes);
     }
 
     /// Forgets everything (the whole state is being replaced).
@@ -75,7 +77,7 @@ impl RecentEvents {
         after: Revision,
         limit: usize,
         through: Revision,
-    ) -> Option<Vec<(Revision, Vec<Event>)>> {
+    ) -> Option<Vec<RevisionEvents>> {
         let ring = self.ring();
         if ring.last()? < through.0 {
             return None;
@@ -83,7 +85,7 @@ impl RecentEvents {
         let read = ring.range(after.next().0, None)?;
         Some(
             read.take(limit)
-                .map(|(revision, events)| (Revision(revision), events.clone()))
+                .map(|(revision, events)| (Revision(revision), Arc::clone(events)))
                 .collect(),
         )
     }
@@ -108,7 +110,7 @@ mod tests {
         }]
     }
 
-    fn revisions(read: Option<Vec<(Revision, Vec<Event>)>>) -> Option<Vec<u64>> {
+    fn revisions(read: Option<Vec<RevisionEvents>>) -> Option<Vec<u64>> {
         read.map(|r| r.iter().map(|(rev, _)| rev.0).collect())
     }
 
@@ -121,7 +123,13 @@ mod tests {
         }
         let read = recent.after(Revision(5), 2, Revision(9));
         assert_eq!(revisions(read.clone()), Some(vec![6, 7]));
-        assert_eq!(read.map(|r| r[0].1.clone()), Some(put(6, 10)));
+        assert_eq!(read.map(|r| r[0].1.to_vec()), Some(put(6, 10)));
+        // Every reader of a revision shares its events: nothing is copied.
+        let (first, second) = (
+            recent.after(Revision(5), 1, Revision(9)).expect("held"),
+            recent.after(Revision(5), 1, Revision(9)).expect("held"),
+        );
+        assert!(Arc::ptr_eq(&first[0].1, &second[0].1));
         assert_eq!(
             revisions(recent.after(Revision(4), 10, Revision(9))),
             Some(vec![5, 6, 7, 8, 9])
@@ -149,7 +157,7 @@ mod tests {
     }
 
     /// What the log in RocksDB gives for the revisions after `after`.
-    fn from_rocksdb(store: &crate::Store, after: u64) -> Vec<(Revision, Vec<Event>)> {
+    fn from_rocksdb(store: &crate::Store, after: u64) -> Vec<RevisionEvents> {
         store
             .engine
             .with_snapshot(|view| {

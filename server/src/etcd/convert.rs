@@ -26,14 +26,20 @@ pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
     }
 }
 
-pub fn event(e: Event, with_prev: bool) -> mvccpb::Event {
+/// An event as a watcher gets it: copied from the log's shared batch, its
+/// previous state only when the watcher asked for it.
+pub fn event(e: &Event, with_prev: bool) -> mvccpb::Event {
     mvccpb::Event {
         r#type: match e.kind {
             EventKind::Put => mvccpb::event::EventType::Put as i32,
             EventKind::Delete => mvccpb::event::EventType::Delete as i32,
         },
-        kv: Some(kv(e.kv)),
-        prev_kv: if with_prev { e.prev_kv.map(kv) } else { None },
+        kv: Some(kv(e.kv.clone())),
+        prev_kv: if with_prev {
+            e.prev_kv.clone().map(kv)
+        } else {
+            None
+        },
     }
 }
 

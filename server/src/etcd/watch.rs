@@ -291,8 +291,8 @@ impl Follower {
                     Ok(EventStep::Events(batch)) => {
                         let last = cursor.after().0;
                         let events = batch
-                            .into_iter()
-                            .flat_map(|(_, events)| events)
+                            .iter()
+                            .flat_map(|(_, events)| events.iter())
                             .filter(|e| self.spec.selects(e))
                             .map(|e| convert::event(e, self.spec.prev_kv))
                             .collect::<Vec<_>>();

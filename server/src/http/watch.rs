@@ -386,7 +386,7 @@ impl Watcher {
         match cursor.next().await {
             Ok(EventStep::Events(batch)) => {
                 let mut lines = Vec::new();
-                for event in batch.iter().flat_map(|(_, events)| events) {
+                for event in batch.iter().flat_map(|(_, events)| events.iter()) {
                     if let Some((event_type, obj)) = self.scope.stored(event) {
                         lines.push(self.object_line(event_type, &obj));
                     }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use imbl::OrdMap;
 use kubestore_storage::{
-    Event, EventKind, EventStep, KeyRange, Revision, Stage, Store, StoreError,
+    Event, EventKind, EventStep, KeyRange, Revision, RevisionEvents, Stage, Store, StoreError,
 };
 use serde_json::Value;
 use tokio::sync::watch;
@@ -236,20 +236,21 @@ impl CachedObject {
         serde_json::from_slice(self.json()).unwrap_or(Value::Null)
     }
 
-    /// The object's `metadata` alone, as `{"metadata": ...}`, for readers
-    /// that need nothing else (the controllers, on every event): the other
-    /// members are skipped as they are parsed, with no tree built for them.
+    /// The object's `metadata` alone, as `{"metadata": ...}`, without its
+    /// `managedFields`, for readers that need nothing else (the
+    /// controllers, on every event): the other members, and the managed
+    /// fields, are skipped as they are parsed, with no tree built for them.
     pub fn to_metadata_value(&self) -> Value {
         #[derive(serde::Deserialize)]
         struct MetadataOnly {
-            metadata: Option<Value>,
+            metadata: Option<UnmanagedMetadata>,
         }
         match serde_json::from_slice::<MetadataOnly>(self.json()) {
             Ok(MetadataOnly {
-                metadata: Some(metadata),
+                metadata: Some(UnmanagedMetadata(metadata)),
             }) => Value::Object(serde_json::Map::from_iter([(
                 "metadata".to_string(),
-                metadata,
+                Value::Object(metadata),
             )])),
             _ => Value::Null,
         }
@@ -327,6 +328,40 @@ impl CachedObject {
             self.attrs.clone(),
             WatchEventType::Deleted,
         )
+    }
+}
+
+/// An object's `metadata` without `managedFields`, which is skipped
+/// unparsed: the larger part of the metadata of an object written by
+/// kubectl or any client that applies, and read by no controller.
+struct UnmanagedMetadata(serde_json::Map<String, Value>);
+
+impl<'de> serde::Deserialize<'de> for UnmanagedMetadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = UnmanagedMetadata;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object's metadata")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut members: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut kept = serde_json::Map::new();
+                while let Some(name) = members.next_key::<String>()? {
+                    if name == "managedFields" {
+                        members.next_value::<serde::de::IgnoredAny>()?;
+                    } else {
+                        kept.insert(name, members.next_value()?);
+                    }
+                }
+                Ok(UnmanagedMetadata(kept))
+            }
+        }
+        deserializer.deserialize_map(Members)
     }
 }
 
@@ -858,7 +893,7 @@ impl WatchCache {
         }
     }
 
-    fn apply(&self, batch: Vec<(Revision, Vec<Event>)>) {
+    fn apply(&self, batch: Vec<RevisionEvents>) {
         let now = Instant::now();
         let mut last = None;
         let mut woken: Vec<Vec<u8>> = Vec::new();
@@ -869,7 +904,12 @@ impl WatchCache {
             for (revision, events) in &batch {
                 let mut touched: Vec<usize> = Vec::new();
                 let mut redefined = false;
-                for event in events {
+                // Keys outside the registry (the etcd API's own) belong to
+                // no type: only the revision moves for them.
+                let registry = events
+                    .iter()
+                    .filter(|e| e.kv.key.starts_with(REGISTRY_PREFIX.as_bytes()));
+                for event in registry {
                     redefined |= event.kv.key.starts_with(definitions.as_bytes());
                     // Every version of a custom type shares its prefix.
                     for i in 0..state.types.len() {
@@ -1588,12 +1628,14 @@ mod tests {
     }
 
     #[test]
-    fn the_metadata_value_is_the_objects_metadata_and_nothing_else() {
+    fn the_metadata_value_is_the_objects_metadata_without_managed_fields_and_nothing_else() {
         let rt = resources::find("", "v1", "configmaps").expect("configmaps");
         let stored = serde_json::json!({
             "metadata": {"name": "c", "namespace": "default", "uid": "u1",
                 "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u0"}],
-                "finalizers": ["f"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                "finalizers": ["f"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:big": {}}}}]},
             "data": {"big": "x".repeat(1024)},
         });
         let obj = CachedObject::decode(
@@ -1605,9 +1647,14 @@ mod tests {
         )
         .expect("decoded");
         let whole = obj.to_value();
+        let mut metadata = whole["metadata"].clone();
+        let managed = metadata
+            .as_object_mut()
+            .and_then(|m| m.remove("managedFields"));
+        assert!(managed.is_some(), "the object has managed fields");
         assert_eq!(
             obj.to_metadata_value(),
-            serde_json::json!({"metadata": whole["metadata"].clone()})
+            serde_json::json!({"metadata": metadata})
         );
         assert_eq!(whole["metadata"]["uid"], "u1");
         assert!(whole.get("data").is_some());
