@@ -71,26 +71,48 @@ impl Render {
         match self {
             Render::Text(paths, default) => paths
                 .iter()
-                .filter_map(|p| obj.pointer(p).and_then(Value::as_str))
+                .filter_map(|p| at_pointer(obj, p).and_then(Value::as_str))
                 .find(|s| !s.is_empty())
                 .unwrap_or(default)
                 .to_string(),
-            Render::Boolean(path) => obj
-                .pointer(path)
+            Render::Boolean(path) => at_pointer(obj, path)
                 .and_then(Value::as_bool)
                 .unwrap_or(false)
                 .to_string(),
-            Render::Integer(path) => match obj.pointer(path) {
+            Render::Integer(path) => match at_pointer(obj, path) {
                 Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
                 _ => "0".to_string(),
             },
-            Render::Scalar(path) => match obj.pointer(path) {
+            Render::Scalar(path) => match at_pointer(obj, path) {
                 Some(Value::String(s)) => s.clone(),
                 Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string(),
                 _ => String::new(),
             },
         }
     }
+}
+
+/// What `pointer` (a JSON pointer) points at in `obj`, as
+/// [`Value::pointer`] finds it, without its allocation of every token: the
+/// watch cache renders each written object's field labels on every node.
+/// A pointer with an escape (`~`) or through an array takes
+/// [`Value::pointer`]'s path.
+fn at_pointer<'v>(obj: &'v Value, pointer: &str) -> Option<&'v Value> {
+    let Some(tokens) = pointer.strip_prefix('/') else {
+        return obj.pointer(pointer);
+    };
+    if pointer.contains('~') {
+        return obj.pointer(pointer);
+    }
+    let mut at = obj;
+    for token in tokens.split('/') {
+        at = match at {
+            Value::Object(members) => members.get(token)?,
+            Value::Array(_) => return obj.pointer(pointer),
+            _ => return None,
+        };
+    }
+    Some(at)
 }
 
 /// A field label a type can be selected by.
@@ -729,6 +751,34 @@ mod tests {
             Some(field).filter(|s| !s.is_empty()),
         )
         .expect("parse")
+    }
+
+    #[test]
+    fn a_field_is_found_where_a_json_pointer_finds_it() {
+        let obj = json!({
+            "metadata": {"name": "n", "a/b": 1, "m~n": 2, "": 3},
+            "spec": {"list": [{"x": "first"}, {"x": "second"}], "flag": true},
+            "status": "text",
+        });
+        for pointer in [
+            "",
+            "/",
+            "/metadata",
+            "/metadata/name",
+            "/metadata/missing",
+            "/metadata/a~1b",
+            "/metadata/m~0n",
+            "/metadata/",
+            "/spec/list/1/x",
+            "/spec/list/01/x",
+            "/spec/list/9/x",
+            "/spec/flag",
+            "/spec/flag/deeper",
+            "/status/0",
+            "metadata/name",
+        ] {
+            assert_eq!(at_pointer(&obj, pointer), obj.pointer(pointer), "{pointer}");
+        }
     }
 
     #[test]
