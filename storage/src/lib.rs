@@ -74,7 +74,8 @@
 //! - `recent`: the newest items of a gapless log within a byte budget
 //!   (`RecentRun`), behind the two caches below and in [`log_store`].
 //! - `recent_events`: the newest revisions' events in memory, as applied,
-//!   which serve the event log's readers while they keep up.
+//!   which serve the event log's readers while they keep up, shared
+//!   ([`RevisionEvents`]) rather than copied per reader.
 //! - [`cursor`]: the event cursor ([`Store::events`]), the one reader of the
 //!   event log for watches and the watch cache: batched, and reporting
 //!   compaction as an outcome of its own.

@@ -658,16 +658,19 @@ mod tests {
                 .expect("events")
                 .into_iter()
                 .flat_map(|(rev, events)| {
-                    events.to_vec().into_iter().map(move |e| {
-                        assert_eq!(e.kv.mod_revision, rev, "an event's kv has its revision");
-                        (
-                            rev.0,
-                            e.kind,
-                            text(&e.kv.key),
-                            text(&e.kv.value),
-                            e.prev_kv.map(|p| text(&p.value)),
-                        )
-                    })
+                    events
+                        .iter()
+                        .map(|e| {
+                            assert_eq!(e.kv.mod_revision, rev, "an event's kv has its revision");
+                            (
+                                rev.0,
+                                e.kind,
+                                text(&e.kv.key),
+                                text(&e.kv.value),
+                                e.prev_kv.as_ref().map(|p| text(&p.value)),
+                            )
+                        })
+                        .collect::<Vec<_>>()
                 })
                 .collect()
         }

@@ -456,19 +456,22 @@ async fn a_watch_resumed_across_nodes_under_writers_equals_the_revision_log() {
         .expect("events")
         .into_iter()
         .flat_map(|(rev, events)| {
-            events.into_iter().map(move |e| {
-                let key = String::from_utf8_lossy(&e.kv.key).into_owned();
-                let kind = match (e.kind, &e.prev_kv) {
-                    (kubestore_storage::EventKind::Delete, _) => "DELETED",
-                    (_, None) => "ADDED",
-                    (_, Some(_)) => "MODIFIED",
-                };
-                (
-                    kind.to_string(),
-                    key.rsplit('/').next().unwrap_or_default().to_string(),
-                    rev.0,
-                )
-            })
+            events
+                .iter()
+                .map(|e| {
+                    let key = String::from_utf8_lossy(&e.kv.key).into_owned();
+                    let kind = match (e.kind, &e.prev_kv) {
+                        (kubestore_storage::EventKind::Delete, _) => "DELETED",
+                        (_, None) => "ADDED",
+                        (_, Some(_)) => "MODIFIED",
+                    };
+                    (
+                        kind.to_string(),
+                        key.rsplit('/').next().unwrap_or_default().to_string(),
+                        rev.0,
+                    )
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     assert!(
