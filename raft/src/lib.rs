@@ -28,8 +28,9 @@
 //!   in an answer is reported as unknown ([`RaftNodeError::Timeout`] or
 //!   [`RaftNodeError::Indeterminate`]), never as a definite failure.
 //! - Writes are group-committed: whatever is queued when a batch goes out
-//!   rides in one [`kubestore_storage::Command::Batch`] entry (or one
-//!   forwarded message), with one answer per write. Compactions go alone.
+//!   (after the tasks already runnable had their turn) rides in one
+//!   [`kubestore_storage::Command::Batch`] entry (or one forwarded
+//!   message), with one answer per write. Compactions go alone.
 //! - [`RaftNode::linearizable_barrier`] returns only after this node has
 //!   applied everything committed before the call began (ReadIndex): a
 //!   read index is always at or above the leader's commit index at a

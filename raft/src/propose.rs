@@ -157,6 +157,12 @@ async fn run(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
+        // Then let every task that is ready to run go first: under load
+        // some of them are writes a moment from their proposal (a handler
+        // finishing its request, a forwarded batch being decoded), and
+        // they join this batch instead of making the next entry. On an
+        // idle node nothing else is ready and this costs one reschedule.
+        tokio::task::yield_now().await;
         let mut bytes = encoded_len(&first.cmds);
         let mut commands = first.cmds.len();
         let mut queued = vec![first];
@@ -428,5 +434,40 @@ mod tests {
             vec![1, MAX_BATCH + 1, 1],
             "the group is never split: it fills the entry it joins, and the write after it waits"
         );
+    }
+
+    /// Writes that become ready to propose in the same scheduler round as
+    /// the proposer (handlers finishing their requests while it is
+    /// woken) join the batch it is about to drain, instead of making an
+    /// entry of their own.
+    #[tokio::test]
+    async fn writes_ready_in_the_same_round_join_the_batch_being_drained() {
+        let (_open, gate) = tokio::sync::watch::channel(true);
+        let recorder = Recorder::held_at(gate);
+        let proposer = Proposer::spawn(1, recorder.clone(), Arc::default());
+        let write = |p: Proposer| async move { p.propose(1, Command::Txn(Txn::default())).await };
+        // Nine writes wait for `go`; one yield lets each start waiting.
+        let (go, ready) = tokio::sync::watch::channel(false);
+        let rest: Vec<_> = (0..9)
+            .map(|_| {
+                let (p, mut ready) = (proposer.clone(), ready.clone());
+                tokio::spawn(async move {
+                    ready.wait_for(|go| *go).await.expect("go");
+                    write(p).await
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        // On this single-threaded runtime tasks run in the order they are
+        // woken: the first write wakes the idle proposer, then `go` makes
+        // the nine runnable behind it, all in one round.
+        let first = tokio::spawn(write(proposer.clone()));
+        tokio::spawn(async move { go.send_replace(true) });
+        first.await.expect("join").expect("answered");
+        for handle in rest {
+            handle.await.expect("join").expect("answered");
+        }
+        let entries = recorder.entries.lock().expect("lock").clone();
+        assert_eq!(entries, vec![10], "one entry for the ten writes");
     }
 }
