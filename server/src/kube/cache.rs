@@ -45,7 +45,7 @@ use tokio::sync::watch;
 use crate::kube::crd;
 use crate::kube::object;
 use crate::kube::resources::{self, ResourceType, TypeSet};
-use crate::kube::selectors::{Attrs, Selectors};
+use crate::kube::selectors::{AttrReads, Attrs, Selectors};
 
 /// Every key the cache mirrors starts with this.
 const REGISTRY_PREFIX: &str = "/registry/";
@@ -126,17 +126,35 @@ impl CachedObject {
         revision: u64,
         line_type: WatchEventType,
     ) -> Option<Self> {
+        Self::decode_reading(
+            rt,
+            Attrs::reads(rt).as_ref(),
+            key,
+            value,
+            revision,
+            line_type,
+        )
+    }
+
+    /// [`CachedObject::decode`] with the members its selectors read
+    /// ([`Attrs::reads`] of `rt`) already known: the watch cache's feed
+    /// finds them once per type, not once per write.
+    fn decode_reading(
+        rt: &'static ResourceType,
+        reads: Option<&AttrReads>,
+        key: &[u8],
+        value: &[u8],
+        revision: u64,
+        line_type: WatchEventType,
+    ) -> Option<Self> {
         let shared_key: Arc<str> = Arc::from(String::from_utf8_lossy(key));
         // The line straight from the stored bytes, parsing only what the
         // selectors read; what cannot be copied is parsed whole.
-        if let Some((members, metadata)) = Attrs::reads(rt) {
+        if let Some((members, metadata)) = reads {
             let prefix = line_type.line_prefix();
             let mut line = Vec::with_capacity(prefix.len() + value.len() + 96);
             line.extend_from_slice(prefix);
-            let wanted = object::Wanted {
-                members: &members,
-                metadata: &metadata,
-            };
+            let wanted = object::Wanted { members, metadata };
             if let Some(read) = object::write_client_json(rt, value, revision, wanted, &mut line) {
                 line.extend_from_slice(LINE_SUFFIX);
                 let attrs = Attrs::of(rt, &read);
@@ -470,6 +488,8 @@ pub struct BehindRing {
 struct TypeCache {
     rt: &'static ResourceType,
     prefix: String,
+    /// What its objects' selectors read ([`Attrs::reads`]).
+    reads: Option<AttrReads>,
     objects: Objects,
     /// The oldest revision a snapshot is retained for.
     base: u64,
@@ -484,6 +504,7 @@ impl TypeCache {
         Self {
             rt,
             prefix: rt.collection_prefix(None),
+            reads: Attrs::reads(rt),
             objects: objects.clone(),
             base: revision,
             snapshots: VecDeque::from([(revision, objects)]),
@@ -502,8 +523,16 @@ impl TypeCache {
                 } else {
                     WatchEventType::Added
                 };
-                CachedObject::decode(self.rt, &event.kv.key, &event.kv.value, revision, line)
-                    .map(Arc::new)
+                let (key, value) = (&event.kv.key, &event.kv.value);
+                CachedObject::decode_reading(
+                    self.rt,
+                    self.reads.as_ref(),
+                    key,
+                    value,
+                    revision,
+                    line,
+                )
+                .map(Arc::new)
             }
             EventKind::Delete => None,
         };

@@ -4,7 +4,7 @@
 //! key's revision). What the server sets or checks on a create or an
 //! update is `kube::admission`'s.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -126,36 +126,145 @@ pub struct Wanted<'a> {
     pub metadata: &'a [&'a str],
 }
 
-/// One member's value as [`write_client_json`] writes it.
-enum Piece<'a> {
-    /// Copied as stored.
-    Raw(&'a RawValue),
-    /// A string set by the server.
-    Text(&'a str),
-    /// An object of pieces (`metadata`), in key order.
-    Object(BTreeMap<&'a str, Piece<'a>>),
+/// A JSON object's members in key order, each key unique (the last one
+/// of a name, as a parse into a map keeps), its values unparsed. Keys are
+/// borrowed from the JSON unless they hold an escape.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    fn parse(json: &'a [u8]) -> Option<Self> {
+        Self::in_order(serde_json::from_slice(json).ok()?)
+    }
+
+    /// [`Members::parse`] of JSON known to be UTF-8 (no second check).
+    fn parse_str(json: &'a str) -> Option<Self> {
+        Self::in_order(serde_json::from_str(json).ok()?)
+    }
+
+    fn in_order(mut members: Self) -> Option<Self> {
+        // Stored objects are written by serde_json, sorted and unique;
+        // a value written through the etcd API may be neither.
+        if !members.0.windows(2).all(|w| w[0].0 < w[1].0) {
+            members.0.sort_by(|a, b| a.0.cmp(&b.0));
+            members.0.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(later, kept);
+                }
+                same
+            });
+        }
+        Some(members)
+    }
+
+    fn get(&self, name: &str) -> Option<&'a RawValue> {
+        let i = self.0.binary_search_by(|(k, _)| (**k).cmp(name)).ok()?;
+        Some(self.0[i].1)
+    }
 }
 
-impl Piece<'_> {
-    fn write(&self, out: &mut Vec<u8>) -> Option<()> {
-        match self {
-            Piece::Raw(raw) => out.extend_from_slice(raw.get().as_bytes()),
-            Piece::Text(text) => serde_json::to_writer(&mut *out, text).ok()?,
-            Piece::Object(members) => {
-                out.push(b'{');
-                for (i, (key, piece)) in members.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    serde_json::to_writer(&mut *out, key).ok()?;
-                    out.push(b':');
-                    piece.write(out)?;
+impl<'de> serde::Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Members<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(Key(key)) = map.next_key()? {
+                    members.push((key, map.next_value::<&'de RawValue>()?));
                 }
-                out.push(b'}');
+                Ok(Members(members))
             }
         }
-        Some(())
+        deserializer.deserialize_map(Visitor)
     }
+}
+
+/// A member name, borrowed from the JSON when it has no escape.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
+/// Writes one member's value onto the output.
+type WriteMember<'a> = &'a mut dyn FnMut(&mut Vec<u8>) -> Option<()>;
+
+/// Writes `members` as a JSON object, with `set`'s members (sorted by
+/// name) in their places among them, each replacing a member of its name:
+/// one pass over both, no map built.
+fn write_merged(
+    out: &mut Vec<u8>,
+    members: &Members<'_>,
+    set: &mut [(&str, WriteMember<'_>)],
+) -> Option<()> {
+    out.push(b'{');
+    let (mut i, mut j) = (0, 0);
+    while i < members.0.len() || j < set.len() {
+        if i + j > 0 {
+            out.push(b',');
+        }
+        let from_set = match (members.0.get(i), set.get(j)) {
+            (Some((name, _)), Some((set_name, _))) => {
+                if *set_name == &**name {
+                    i += 1;
+                }
+                *set_name <= &**name
+            }
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        if from_set {
+            let (name, write) = &mut set[j];
+            serde_json::to_writer(&mut *out, name).ok()?;
+            out.push(b':');
+            write(out)?;
+            j += 1;
+        } else {
+            let (name, raw) = &members.0[i];
+            serde_json::to_writer(&mut *out, name).ok()?;
+            out.push(b':');
+            out.extend_from_slice(raw.get().as_bytes());
+            i += 1;
+        }
+    }
+    out.push(b'}');
+    Some(())
+}
+
+/// Writes `text` as a JSON string.
+fn write_text(out: &mut Vec<u8>, text: &str) -> Option<()> {
+    serde_json::to_writer(out, text).ok()
 }
 
 /// Writes the client form of a stored object (what [`from_stored`]
@@ -183,42 +292,45 @@ pub fn write_client_json(
     if memchr::memchr2(b'\n', b'\r', value).is_some() {
         return None;
     }
-    let stored: BTreeMap<String, &RawValue> = serde_json::from_slice(value).ok()?;
-    let meta: BTreeMap<String, &RawValue> = match stored.get("metadata") {
-        Some(raw) => serde_json::from_str(raw.get()).ok()?,
-        None => BTreeMap::new(),
+    let stored = Members::parse(value)?;
+    let meta = match stored.get("metadata") {
+        Some(raw) => Members::parse_str(raw.get())?,
+        None => Members(Vec::new()),
     };
     let parse = |raw: &RawValue| serde_json::from_str::<Value>(raw.get()).ok();
     let mut parsed = Map::new();
     for member in wanted.members.iter().filter(|m| **m != "metadata") {
-        if let Some(raw) = stored.get(*member) {
+        if let Some(raw) = stored.get(member) {
             parsed.insert((*member).to_string(), parse(raw)?);
         }
     }
     let mut parsed_meta = Map::new();
     for member in wanted.metadata {
-        if let Some(raw) = meta.get(*member) {
+        if let Some(raw) = meta.get(member) {
             parsed_meta.insert((*member).to_string(), parse(raw)?);
         }
     }
     parsed.insert("metadata".into(), Value::Object(parsed_meta));
 
     let version = revision.to_string();
-    let mut meta_pieces: BTreeMap<&str, Piece> = meta
-        .iter()
-        .map(|(k, v)| (k.as_str(), Piece::Raw(v)))
-        .collect();
-    meta_pieces.insert("resourceVersion", Piece::Text(&version));
     let api_version = rt.api_version();
-    let mut pieces: BTreeMap<&str, Piece> = stored
-        .iter()
-        .map(|(k, v)| (k.as_str(), Piece::Raw(v)))
-        .collect();
-    pieces.insert("kind", Piece::Text(rt.kind));
-    pieces.insert("apiVersion", Piece::Text(&api_version));
-    pieces.insert("metadata", Piece::Object(meta_pieces));
     let start = out.len();
-    if Piece::Object(pieces).write(out).is_none() {
+    // The members the client form sets, in key order.
+    let written = write_merged(
+        out,
+        &stored,
+        &mut [
+            ("apiVersion", &mut |out: &mut Vec<u8>| {
+                write_text(out, &api_version)
+            }),
+            ("kind", &mut |out: &mut Vec<u8>| write_text(out, rt.kind)),
+            ("metadata", &mut |out: &mut Vec<u8>| {
+                let mut version = |out: &mut Vec<u8>| write_text(out, &version);
+                write_merged(out, &meta, &mut [("resourceVersion", &mut version)])
+            }),
+        ],
+    );
+    if written.is_none() {
         out.truncate(start);
         return None;
     }
@@ -226,10 +338,66 @@ pub fn write_client_json(
 }
 
 /// The bytes stored for an object: its JSON without `resourceVersion`.
+///
+/// Written straight from `obj`, skipping that one member: the same bytes
+/// as printing a copy with it removed (both maps iterate in key order),
+/// without the copy of every member a write used to make.
 pub fn to_stored(obj: &Map<String, Value>) -> Vec<u8> {
-    let mut obj = obj.clone();
-    metadata_mut(&mut obj).remove("resourceVersion");
-    serde_json::to_vec(&obj).unwrap_or_default()
+    let mut out = Vec::with_capacity(1024);
+    // Writing a tree of JSON values into memory cannot fail.
+    let _ = serde_json::to_writer(&mut out, &Stored(obj));
+    out
+}
+
+/// An object as [`to_stored`] writes it: `metadata` without
+/// `resourceVersion` (and `{}` for a `metadata` that is not an object,
+/// as [`metadata_mut`] would have made it); every other member as is.
+struct Stored<'a>(&'a Map<String, Value>);
+
+/// A map written without the members named in `.1`.
+struct Without<'a>(&'a Map<String, Value>, &'a str);
+
+impl serde::Serialize for Stored<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let empty = Map::new();
+        let metadata = match self.0.get("metadata") {
+            Some(Value::Object(m)) => m,
+            _ => &empty,
+        };
+        let has_metadata = self.0.contains_key("metadata");
+        let len = self.0.len() + usize::from(!has_metadata);
+        let mut map = serializer.serialize_map(Some(len))?;
+        let mut metadata_written = false;
+        for (key, value) in self.0 {
+            if !metadata_written && key.as_str() > "metadata" {
+                map.serialize_entry("metadata", &Without(metadata, "resourceVersion"))?;
+                metadata_written = true;
+            }
+            if key == "metadata" {
+                map.serialize_entry(key, &Without(metadata, "resourceVersion"))?;
+                metadata_written = true;
+            } else {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        if !metadata_written {
+            map.serialize_entry("metadata", &Without(metadata, "resourceVersion"))?;
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for Without<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let len = self.0.len() - usize::from(self.0.contains_key(self.1));
+        let mut map = serializer.serialize_map(Some(len))?;
+        for (key, value) in self.0.iter().filter(|(k, _)| k.as_str() != self.1) {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +425,38 @@ mod tests {
             decode_body(cm, b"[1]"),
             Err(KubeError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn stored_bytes_are_the_object_printed_without_its_resource_version() {
+        // What a copy with the member removed prints.
+        let copied = |obj: &Map<String, Value>| {
+            let mut obj = obj.clone();
+            metadata_mut(&mut obj).remove("resourceVersion");
+            serde_json::to_vec(&obj).expect("printable")
+        };
+        let cases = [
+            json!({"apiVersion": "v1", "data": {"a": "1"}, "kind": "ConfigMap",
+                "metadata": {"name": "a", "resourceVersion": "7", "uid": "u"}}),
+            json!({"metadata": {"resourceVersion": "7"}}),
+            json!({"metadata": {"name": "a"}, "zeta": [1, {"resourceVersion": "x"}]}),
+            // No metadata, or one that is not an object: stored as `{}`,
+            // in its place among the members.
+            json!({"data": {"a": "1"}}),
+            json!({"apiVersion": "v1", "spec": {}}),
+            json!({"zzz": true}),
+            json!({}),
+            json!({"kind": "Pod", "metadata": "not an object", "status": null}),
+        ];
+        for case in cases {
+            let Value::Object(obj) = case else {
+                unreachable!("an object");
+            };
+            assert_eq!(
+                String::from_utf8(to_stored(&obj)).expect("utf-8"),
+                String::from_utf8(copied(&obj)).expect("utf-8"),
+            );
+        }
     }
 
     #[test]
@@ -347,6 +547,49 @@ mod tests {
             };
             assert!(write_client_json(cm, value, 1, wanted, &mut out).is_none());
             assert!(out.is_empty());
+        }
+    }
+
+    /// Values written through the etcd API need not be serde_json's own
+    /// print: members out of order, a name twice (the last one counts, as
+    /// in a parse), escaped names, the server's members already present.
+    /// The copy still equals the parsed object printed. (Members below
+    /// `metadata`'s own are copied as they are, so here they are in order.)
+    #[test]
+    fn client_json_of_any_stored_object_equals_the_parsed_object() {
+        let cm = resources::find("", "v1", "configmaps").expect("cm");
+        let values: [&[u8]; 6] = [
+            br#"{"metadata":{"name":"a","uid":"u"},"data":{"k":"v"},"apiVersion":"x"}"#,
+            br#"{"data":{"k":"1"},"data":{"k":"2"},"metadata":{"name":"a","name":"b"}}"#,
+            br#"{"d\u0061ta":{"k":"v"},"metadata":{"n\"ame":"a","resourceVersion":"9"}}"#,
+            br#"{"kind":"Other","zz":1,"metadata":{"labels":{"a":"2","b":"1"}},"a":0}"#,
+            br#"{"metadata":{}}"#,
+            br#"{}"#,
+        ];
+        for value in values {
+            let (members, metadata) = crate::kube::selectors::Attrs::reads(cm).expect("plain");
+            let wanted = Wanted {
+                members: &members,
+                metadata: &metadata,
+            };
+            let mut out = Vec::new();
+            let read = write_client_json(cm, value, 7, wanted, &mut out)
+                .unwrap_or_else(|| panic!("not copied: {}", String::from_utf8_lossy(value)));
+            let parsed = from_stored(cm, b"k", value, 7).expect("an object");
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                serde_json::to_string(&parsed).expect("printed"),
+                "{}",
+                String::from_utf8_lossy(value)
+            );
+            assert_eq!(
+                read.pointer("/metadata/name"),
+                parsed.pointer("/metadata/name")
+            );
+            assert_eq!(
+                read.pointer("/metadata/labels"),
+                parsed.pointer("/metadata/labels")
+            );
         }
     }
 }

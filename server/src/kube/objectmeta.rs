@@ -132,7 +132,8 @@ pub fn name_and_namespace(
 /// `rest.BeforeUpdate`'s part of the metadata: the fields the server owns,
 /// carried from the stored object `old` into `new` before it is validated.
 pub fn before_update(old: &Map<String, Value>, new: &mut Map<String, Value>) {
-    let old_meta = meta(old).cloned().unwrap_or_default();
+    let empty = Map::new();
+    let old_meta = meta(old).unwrap_or(&empty);
     let meta = metadata_mut(new);
     if meta_str(Some(meta), "uid").is_empty() {
         match old_meta.get("uid") {

@@ -352,6 +352,10 @@ fn field_label(rt: &'static ResourceType, label: &str) -> Result<&'static FieldL
     })
 }
 
+/// The members [`Attrs::of`] reads of an object: its top-level ones and
+/// `metadata`'s own ([`Attrs::reads`]).
+pub type AttrReads = (Vec<&'static str>, Vec<&'static str>);
+
 /// What selectors read of one object, rendered once when it enters the
 /// watch cache: the values of its type's field labels and its labels, as
 /// kube's watch cache keeps `GetAttrs`' labels and fields beside each
@@ -413,7 +417,7 @@ impl Attrs {
     /// top-level ones and `metadata`'s own (`labels` among them), so a
     /// caller may parse those alone. `None` when a field label's path
     /// cannot be named so (a pointer segment with an escape).
-    pub fn reads(rt: &'static ResourceType) -> Option<(Vec<&'static str>, Vec<&'static str>)> {
+    pub fn reads(rt: &'static ResourceType) -> Option<AttrReads> {
         let (fields, _) = fields_of(rt);
         let mut members = vec!["metadata"];
         let mut metadata = vec!["labels"];

@@ -25,6 +25,11 @@ const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 /// volumes (0644).
 const VOLUME_DEFAULT_MODE: i64 = 0o644;
 
+/// Whether [`apply`] may change an object of `kind`.
+pub fn has_defaults(kind: Kind) -> bool {
+    !matches!(kind, Kind::ConfigMap)
+}
+
 /// Fills in `kind`'s defaults.
 pub fn apply(kind: Kind, obj: &mut Map<String, Value>) {
     match kind {

@@ -34,6 +34,8 @@ mod pod;
 mod service;
 mod workloads;
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 pub use decode::check_types;
@@ -104,12 +106,21 @@ pub fn prepare_create(rt: &ResourceType, obj: &mut Map<String, Value>) {
 /// An object as kube reads it back from storage: with its defaults
 /// (for comparing an update with what is stored, as kube compares it
 /// with the stored object decoded, hence defaulted).
-pub fn with_defaults(rt: &ResourceType, obj: &Map<String, Value>) -> Map<String, Value> {
-    let mut obj = obj.clone();
-    if let Some(kind) = Kind::of(rt) {
-        defaults::apply(kind, &mut obj);
+///
+/// A type with no defaults (custom resources, ConfigMaps, most built-ins)
+/// gets the stored object itself, uncopied.
+pub fn with_defaults<'a>(
+    rt: &ResourceType,
+    obj: &'a Map<String, Value>,
+) -> Cow<'a, Map<String, Value>> {
+    match Kind::of(rt).filter(|kind| defaults::has_defaults(*kind)) {
+        Some(kind) => {
+            let mut obj = obj.clone();
+            defaults::apply(kind, &mut obj);
+            Cow::Owned(obj)
+        }
+        None => Cow::Borrowed(obj),
     }
-    obj
 }
 
 /// An update of the stored `old` (already defaulted,

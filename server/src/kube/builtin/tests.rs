@@ -944,3 +944,26 @@ proptest! {
         }
     }
 }
+
+/// An update compares with the stored object as kube decodes it: with
+/// its type's defaults. A type without defaults compares with the stored
+/// object itself, uncopied.
+#[test]
+fn the_stored_object_is_defaulted_only_where_its_type_has_defaults() {
+    use std::borrow::Cow;
+    let stored = map(json!({"metadata": {"name": "a"}, "data": {"k": "v"}}));
+    let config_maps = served("", "configmaps");
+    assert!(matches!(
+        super::with_defaults(config_maps, &stored),
+        Cow::Borrowed(s) if std::ptr::eq(s, &stored)
+    ));
+    let namespaces = served("", "namespaces");
+    assert!(matches!(
+        super::with_defaults(namespaces, &stored),
+        Cow::Borrowed(_)
+    ));
+    let secrets = served("", "secrets");
+    let defaulted = super::with_defaults(secrets, &stored);
+    assert_eq!(defaulted.get("type"), Some(&json!("Opaque")));
+    assert_eq!(stored.get("type"), None, "the stored object is left alone");
+}
