@@ -133,15 +133,15 @@ struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'a> Members<'a> {
     fn parse(json: &'a [u8]) -> Option<Self> {
-        Self::in_order(serde_json::from_slice(json).ok()?)
+        serde_json::from_slice(json).ok().map(Self::in_order)
     }
 
     /// [`Members::parse`] of JSON known to be UTF-8 (no second check).
     fn parse_str(json: &'a str) -> Option<Self> {
-        Self::in_order(serde_json::from_str(json).ok()?)
+        serde_json::from_str(json).ok().map(Self::in_order)
     }
 
-    fn in_order(mut members: Self) -> Option<Self> {
+    fn in_order(mut members: Self) -> Self {
         // Stored objects are written by serde_json, sorted and unique;
         // a value written through the etcd API may be neither.
         if !members.0.windows(2).all(|w| w[0].0 < w[1].0) {
@@ -154,7 +154,7 @@ impl<'a> Members<'a> {
                 same
             });
         }
-        Some(members)
+        members
     }
 
     fn get(&self, name: &str) -> Option<&'a RawValue> {
