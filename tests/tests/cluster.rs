@@ -128,8 +128,32 @@ enum CatchUp {
     Snapshot,
 }
 
+impl CatchUp {
+    /// What the leader's log must show before the follower restarts.
+    fn leader_needs(self) -> &'static str {
+        match self {
+            CatchUp::Log => "the writes",
+            CatchUp::LogKeptBehindSnapshots => "a snapshot past the stopped follower",
+            CatchUp::Snapshot => "the log purged past the stopped follower",
+        }
+    }
+
+    /// Whether the leader's `/debug/cluster` shows what [`Self::leader_needs`]
+    /// says, for a follower stopped at applied index `stopped_at`.
+    fn leader_shows(self, status: &serde_json::Value, stopped_at: u64) -> bool {
+        let past = |key: &str| status[key].as_u64().is_some_and(|i| i > stopped_at);
+        match self {
+            CatchUp::Log => true,
+            CatchUp::LogKeptBehindSnapshots => past("snapshot_index"),
+            CatchUp::Snapshot => past("purged_index"),
+        }
+    }
+}
+
 /// Snapshots every 100 entries with 50 kept behind each: a follower that
-/// misses 1000 writes can only be caught up by a snapshot.
+/// misses 1000 writes from 8 clients (at least 125 entries, since an entry
+/// carries at most one write per client) can only be caught up by a
+/// snapshot.
 fn frequent_snapshots() -> ClusterOptions {
     ClusterOptions {
         snapshot_after_entries: 100,
@@ -145,11 +169,22 @@ struct StoppedFollower {
     follower: u64,
     /// The follower's applied index when it stopped.
     stopped_at: u64,
-    /// The leader's `/debug/cluster` after the writes.
+    /// The leader's `/debug/cluster` after the writes, once it shows the
+    /// log state `how` needs.
     leader_status: serde_json::Value,
 }
 
-async fn stop_a_follower_and_write(c: &mut TestCluster, prefix: &str) -> StoppedFollower {
+/// Stops a follower, writes 1000 objects through the others, and returns
+/// once the leader's log is in the state `how` needs. The leader builds
+/// its snapshots and purges its log in the background, after the writes
+/// that crossed a threshold are acknowledged, so a slow disk can finish
+/// them after the last write: the leader's status is awaited, never
+/// assumed from the write count.
+async fn stop_a_follower_and_write(
+    c: &mut TestCluster,
+    prefix: &str,
+    how: CatchUp,
+) -> StoppedFollower {
     let leader = c.leader().await.expect("leader");
     let follower = c.follower().await.expect("a follower");
     let others: Vec<u64> = c.ids().into_iter().filter(|id| *id != follower).collect();
@@ -157,7 +192,17 @@ async fn stop_a_follower_and_write(c: &mut TestCluster, prefix: &str) -> Stopped
     let stopped_at = before["applied_index"].as_u64().expect("applied");
     c.kill(follower).await.expect("kill");
     write_many(c, &others, prefix, 1000, 8).await;
-    let leader_status = c.status(leader).await.expect("leader status");
+    let statuses = c
+        .wait_for(how.leader_needs(), Duration::from_secs(30), |s| {
+            s.iter()
+                .any(|x| x["node_id"].as_u64() == Some(leader) && how.leader_shows(x, stopped_at))
+        })
+        .await
+        .expect("the leader's log state");
+    let leader_status = statuses
+        .into_iter()
+        .find(|x| x["node_id"].as_u64() == Some(leader))
+        .expect("the leader's status");
     StoppedFollower {
         leader,
         follower,
@@ -178,7 +223,7 @@ async fn follower_catch_up(options: ClusterOptions, how: CatchUp) {
         follower,
         stopped_at,
         leader_status,
-    } = stop_a_follower_and_write(&mut c, "catchup").await;
+    } = stop_a_follower_and_write(&mut c, "catchup", how).await;
     let purged = leader_status["purged_index"].as_u64();
     if expect_snapshot {
         assert!(
@@ -279,7 +324,7 @@ async fn a_follower_slow_to_install_a_snapshot_catches_up_without_calling_an_ele
         follower,
         stopped_at,
         leader_status: before,
-    } = stop_a_follower_and_write(&mut c, "slow-install").await;
+    } = stop_a_follower_and_write(&mut c, "slow-install", CatchUp::Snapshot).await;
     assert!(
         before["purged_index"]
             .as_u64()
