@@ -9,8 +9,9 @@
 # bench rest`). The clients are spread over the three nodes, as in `bench
 # compare`. After 5,000 warm-up puts the workload starts, and 3 s into it
 # `perf record` samples the nodes (not the load generator) for
-# PROFILE_SECONDS (default 8) at 299 Hz with DWARF call graphs. OUT
-# (default ./profile-WORKLOAD) keeps perf.data, the `perf script` text and
+# PROFILE_SECONDS (default 8) at 299 Hz with DWARF call graphs (the load
+# runs PROFILE_CLIENTS clients, default 64). OUT (default
+# ./profile-WORKLOAD) keeps perf.data, the `perf script` text and
 # stages.txt: the stages of all three nodes, of the leader and of the two
 # followers. `scripts/perf-stages.py --under FRAME` reads the text again.
 # KUBESTORE_BIN runs a given binary instead of building the release one.
@@ -22,6 +23,7 @@ source "$(dirname "$0")/common.sh"
 workload=${1:?usage: scripts/profile-cluster.sh put|create|update [OUT]}
 out=$(realpath -m "${2:-profile-$workload}")
 seconds=${PROFILE_SECONDS:-8}
+clients=${PROFILE_CLIENTS:-64}
 case "$workload" in
     put | create | update) ;;
     *) echo "unknown workload $workload (put, create, update)" >&2; exit 2 ;;
@@ -76,7 +78,7 @@ case "$workload" in
     *) load=(bench rest --endpoints "$rest" --workloads "$workload") ;;
 esac
 # Enough requests to outlast the recording on any machine we have seen.
-"$KUBESTORE_BIN" "${load[@]}" --clients 64 --requests 200000 --no-progress --out "$data/load" \
+"$KUBESTORE_BIN" "${load[@]}" --clients "$clients" --requests 200000 --no-progress --out "$data/load" \
     >"$out/load.log" 2>&1 &
 load_pid=$!
 # Sample the steady state, not the clients' connecting and first batches.

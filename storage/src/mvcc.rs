@@ -483,21 +483,30 @@ pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<
     Ok(())
 }
 
+/// Encodes a key's state as its `history` row holds it (bincode's
+/// `Option<KeyValue>`: a tag byte, then the `KeyValue` when there is one)
+/// into `out`, replacing what it held. The `kv` row of a live key is the
+/// same bytes after the tag, so one encoding makes both.
+fn encode_state(state: &Option<KeyValue>, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    out.clear();
+    bincode::serialize_into(&mut *out, state)?;
+    Ok(())
+}
+
 /// One command's own rows: its keys' current state and history, its
 /// revision's events, its lease changes.
 fn stage_rows(batch: &mut Batch<'_>, applied: &Applied) -> Result<(), StoreError> {
     let revision = applied.response.revision;
     if !applied.writes.is_empty() {
+        let mut row = Vec::new();
         for (key, state) in &applied.writes {
+            encode_state(state, &mut row)?;
             match state {
-                Some(kv) => batch.put(Cf::Kv, key, &bincode::serialize(kv)?)?,
+                // The current row is the history row without its tag.
+                Some(_) => batch.put(Cf::Kv, key, &row[1..])?,
                 None => batch.delete(Cf::Kv, key)?,
             }
-            batch.put(
-                Cf::History,
-                &schema::history_key(key, revision.0),
-                &bincode::serialize(state)?,
-            )?;
+            batch.put(Cf::History, &schema::history_key(key, revision.0), &row)?;
         }
         batch.put(
             Cf::Events,
@@ -674,6 +683,34 @@ mod tests {
                 })
                 .collect()
         }
+    }
+
+    /// One encoding makes both rows of a written key: the `kv` row is the
+    /// `KeyValue` as bincode writes it, the `history` row the
+    /// `Option<KeyValue>`, for live keys and deletions alike.
+    #[tokio::test]
+    async fn a_keys_current_and_history_rows_are_its_state_encoded_once() {
+        let mut f = Fixture::new();
+        f.txn(vec![put("a", "1")]).await; // 1
+        f.txn(vec![put("a", "2"), put("b", "x")]).await; // 2
+        f.txn(vec![delete("b")]).await; // 3
+        let engine = &f.store.engine;
+        let row = |cf: Cf, key: &[u8]| engine.get(cf, key).expect("read");
+        let current = read_current(engine, b"a").expect("get").expect("a is live");
+        assert_eq!(current.value, b"2");
+        assert_eq!(
+            row(Cf::Kv, b"a"),
+            Some(bincode::serialize(&current).expect("encode"))
+        );
+        assert_eq!(
+            row(Cf::History, &schema::history_key(b"a", 2)),
+            Some(bincode::serialize(&Some(current)).expect("encode"))
+        );
+        assert_eq!(row(Cf::Kv, b"b"), None);
+        assert_eq!(
+            row(Cf::History, &schema::history_key(b"b", 3)),
+            Some(bincode::serialize(&None::<KeyValue>).expect("encode"))
+        );
     }
 
     #[tokio::test]

@@ -3,6 +3,11 @@
 //! the writes, lease changes, attachments and session changes of the
 //! batch's earlier commands laid over it), so each applies exactly as if it
 //! were its own entry; all of them share the entry's range budget.
+//!
+//! The view owns the earlier commands' [`Applied`] and reads their key
+//! states and session records where they lie, by index: a command's writes
+//! are not copied for the ones after it (a batch of puts used to copy each
+//! value twice more on every node).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,9 +45,8 @@ pub(super) fn apply_entry_within(
         let applied = apply_within(view, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
         return Ok((applied.response.clone(), vec![applied]));
     };
-    let mut overlay = BatchView::new(view);
+    let mut overlay = BatchView::new(view, cmds.len());
     let mut responses = Vec::with_capacity(cmds.len());
-    let mut all = Vec::with_capacity(cmds.len());
     for cmd in cmds {
         let applied = if cmd.is_batchable() {
             let one = apply_within(&overlay, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
@@ -57,19 +61,15 @@ pub(super) fn apply_entry_within(
                 ..Applied::default()
             }
         };
-        overlay.absorb(&applied);
         responses.push(applied.response.clone());
-        all.push(applied);
+        overlay.absorb(applied);
     }
     let response = Response {
         revision: overlay.current_revision(),
         result: Ok(CommandResult::Batch(responses)),
     };
-    Ok((response, all))
+    Ok((response, overlay.applied))
 }
-
-/// Keys and their state after one command (`None` = deleted).
-type KeyStates = Vec<(Vec<u8>, Option<KeyValue>)>;
 
 /// The store as the next command of a batch sees it: the base view with
 /// the writes, lease changes and attachments of the batch's earlier
@@ -77,11 +77,14 @@ type KeyStates = Vec<(Vec<u8>, Option<KeyValue>)>;
 struct BatchView<'v, V> {
     base: &'v V,
     revision: Revision,
-    /// The latest state of every key the batch wrote.
-    writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
-    /// Each writing command's key states at its revision, in order, for
-    /// reads at a revision inside the batch.
-    history: Vec<(Revision, KeyStates)>,
+    /// The batch's commands applied so far, in order.
+    applied: Vec<Applied>,
+    /// Every key the batch wrote, and the command of `applied` whose
+    /// writes hold its latest state.
+    writes: BTreeMap<Vec<u8>, usize>,
+    /// Each writing command's revision and place in `applied`, in order,
+    /// for reads at a revision inside the batch.
+    history: Vec<(Revision, usize)>,
     leases: BTreeMap<LeaseId, Option<LeaseRecord>>,
     attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     sessions: BTreeMap<NodeId, SessionOverlay>,
@@ -95,12 +98,15 @@ struct SessionOverlay {
     replaced: bool,
     /// The base's records evicted in this batch.
     evicted: BTreeSet<u64>,
-    /// Records made in this batch (and not evicted since).
-    recorded: BTreeMap<u64, Recorded>,
+    /// Records made in this batch (and not evicted since): the command of
+    /// the batch whose session update holds each.
+    recorded: BTreeMap<u64, usize>,
 }
 
 impl SessionOverlay {
-    fn absorb(&mut self, update: &SessionUpdate) {
+    /// Lays `update`, made by the batch's command at `index`, over the
+    /// session.
+    fn absorb(&mut self, update: &SessionUpdate, index: usize) {
         if update.replaced {
             self.replaced = true;
             self.evicted.clear();
@@ -110,18 +116,20 @@ impl SessionOverlay {
             self.recorded.remove(seq);
             self.evicted.insert(*seq);
         }
-        if let Some((seq, recorded)) = &update.recorded {
-            self.recorded.insert(*seq, recorded.clone());
+        if let Some((seq, _)) = &update.recorded {
+            self.recorded.insert(*seq, index);
         }
         self.state = update.state;
     }
 }
 
 impl<'v, V: MvccRead> BatchView<'v, V> {
-    fn new(base: &'v V) -> Self {
+    /// A view over `base` for a batch of `commands` commands.
+    fn new(base: &'v V, commands: usize) -> Self {
         Self {
             base,
             revision: base.current_revision(),
+            applied: Vec::with_capacity(commands),
             writes: BTreeMap::new(),
             history: Vec::new(),
             leases: BTreeMap::new(),
@@ -130,19 +138,20 @@ impl<'v, V: MvccRead> BatchView<'v, V> {
         }
     }
 
-    fn absorb(&mut self, applied: &Applied) {
+    /// Lays the next command's outcome over the view, and keeps it.
+    fn absorb(&mut self, applied: Applied) {
+        let index = self.applied.len();
         if !applied.writes.is_empty() {
             self.revision = applied.response.revision;
-            self.history.push((
-                self.revision,
-                applied
-                    .writes
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ));
-            self.writes
-                .extend(applied.writes.iter().map(|(k, v)| (k.clone(), v.clone())));
+            self.history.push((self.revision, index));
+            for key in applied.writes.keys() {
+                match self.writes.get_mut(key) {
+                    Some(latest) => *latest = index,
+                    None => {
+                        self.writes.insert(key.clone(), index);
+                    }
+                }
+            }
         }
         self.leases
             .extend(applied.leases.iter().map(|(k, v)| (*k, *v)));
@@ -157,15 +166,22 @@ impl<'v, V: MvccRead> BatchView<'v, V> {
                     evicted: BTreeSet::new(),
                     recorded: BTreeMap::new(),
                 })
-                .absorb(update);
+                .absorb(update, index);
         }
+        self.applied.push(applied);
+    }
+
+    /// The state command `index` left `key` in (`None`: deleted); the
+    /// command wrote `key`.
+    fn written(&self, index: usize, key: &[u8]) -> Option<&Option<KeyValue>> {
+        self.applied.get(index)?.writes.get(key)
     }
 }
 
 impl<V: MvccRead> MvccRead for BatchView<'_, V> {
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
         match self.writes.get(key) {
-            Some(state) => Ok(state.clone()),
+            Some(index) => Ok(self.written(*index, key).cloned().flatten()),
             None => self.base.get(key),
         }
     }
@@ -190,8 +206,8 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         // The base's current keys with the batch's writes up to `upto` on
         // top (the overlay holds only keys the batch wrote).
         let mut overlay: BTreeMap<&Vec<u8>, &Option<KeyValue>> = BTreeMap::new();
-        for (_, writes) in self.history.iter().take_while(|(rev, _)| *rev <= upto) {
-            for (key, state) in writes {
+        for (_, index) in self.history.iter().take_while(|(rev, _)| *rev <= upto) {
+            for (key, state) in &self.applied[*index].writes {
                 if range.contains(key) {
                     overlay.insert(key, state);
                 }
@@ -247,8 +263,13 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         let Some(overlay) = self.sessions.get(&origin) else {
             return self.base.session_record(origin, seq);
         };
-        if let Some(recorded) = overlay.recorded.get(&seq) {
-            return Ok(Some(recorded.clone()));
+        if let Some(index) = overlay.recorded.get(&seq) {
+            let recorded = self.applied[*index]
+                .session
+                .as_ref()
+                .and_then(|update| update.recorded.as_ref())
+                .map(|(_, recorded)| recorded.clone());
+            return Ok(recorded);
         }
         if overlay.replaced || overlay.evicted.contains(&seq) {
             return Ok(None);
