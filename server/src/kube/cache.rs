@@ -18,7 +18,14 @@
 //!   revision every type is complete up to, quiet types included: it moves
 //!   to the store's applied revision even when no event touched a type.
 //! - A type's ring holds every event of that type after its `base`
-//!   revision, and a snapshot for `base` and for each of those revisions.
+//!   revision, and a snapshot for `base` and for the last revision of
+//!   each feed step that touched the type, so every event lies between two
+//!   snapshots. The objects at a revision between two snapshots are the
+//!   earlier one with the ring's events up to that revision laid over it
+//!   ([`TypeCache::snapshot_at`]). One snapshot per step rather than per
+//!   revision: a persistent map shared with a snapshot copies the nodes on
+//!   the path of the next insert, so a snapshot after every write made each
+//!   write copy (and later free) a few nodes of pointers.
 //! - When a Raft snapshot replaces the whole state (or history the cache
 //!   still needed was compacted), the cache is rebuilt from one consistent
 //!   read of storage and the rings restart at that revision.
@@ -465,6 +472,22 @@ pub struct CachedEvent {
     pub prev: Option<Arc<CachedObject>>,
 }
 
+impl CachedEvent {
+    /// Makes `objects` what this event left them: a written object goes
+    /// in; a deleted one, or one whose new value is not an object (as
+    /// [`TypeCache::apply`] leaves it out), goes.
+    fn replay(&self, objects: &mut Objects) {
+        match (self.kind, &self.object) {
+            (EventKind::Put, Some(object)) => objects.insert(object.clone()),
+            _ => {
+                if let Some(prev) = &self.prev {
+                    objects.remove(&prev.key);
+                }
+            }
+        }
+    }
+}
+
 /// How much history the rings keep (`--watch-cache-events`,
 /// `--watch-cache-seconds`). kube keeps 100 events per type and at least
 /// 75 s; a ring of pointers is cheap, so the defaults keep more and let
@@ -559,45 +582,65 @@ impl TypeCache {
         ));
     }
 
-    /// Records the snapshot after `revision` (once per revision that
-    /// touched the type) and trims the ring to its limits.
+    /// Records the snapshot after `revision`, the last revision of a feed
+    /// step that touched the type (once per step), and trims the ring to
+    /// its limits.
     fn seal(&mut self, revision: u64, limits: &CacheLimits, now: Instant) {
         if self.snapshots.back().map(|(r, _)| *r) != Some(revision) {
             self.snapshots.push_back((revision, self.objects.clone()));
         }
         let too_old = |at: &Instant| now.duration_since(*at) > limits.max_age;
-        while self
-            .events
-            .front()
-            .is_some_and(|(at, _)| self.events.len() > limits.max_events || too_old(at))
-        {
-            // Drop whole revisions: the snapshot of the dropped revision
-            // becomes the new base.
-            let Some(dropped) = self.events.front().map(|(_, e)| e.revision) else {
+        // Drop whole revisions, oldest first, while the ring is past its
+        // limits; the objects after the last one dropped become the base.
+        let (mut kept, mut cut) = (self.events.len(), None);
+        while let Some((at, event)) = self.events.get(self.events.len() - kept) {
+            if kept <= limits.max_events && !too_old(at) {
                 break;
-            };
+            }
+            let dropped = event.revision;
             while self
                 .events
-                .front()
+                .get(self.events.len() - kept)
                 .is_some_and(|(_, e)| e.revision == dropped)
             {
-                self.events.pop_front();
+                kept -= 1;
             }
-            while self.snapshots.len() > 1 && self.snapshots[1].0 <= dropped {
-                self.snapshots.pop_front();
-            }
-            self.base = self.snapshots[0].0;
+            cut = Some(dropped);
         }
+        let Some(cut) = cut else {
+            return;
+        };
+        // Built before the events it is made from go (a copy of the
+        // snapshot before it with at most a step's events laid over it).
+        let Some(base) = self.snapshot_at(cut) else {
+            return;
+        };
+        self.events.drain(..self.events.len() - kept);
+        while self.snapshots.front().is_some_and(|(r, _)| *r <= cut) {
+            self.snapshots.pop_front();
+        }
+        self.snapshots.push_front((cut, base));
+        self.base = cut;
     }
 
+    /// The objects right after `revision`: the last snapshot at or before
+    /// it, with the ring's events after that snapshot up to `revision`
+    /// laid over a copy of it (at most one feed step's events).
     fn snapshot_at(&self, revision: u64) -> Option<Objects> {
         if revision < self.base {
             return None;
         }
         let i = self.snapshots.partition_point(|(r, _)| *r <= revision);
-        self.snapshots
-            .get(i.checked_sub(1)?)
-            .map(|(_, o)| o.clone())
+        let (at, snapshot) = self.snapshots.get(i.checked_sub(1)?)?;
+        let mut objects = snapshot.clone();
+        let from = self.events.partition_point(|(_, e)| e.revision <= *at);
+        for (_, event) in self.events.range(from..) {
+            if event.revision > revision {
+                break;
+            }
+            event.replay(&mut objects);
+        }
+        Some(objects)
     }
 }
 
@@ -930,8 +973,9 @@ impl WatchCache {
         {
             let mut state = self.write();
             let definitions = resources::custom_resource_definitions().collection_prefix(None);
+            // Each type this step changed, and the last revision that did.
+            let mut touched: Vec<(usize, u64)> = Vec::new();
             for (revision, events) in &batch {
-                let mut touched: Vec<usize> = Vec::new();
                 let mut redefined = false;
                 // Keys outside the registry (the etcd API's own) belong to
                 // no type: only the revision moves for them.
@@ -946,20 +990,25 @@ impl WatchCache {
                             let t = &state.types[i];
                             trigger_prefixes(t.rt, &t.prefix, &event.kv.key, &mut woken);
                             state.types[i].apply(event, now);
-                            if !touched.contains(&i) {
-                                touched.push(i);
+                            match touched.iter_mut().find(|(t, _)| *t == i) {
+                                Some((_, last)) => *last = revision.0,
+                                None => touched.push((i, revision.0)),
                             }
                         }
                     }
                 }
-                for i in touched {
-                    state.types[i].seal(revision.0, &self.limits, now);
-                }
                 if redefined {
+                    // The types are replaced: seal what they hold first.
+                    for (i, at) in touched.drain(..) {
+                        state.types[i].seal(at, &self.limits, now);
+                    }
                     redefined_any |= self.redefine(&mut state, revision.0);
                 }
                 state.revision = revision.0;
                 last = Some(revision.0);
+            }
+            for (i, at) in touched {
+                state.types[i].seal(at, &self.limits, now);
             }
         }
         if let Some(r) = last {
@@ -1426,6 +1475,104 @@ mod tests {
         );
         assert_eq!(at(4), Some(vec!["b".to_string()]));
         assert_eq!(at(5), None, "beyond the cache's revision");
+    }
+
+    /// The names in `rt`'s snapshot at every revision from 0 to `upto`.
+    fn snapshots_through(f: &Fixture, rt: &ResourceType, upto: u64) -> Vec<Option<Vec<String>>> {
+        (0..=upto)
+            .map(|rev| f.cache.snapshot_at(rt, rev).map(|o| names(&o)))
+            .collect()
+    }
+
+    /// A feed step seals one snapshot per type however many of its
+    /// revisions touched it; every revision inside the step still reads
+    /// exactly, deletions, re-creations and values that are not objects
+    /// included, as it did when each revision had its own snapshot.
+    #[tokio::test]
+    async fn a_step_keeps_one_snapshot_and_every_revision_inside_it_reads_exactly() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        f.put(cm, "a", serde_json::json!({})).await; // 1
+        f.put(cm, "b", serde_json::json!({})).await; // 2
+        f.delete(cm, "a").await; // 3
+        f.put_raw(&cm.key(Some("default"), "b"), "not an object")
+            .await; // 4: b leaves the cache
+        f.put(cm, "a", serde_json::json!({"again": "yes"})).await; // 5
+        f.put(secrets(), "s", serde_json::json!({})).await; // 6: another type
+        f.catch_up();
+
+        let snapshots = {
+            let state = f.cache.read();
+            let t = state.find(cm).expect("configmaps");
+            t.snapshots.iter().map(|(r, _)| *r).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            snapshots,
+            vec![0, 5],
+            "the start, and the step's last revision of the type"
+        );
+        let s = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            snapshots_through(&f, cm, 6),
+            vec![
+                s(&[]),
+                s(&["a"]),
+                s(&["a", "b"]),
+                s(&["b"]),
+                s(&[]),
+                s(&["a"]),
+                s(&["a"])
+            ]
+        );
+        let again = f.cache.snapshot_at(cm, 5).expect("at 5");
+        let a = again.get(cm.key(Some("default"), "a").as_str()).expect("a");
+        assert_eq!(a.revision, 5, "the object as written at 5, not as at 1");
+    }
+
+    /// Past its limits the ring drops whole revisions even inside a step,
+    /// and the objects after the last one dropped become the base.
+    #[tokio::test]
+    async fn the_ring_cuts_inside_a_step_and_the_base_is_the_state_at_the_cut() {
+        let mut f = Fixture::new(3);
+        let cm = configmaps();
+        for name in ["a", "b", "c"] {
+            f.put(cm, name, serde_json::json!({})).await; // 1..=3
+        }
+        f.delete(cm, "b").await; // 4
+        f.put(cm, "d", serde_json::json!({})).await; // 5
+        f.catch_up();
+
+        // Three events kept (3, 4, 5): the base is the state after 2.
+        assert_eq!(
+            f.events_after(cm, 1, 100),
+            Err(BehindRing { base: 2 }),
+            "events after 1 are gone"
+        );
+        let s = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            snapshots_through(&f, cm, 5),
+            vec![
+                None,
+                None,
+                s(&["a", "b"]),
+                s(&["a", "b", "c"]),
+                s(&["a", "c"]),
+                s(&["a", "c", "d"])
+            ]
+        );
+        // A later step cuts again, from the base it left.
+        f.put(cm, "e", serde_json::json!({})).await; // 6
+        f.catch_up();
+        assert_eq!(
+            snapshots_through(&f, cm, 6)[3..].to_vec(),
+            vec![
+                s(&["a", "b", "c"]),
+                s(&["a", "c"]),
+                s(&["a", "c", "d"]),
+                s(&["a", "c", "d", "e"])
+            ]
+        );
+        assert!(f.cache.snapshot_at(cm, 2).is_none(), "below the new base");
     }
 
     #[tokio::test]
