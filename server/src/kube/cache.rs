@@ -592,20 +592,20 @@ impl TypeCache {
         let too_old = |at: &Instant| now.duration_since(*at) > limits.max_age;
         // Drop whole revisions, oldest first, while the ring is past its
         // limits; the objects after the last one dropped become the base.
-        let (mut kept, mut cut) = (self.events.len(), None);
-        while let Some((at, event)) = self.events.get(self.events.len() - kept) {
-            if kept <= limits.max_events && !too_old(at) {
+        let (mut dropped, mut cut) = (0, None);
+        while let Some((at, event)) = self.events.get(dropped) {
+            if self.events.len() - dropped <= limits.max_events && !too_old(at) {
                 break;
             }
-            let dropped = event.revision;
+            let revision = event.revision;
             while self
                 .events
-                .get(self.events.len() - kept)
-                .is_some_and(|(_, e)| e.revision == dropped)
+                .get(dropped)
+                .is_some_and(|(_, e)| e.revision == revision)
             {
-                kept -= 1;
+                dropped += 1;
             }
-            cut = Some(dropped);
+            cut = Some(revision);
         }
         let Some(cut) = cut else {
             return;
@@ -615,7 +615,7 @@ impl TypeCache {
         let Some(base) = self.snapshot_at(cut) else {
             return;
         };
-        self.events.drain(..self.events.len() - kept);
+        self.events.drain(..dropped);
         while self.snapshots.front().is_some_and(|(r, _)| *r <= cut) {
             self.snapshots.pop_front();
         }
@@ -1477,6 +1477,11 @@ mod tests {
         assert_eq!(at(5), None, "beyond the cache's revision");
     }
 
+    /// `names` as [`snapshots_through`] shows a retained revision.
+    fn s(names: &[&str]) -> Option<Vec<String>> {
+        Some(names.iter().map(|n| n.to_string()).collect())
+    }
+
     /// The names in `rt`'s snapshot at every revision from 0 to `upto`.
     fn snapshots_through(f: &Fixture, rt: &ResourceType, upto: u64) -> Vec<Option<Vec<String>>> {
         (0..=upto)
@@ -1511,7 +1516,6 @@ mod tests {
             vec![0, 5],
             "the start, and the step's last revision of the type"
         );
-        let s = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
         assert_eq!(
             snapshots_through(&f, cm, 6),
             vec![
@@ -1548,7 +1552,6 @@ mod tests {
             Err(BehindRing { base: 2 }),
             "events after 1 are gone"
         );
-        let s = |names: &[&str]| Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
         assert_eq!(
             snapshots_through(&f, cm, 5),
             vec![
