@@ -87,7 +87,8 @@ async fn step(client: &mut Client, op: &Op) -> String {
             }
             match client.get(*key, Some(opts)).await {
                 Ok(r) => format!(
-                    "get count={} more={} kvs={:?}",
+                    "get rev={} count={} more={} kvs={:?}",
+                    header(r.header()),
                     r.count(),
                     r.more(),
                     kvs(r.kvs())

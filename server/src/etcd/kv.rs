@@ -81,7 +81,14 @@ impl Kv for KvService {
             store.run_blocking(move |store| store.range(&read)).await
         }
         .map_err(status::store)?;
-        let revision = resp.revision.0;
+        // The header carries the store's current revision, also for a
+        // read at an older one, as etcd's does: a client reads "how far
+        // the store is" from it whatever revision it asked to read at.
+        // The applied revision after the read is at least the one read.
+        let revision = match req.revision {
+            r if r > 0 => resp.revision.max(store.applied().revision).0,
+            _ => resp.revision.0,
+        };
         let mut out = convert::range_response(convert::shape_range(&req, resp));
         out.header = self.0.header(revision);
         Ok(Response::new(out))
