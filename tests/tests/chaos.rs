@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use kubestore_tests::chaos::history::{Api, Outcome};
+use kubestore_tests::chaos::history::{Api, OpKind, Outcome};
 use kubestore_tests::chaos::nemesis::FaultKind;
 use kubestore_tests::chaos::{self, ChaosConfig};
 
@@ -45,6 +45,20 @@ async fn a_seeded_fault_schedule_keeps_every_promise() {
             })
             .count();
         assert!(ok_writes > 50, "only {ok_writes} successful {api:?} writes");
+        // Reads at an exact revision were answered, not all refused (a
+        // malformed request would leave the `exact-read` check nothing).
+        let exact_reads = report
+            .history
+            .ops
+            .iter()
+            .filter(|o| {
+                o.api == api && o.outcome == Outcome::Ok && matches!(o.kind, OpKind::ReadAt { .. })
+            })
+            .count();
+        assert!(
+            exact_reads > 10,
+            "only {exact_reads} answered {api:?} reads at an exact revision"
+        );
     }
     assert!(
         report.watches.iter().all(|w| w.events > 0),

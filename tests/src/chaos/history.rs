@@ -9,6 +9,9 @@
 //!
 //! Every write in a run writes a value no other write uses, so a value names
 //! the write that produced it.
+//!
+//! Operations are reads (current, stale-tolerant, or at an exact past
+//! revision), puts and compare-and-sets on one key each.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -33,6 +36,12 @@ pub enum OpKind {
     /// A read. `linearizable == false` (etcd `serializable`) is
     /// stale-tolerant: excluded from the linearizability and real-time checks.
     Read { linearizable: bool },
+    /// A read of the key as it was at exactly `revision` (a REST list with
+    /// `resourceVersionMatch=Exact`, an etcd Range with `revision`). Its
+    /// answer is placed at `revision`, not at the time it ran: excluded
+    /// from the linearizability and real-time checks, checked against the
+    /// acknowledged writes' revisions instead (`exact-read`).
+    ReadAt { revision: u64 },
     /// Unconditional write of `value` (etcd Put).
     Put { value: String },
     /// Compare-and-set: takes effect iff the key's current value equals
@@ -69,9 +78,10 @@ pub struct OpResult {
     /// Cas: whether the compare succeeded (Put: always true).
     pub succeeded: bool,
     /// Read: the store revision the read was served at (list resourceVersion
-    /// / etcd header revision). Write that succeeded: the revision it
-    /// created. Failed cas: the store revision at which it was decided, if
-    /// known (may be None).
+    /// / etcd header revision; for an etcd read at an exact revision the
+    /// header need not be the revision read: etcd's is the current one).
+    /// Write that succeeded: the revision it created. Failed cas: the store
+    /// revision at which it was decided, if known (may be None).
     pub revision: Option<u64>,
     /// Read of a present key: the key's mod revision (the revision of the
     /// write that produced `value`).
@@ -101,24 +111,26 @@ pub struct Op {
 impl Op {
     /// Whether this is a Put or a Cas, whatever its outcome.
     pub fn is_write(&self) -> bool {
-        !matches!(self.kind, OpKind::Read { .. })
+        !matches!(self.kind, OpKind::Read { .. } | OpKind::ReadAt { .. })
     }
 
     /// For a write, the value it sets (`Some(None)` = it deletes the key);
     /// `None` for a read.
     pub fn written_value(&self) -> Option<Option<&str>> {
         match &self.kind {
-            OpKind::Read { .. } => None,
+            OpKind::Read { .. } | OpKind::ReadAt { .. } => None,
             OpKind::Put { value } => Some(Some(value)),
             OpKind::Cas { value, .. } => Some(value.as_deref()),
         }
     }
 
-    /// For a read that was answered, the value it saw (`Some(None)` = the
-    /// key was absent); `None` otherwise.
+    /// For a read that was answered (at an exact revision too), the value
+    /// it saw (`Some(None)` = the key was absent); `None` otherwise.
     pub fn read_value(&self) -> Option<Option<&str>> {
         match (&self.kind, self.outcome) {
-            (OpKind::Read { .. }, Outcome::Ok) => Some(self.result.value.as_deref()),
+            (OpKind::Read { .. } | OpKind::ReadAt { .. }, Outcome::Ok) => {
+                Some(self.result.value.as_deref())
+            }
             _ => None,
         }
     }
@@ -134,7 +146,7 @@ impl Op {
     pub fn is_acknowledged_write(&self) -> bool {
         self.outcome == Outcome::Ok
             && match self.kind {
-                OpKind::Read { .. } => false,
+                OpKind::Read { .. } | OpKind::ReadAt { .. } => false,
                 OpKind::Put { .. } => true,
                 OpKind::Cas { .. } => self.result.succeeded,
             }
@@ -148,21 +160,25 @@ impl Op {
 
     /// The revision that places this operation in the store's total order,
     /// if it has one the real-time order must respect: every answered
-    /// operation except stale-tolerant reads, provided the store reported a
-    /// revision.
+    /// operation except stale-tolerant reads and reads at an exact revision
+    /// (whose answer is placed at the revision asked for), provided the
+    /// store reported a revision.
     pub fn ordering_revision(&self) -> Option<u64> {
-        let stale_tolerant = self.kind
-            == OpKind::Read {
-                linearizable: false,
-            };
-        (self.outcome == Outcome::Ok && !stale_tolerant)
+        let placed_elsewhere = matches!(
+            self.kind,
+            OpKind::Read {
+                linearizable: false
+            } | OpKind::ReadAt { .. }
+        );
+        (self.outcome == Outcome::Ok && !placed_elsewhere)
             .then_some(self.result.revision)
             .flatten()
     }
 }
 
-/// `op 12 (put "c1-3" on "pods/a")`: the operation, its key, and for an
-/// answered read or cas what it returned.
+/// `op 12 (put "c1-3" on "pods/a")`: the operation, its key (and the
+/// revision of a read at an exact one), and for an answered read or cas
+/// what it returned.
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "op {} (", self.id)?;
@@ -174,6 +190,15 @@ impl fmt::Display for Op {
                 DisplayValue(self.result.value.as_deref())
             )?,
             (OpKind::Read { .. }, _) => write!(f, "read of {:?}", self.key)?,
+            (OpKind::ReadAt { revision }, Outcome::Ok) => write!(
+                f,
+                "read of {:?} at revision {revision} returned {}",
+                self.key,
+                DisplayValue(self.result.value.as_deref())
+            )?,
+            (OpKind::ReadAt { revision }, _) => {
+                write!(f, "read of {:?} at revision {revision}", self.key)?
+            }
             (OpKind::Put { value }, _) => write!(f, "put {value:?} on {:?}", self.key)?,
             (OpKind::Cas { expect, value }, outcome) => {
                 write!(
@@ -304,6 +329,13 @@ pub mod fixtures {
         }
     }
 
+    /// A read of the key as it was at exactly `revision` that saw `value`.
+    pub fn read_at(id: u64, key: &str, span: (u64, u64), revision: u64, value: Option<&str>) -> Op {
+        let mut read = op(id, key, OpKind::ReadAt { revision }, span);
+        read.result.value = value.map(str::to_owned);
+        read
+    }
+
     /// An acknowledged put of `value`.
     pub fn put(id: u64, key: &str, span: (u64, u64), value: &str) -> Op {
         let mut put = op(
@@ -394,7 +426,7 @@ pub struct ReadinessSample {
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{cas, read};
+    use super::fixtures::{cas, read, read_at};
     use super::*;
 
     #[test]
@@ -408,12 +440,50 @@ mod tests {
         assert_eq!(json["outcome"], "ok");
         let back: Op = serde_json::from_value(json).expect("deserialises");
         assert_eq!(back, op);
+
+        let op = read_at(8, "pods/a", (1, 2), 5, Some("c1-1")).at_revision(9);
+        let json = serde_json::to_value(&op).expect("serialises");
+        assert_eq!(json["op"], "read_at");
+        assert_eq!(json["revision"], 5);
+        assert_eq!(json["result"]["revision"], 9);
+        let back: Op = serde_json::from_value(json).expect("deserialises");
+        assert_eq!(back, op);
+    }
+
+    #[test]
+    fn a_read_at_an_exact_revision_is_a_read_placed_at_that_revision() {
+        let op = read_at(3, "k", (0, 1), 5, Some("v"))
+            .at_revision(9)
+            .with_mod_revision(4);
+        assert!(!op.is_write());
+        assert!(!op.is_linearizable_read());
+        assert!(!op.is_acknowledged_write());
+        assert_eq!(op.written_value(), None);
+        assert_eq!(op.read_value(), Some(Some("v")));
+        assert_eq!(op.ordering_revision(), None);
+        assert_eq!(
+            read(4, "k", (0, 1), None)
+                .at_revision(9)
+                .ordering_revision(),
+            Some(9)
+        );
+        assert_eq!(op.clone().failed().read_value(), None);
     }
 
     #[test]
     fn ops_describe_themselves_for_reports() {
         let op = read(3, "k", (0, 1), Some("v"));
         assert_eq!(op.to_string(), r#"op 3 (read of "k" returned "v")"#);
+        let op = read_at(3, "k", (0, 1), 7, None);
+        assert_eq!(
+            op.to_string(),
+            r#"op 3 (read of "k" at revision 7 returned absent)"#
+        );
+        let op = read_at(3, "k", (0, 1), 7, None).failed();
+        assert_eq!(
+            op.to_string(),
+            r#"op 3 (read of "k" at revision 7, failed)"#
+        );
         let op = cas(4, "k", (0, 1), (None, Some("w")), false);
         assert_eq!(
             op.to_string(),

@@ -17,9 +17,12 @@
 //! - a write without an answer (`Unknown`) takes effect at any instant after
 //!   it was invoked (a proposal may linger in a Raft log long after the
 //!   client gave up), or never, and its answer is unconstrained;
-//! - `Failed` operations, unanswered reads and stale-tolerant reads are left
-//!   out: they constrain nothing here (the [`contract`](crate::chaos::contract)
-//!   checks that a failed write's value never shows up);
+//! - `Failed` operations, unanswered reads, stale-tolerant reads and reads
+//!   at an exact past revision are left out: they constrain nothing here
+//!   (an exact read's answer belongs at the revision it asked for, not at
+//!   the time it ran; the [`contract`](crate::chaos::contract) checks it
+//!   against the acknowledged writes' revisions, and that a failed write's
+//!   value never shows up);
 //! - the final state (read once the faults healed) is one more read, after
 //!   every other operation completed.
 //!
@@ -256,7 +259,7 @@ impl Step {
             (OpKind::Read { linearizable: true }, Outcome::Ok) => {
                 Some(Step::Read(values.intern(op.result.value.as_deref())))
             }
-            (OpKind::Read { .. }, _) => None,
+            (OpKind::Read { .. } | OpKind::ReadAt { .. }, _) => None,
             (OpKind::Put { value }, _) => Some(Step::Put(values.written(Some(value)))),
             (OpKind::Cas { expect, value }, outcome) => Some(Step::Cas {
                 expect: values.intern(expect.as_deref()),
@@ -425,12 +428,16 @@ fn pool_order(calls: &[Call<'_>], unanswered: &[usize]) -> Vec<Option<usize>> {
 }
 
 /// The values some operation compares the register with: returned by a
-/// read, expected by a cas, or found by the final read.
+/// read, expected by a cas, or found by the final read. Reads at an exact
+/// revision are no step of the search, so what they saw is left out.
 fn observed_values<'a>(
     ops: &[&'a Op],
     final_read: Option<Option<&'a str>>,
 ) -> HashSet<Option<&'a str>> {
-    let read = ops.iter().filter_map(|op| op.read_value());
+    let read = ops
+        .iter()
+        .filter(|op| !matches!(op.kind, OpKind::ReadAt { .. }))
+        .filter_map(|op| op.read_value());
     let expected = ops.iter().filter_map(|op| match &op.kind {
         OpKind::Cas { expect, .. } => Some(expect.as_deref()),
         _ => None,
@@ -888,7 +895,7 @@ impl<'p, 'a> Search<'p, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chaos::history::fixtures::{cas, put, read, stale_read};
+    use crate::chaos::history::fixtures::{cas, put, read, read_at, stale_read};
     use crate::chaos::synthetic::{make_last_read_stale, random_history, Rng, KEY as K};
 
     fn verdict(ops: &[Op]) -> KeyVerdict {
@@ -942,6 +949,30 @@ mod tests {
             put(2, K, (2, 3), "b"),
             stale_read(3, K, (4, 5), Some("a")),
         ]);
+    }
+
+    #[test]
+    fn reads_at_an_exact_revision_are_not_checked() {
+        // Read now, "a" after "b" completed is stale; read at the revision
+        // of "a" (or of nothing yet), it is what the key held then.
+        let stale_if_current = [
+            put(1, K, (0, 1), "a").at_revision(1),
+            put(2, K, (2, 3), "b").at_revision(2),
+            read_at(3, K, (4, 5), 1, Some("a"))
+                .at_revision(1)
+                .with_mod_revision(1),
+            read_at(4, K, (6, 7), 1, None).failed(),
+        ];
+        assert_linearizable(&stale_if_current);
+        let history = History {
+            ops: stale_if_current.to_vec(),
+            ..History::default()
+        };
+        assert_eq!(check(&history), []);
+        // The same answer read now is caught.
+        let mut current = stale_if_current;
+        current[2].kind = OpKind::Read { linearizable: true };
+        counterexample(&current);
     }
 
     #[test]
@@ -1167,6 +1198,7 @@ mod tests {
             let after = match (&op.kind, op.outcome) {
                 _ if must_wait => None,
                 (OpKind::Read { .. }, _) => (op.result.value.as_deref() == state).then_some(state),
+                (OpKind::ReadAt { .. }, _) => Some(state),
                 (OpKind::Put { value }, _) => Some(Some(value.as_str())),
                 (OpKind::Cas { expect, value }, outcome) => {
                     let matches = expect.as_deref() == state;

@@ -11,8 +11,9 @@
 //!    server-side apply and delete guarded by `resourceVersion`, a JSON
 //!    patch whose `test` guards on the value, a blind server-side apply as
 //!    a put, dry-run writes that must leave no trace, quorum GET and
-//!    LIST), etcd clients (Put, Get
-//!    linearizable and serializable, Txn compare-and-set) and one watcher
+//!    LIST, LIST at an exact past revision), etcd clients (Put, Get
+//!    linearizable, serializable and at an exact past revision, Txn
+//!    compare-and-set) and one watcher
 //!    per API that resumes across nodes, all recording into one history
 //!    ([`workload`]), a lease client that keeps leases alive through
 //!    every node ([`leases`]), and a poller of every node's `/readyz`

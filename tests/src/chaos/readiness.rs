@@ -13,11 +13,11 @@
 //! it was paused; the leader's own checks run on a timer):
 //! - **ready but not serving**: the node answered ready throughout a
 //!   window in which none of the quorum operations (writes, linearizable
-//!   reads) its clients sent through it succeeded, and at least one of
-//!   them failed or timed out. Such an outage runs from the completion of
-//!   the last success before the failure to the completion of the next
-//!   success; its overlap with an unbroken run of ready answers must not
-//!   exceed the slack.
+//!   reads; not reads at an exact revision) its clients sent through it
+//!   succeeded, and at least one of them failed or timed out. Such an
+//!   outage runs from the completion of the last success before the
+//!   failure to the completion of the next success; its overlap with an
+//!   unbroken run of ready answers must not exceed the slack.
 //! - **not ready but serving**: the node answered not ready (a definite
 //!   non-200, not silence) throughout a window in which every quorum
 //!   operation through it succeeded, a write among them. Such a serving
@@ -166,13 +166,15 @@ struct Window {
     ops: Vec<u64>,
 }
 
-/// Operations that need the quorum: writes and linearizable reads.
+/// Operations that need the quorum: writes and linearizable reads. Reads
+/// at an exact revision are left out: a healthy node refuses them when
+/// the revision was compacted, which says nothing about its service.
 fn is_quorum(op: &Op) -> bool {
     !matches!(
         op.kind,
         OpKind::Read {
             linearizable: false
-        }
+        } | OpKind::ReadAt { .. }
     )
 }
 

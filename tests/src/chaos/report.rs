@@ -1,7 +1,9 @@
 //! What a run found, as `report.json`, `history.json` and `timeline.svg`.
 //!
 //! Besides the violations (each with the operations it names), the report
-//! counts operations by API, kind and outcome, and measures availability:
+//! counts operations by API, kind (`read`, `serializable-read`,
+//! `exact-read`, `put`, `create`, `cas`, `delete`) and outcome, and
+//! measures availability:
 //! after each fault, how long every node took to complete both a write and
 //! a linearizable read invoked after the fault began (for the faulted node
 //! of a kill or pause: after it was healed). It has its own sections for
@@ -276,6 +278,14 @@ impl ChaosReport {
                 r.not_recovered
             ));
         }
+        for api in ["rest", "etcd"] {
+            if let Some(c) = self.operations_by_kind.get(&format!("{api} exact-read")) {
+                out.push_str(&format!(
+                    "  {api} reads at an exact revision: {} answered, {} refused (compacted or not reached), {} unknown\n",
+                    c.ok, c.failed, c.unknown
+                ));
+            }
+        }
         out.push_str(&format!(
             "  leases: {} granted, {} renewals acknowledged, {} reads found the leased key, {} expired while held\n",
             self.leases.leases, self.leases.renewals, self.leases.reads_present, self.leases.expired
@@ -333,6 +343,7 @@ fn kind_name(op: &Op) -> String {
         OpKind::Read {
             linearizable: false,
         } => "serializable-read",
+        OpKind::ReadAt { .. } => "exact-read",
         OpKind::Put { .. } => "put",
         OpKind::Cas { expect: None, .. } => "create",
         OpKind::Cas { value: None, .. } => "delete",
@@ -342,7 +353,7 @@ fn kind_name(op: &Op) -> String {
 }
 
 fn is_ok_write(op: &Op) -> bool {
-    op.outcome == Outcome::Ok && !matches!(op.kind, OpKind::Read { .. })
+    op.outcome == Outcome::Ok && op.is_write()
 }
 
 fn is_ok_linearizable_read(op: &Op) -> bool {
@@ -607,7 +618,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chaos::history::fixtures::put;
+    use crate::chaos::history::fixtures::{put, read, read_at};
     use crate::chaos::history::ReadinessSample;
 
     fn config(out: &Path) -> ChaosConfig {
@@ -662,6 +673,45 @@ mod tests {
         let summary = report.summary();
         assert!(summary.contains("FAILURE node 3"), "{summary}");
         assert!(summary.contains("NEMESIS ERROR"), "{summary}");
+    }
+
+    #[test]
+    fn exact_reads_are_counted_apart_and_serve_as_no_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let history = History {
+            ops: vec![
+                read(1, "k", (0, 10), None),
+                read_at(2, "k", (0, 10), 3, None),
+                read_at(3, "k", (20, 30), 3, None).failed(),
+                put(4, "k", (40, 50), "v"),
+            ],
+            ..History::default()
+        };
+        let fault = FaultRecord {
+            kind: FaultKind::Isolate,
+            node: 2,
+            was_leader: false,
+            started: Duration::ZERO,
+            healed: Duration::from_millis(1),
+        };
+        let report = ChaosReport::new(
+            &config(dir.path()),
+            history,
+            vec![fault],
+            Vec::new(),
+            Duration::from_secs(1),
+        );
+        let exact = &report.operations_by_kind["etcd exact-read"];
+        assert_eq!((exact.ok, exact.failed), (1, 1));
+        assert_eq!(report.operations_by_kind["etcd read"].ok, 1);
+        // Node 1 served a write and a linearizable read only once the put
+        // completed, at 50 ms: the exact read before it is no write.
+        assert_eq!(report.faults[0].recovery_ms[&1], Some(50));
+        let summary = report.summary();
+        assert!(
+            summary.contains("etcd reads at an exact revision: 1 answered, 1 refused"),
+            "{summary}"
+        );
     }
 
     #[test]

@@ -1,12 +1,16 @@
-//! The etcd-API clients: linearizable and serializable gets, puts and
-//! compare-and-set transactions on the registers, each answer mapped to an
-//! outcome.
+//! The etcd-API clients: linearizable and serializable gets, gets at an
+//! exact revision, puts and compare-and-set transactions on the registers,
+//! each answer mapped to an outcome.
+//!
+//! The mix: 27% linearizable gets, 8% serializable gets, 5% gets at an
+//! exact revision, 15% puts, 45% compare-and-sets (deletes among them, of
+//! a key known to exist).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, GetResponse, Txn, TxnOp, TxnOpResponse};
 use rand::Rng;
 use tokio::sync::watch;
 
@@ -51,7 +55,7 @@ pub async fn etcd_client(
         let done = match tokio::time::timeout(op_timeout, plan.run(client, &key)).await {
             Ok(done) => done,
             Err(_) => {
-                let outcome = if matches!(kind, OpKind::Read { .. }) {
+                let outcome = if matches!(kind, OpKind::Read { .. } | OpKind::ReadAt { .. }) {
                     Outcome::Failed
                 } else {
                     Outcome::Unknown
@@ -73,6 +77,10 @@ enum EtcdPlan {
     Get {
         linearizable: bool,
     },
+    /// A get of the key as it was at exactly `revision`.
+    GetAt {
+        revision: u64,
+    },
     Put {
         value: String,
     },
@@ -89,6 +97,9 @@ impl EtcdPlan {
             EtcdPlan::Get { linearizable } => OpKind::Read {
                 linearizable: *linearizable,
             },
+            EtcdPlan::GetAt { revision } => OpKind::ReadAt {
+                revision: *revision,
+            },
             EtcdPlan::Put { value } => OpKind::Put {
                 value: value.clone(),
             },
@@ -102,6 +113,7 @@ impl EtcdPlan {
     async fn run(self, client: etcd_client::Client, key: &str) -> Done {
         match self {
             EtcdPlan::Get { linearizable } => etcd_get(client, key, linearizable).await,
+            EtcdPlan::GetAt { revision } => etcd_get_at(client, key, revision).await,
             EtcdPlan::Put { value } => etcd_put(client, key, value).await,
             EtcdPlan::Cas { known, value } => etcd_cas(client, key, known, value).await,
         }
@@ -127,7 +139,25 @@ fn etcd_failure(is_write: bool, e: &etcd_client::Error) -> Done {
 
 async fn etcd_get(mut client: etcd_client::Client, key: &str, linearizable: bool) -> Done {
     let options = (!linearizable).then(|| GetOptions::new().with_serializable());
-    match client.get(key, options).await {
+    get_done(client.get(key, options).await)
+}
+
+/// A (linearizable) get of the key as it was at exactly `revision`. The
+/// answer's header revision need not be `revision` (etcd's is the store's
+/// current revision), only not below it. A compacted or future revision is
+/// a refusal: `Failed`.
+async fn etcd_get_at(mut client: etcd_client::Client, key: &str, revision: u64) -> Done {
+    let Ok(revision) = i64::try_from(revision) else {
+        return Done::not_ok(Outcome::Failed, format!("revision {revision} out of range"));
+    };
+    let options = GetOptions::new().with_revision(revision);
+    get_done(client.get(key, Some(options)).await)
+}
+
+/// A get's answer: the key's value and mod revision, and the header
+/// revision; an error is a failed read.
+fn get_done(answer: Result<GetResponse, etcd_client::Error>) -> Done {
+    match answer {
         Ok(resp) => {
             let kv = resp.kvs().first();
             Done::ok(OpResult {
@@ -208,9 +238,14 @@ impl Client {
     fn plan_etcd(&mut self, key: &str) -> EtcdPlan {
         let roll = self.rng.random_range(0..100);
         match roll {
-            0..=29 => EtcdPlan::Get { linearizable: true },
-            30..=39 => EtcdPlan::Get {
+            0..=26 => EtcdPlan::Get { linearizable: true },
+            27..=34 => EtcdPlan::Get {
                 linearizable: false,
+            },
+            // Until the client has seen a revision, a linearizable get.
+            35..=39 => match self.seen.pick(&mut self.rng) {
+                Some(revision) => EtcdPlan::GetAt { revision },
+                None => EtcdPlan::Get { linearizable: true },
             },
             40..=54 => EtcdPlan::Put {
                 value: self.next_value(),

@@ -14,6 +14,16 @@
 //! faults; a custom register's strategic merge patch is a merge patch
 //! (kube's `415` for a custom type), with the same precondition.
 //!
+//! Both APIs' clients also read at an exact past revision (5% of their
+//! operations: a REST list with `resourceVersionMatch=Exact`, an etcd
+//! Range at `revision`), served from the watch cache's ring or the MVCC
+//! history. The revision is one the client saw acknowledged
+//! (`SeenRevisions`): mostly its latest, otherwise one from up to
+//! `SEEN_WINDOW` (40 s) ago, at times older than the history the cluster
+//! keeps (30 s), so refusals as compacted (`Failed`) come up too. What
+//! such a read saw is the past: it does not update what the client knows
+//! of the register.
+//!
 //! REST clients also send `dryRun=All` creates, updates and deletes (5%
 //! of their operations). A dry run is no operation of the register model
 //! and is not recorded; it is checked by what it must not do: its value is
@@ -37,13 +47,13 @@
 //! the keys); `rest.rs` and `etcd.rs` are the two APIs' clients,
 //! `watchers.rs` the watchers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -202,12 +212,70 @@ pub fn etcd_key(i: usize) -> String {
 /// it (the guard of its next compare-and-set).
 type Known = HashMap<String, Option<(String, u64)>>;
 
+/// How far back a client keeps the revisions it saw, to read at exactly.
+const SEEN_WINDOW: Duration = Duration::from_secs(40);
+/// A client keeps one revision it saw per this much time.
+const SEEN_EVERY: Duration = Duration::from_millis(250);
+
+/// The revisions a client saw the store acknowledge (answered at, created,
+/// or as an object's mod revision), for reads at an exact revision: the
+/// latest, and one sample every [`SEEN_EVERY`] over the last
+/// [`SEEN_WINDOW`].
+#[derive(Debug, Default)]
+struct SeenRevisions {
+    latest: u64,
+    /// `(when seen, the latest revision then)`, oldest first.
+    samples: VecDeque<(Duration, u64)>,
+}
+
+impl SeenRevisions {
+    /// Notes the revisions of an operation's answer, seen at `at`.
+    fn note(&mut self, at: Duration, done: &Done) {
+        if done.outcome != Outcome::Ok {
+            return;
+        }
+        let Some(revision) = done.result.revision.max(done.result.mod_revision) else {
+            return;
+        };
+        self.latest = self.latest.max(revision);
+        if self
+            .samples
+            .back()
+            .is_none_or(|&(last, _)| at >= last + SEEN_EVERY)
+        {
+            self.samples.push_back((at, self.latest));
+        }
+        while self
+            .samples
+            .front()
+            .is_some_and(|&(when, _)| at.saturating_sub(when) > SEEN_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// A revision to read at: the latest seen (60%), else one sampled in
+    /// the window; `None` before any was seen.
+    fn pick(&self, rng: &mut StdRng) -> Option<u64> {
+        if self.latest == 0 {
+            return None;
+        }
+        if self.samples.is_empty() || rng.random_range(0..10) < 6 {
+            return Some(self.latest);
+        }
+        let sample = rng.random_range(0..self.samples.len());
+        self.samples.get(sample).map(|&(_, revision)| revision)
+    }
+}
+
 /// One client's loop state.
 struct Client {
     id: u32,
     rng: StdRng,
     written: u64,
     known: Known,
+    /// Revisions it saw, to read at exactly.
+    seen: SeenRevisions,
     recorder: Arc<Recorder>,
     endpoints: Vec<Endpoint>,
     keys: usize,
@@ -226,6 +294,7 @@ impl Client {
             rng: StdRng::seed_from_u64(seed ^ (u64::from(id) << 32)),
             written: 0,
             known: HashMap::new(),
+            seen: SeenRevisions::default(),
             recorder,
             endpoints,
             keys,
@@ -245,8 +314,19 @@ impl Client {
         self.endpoints[home].clone()
     }
 
-    /// Records one finished operation.
-    fn record(&self, node: u64, api: Api, key: &str, kind: OpKind, invoked: Duration, done: Done) {
+    /// Records one finished operation, and the revisions its answer
+    /// showed.
+    fn record(
+        &mut self,
+        node: u64,
+        api: Api,
+        key: &str,
+        kind: OpKind,
+        invoked: Duration,
+        done: Done,
+    ) {
+        let completed = self.recorder.now();
+        self.seen.note(completed, &done);
         self.recorder.record(Op {
             id: 0,
             client: self.id,
@@ -255,7 +335,7 @@ impl Client {
             key: key.to_string(),
             kind,
             invoked,
-            completed: self.recorder.now(),
+            completed,
             outcome: done.outcome,
             result: done.result,
             error: done.error,
@@ -295,17 +375,20 @@ async fn back_off() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// Updates what a client knows of `key` from an operation's answer.
+/// Updates what a client knows of `key` from an operation's answer. A
+/// read at an exact revision teaches nothing: it saw the past, and a guard
+/// from it would only fail.
 fn learn(known: &mut Known, key: &str, kind: &OpKind, done: &Done) {
     if done.outcome != Outcome::Ok {
         // A write of unknown fate: the guard may be stale either way; read first.
-        if !matches!(kind, OpKind::Read { .. }) {
+        if !matches!(kind, OpKind::Read { .. } | OpKind::ReadAt { .. }) {
             known.remove(key);
         }
         return;
     }
     let r = &done.result;
     match kind {
+        OpKind::ReadAt { .. } => {}
         OpKind::Read { .. } => {
             let state = match (&r.value, r.mod_revision) {
                 (Some(v), Some(m)) => Some((v.clone(), m)),

@@ -1,7 +1,12 @@
-//! The REST clients: gets and quorum lists, creates, updates with
+//! The REST clients: gets, quorum lists and lists at an exact revision
+//! (`resourceVersionMatch=Exact`), creates, updates with
 //! `resourceVersion` preconditions, JSON, merge and strategic patches,
 //! server-side applies, deletes and dry runs of the registers, each
 //! answer mapped to an outcome.
+//!
+//! The mix: 22% gets, 18% quorum lists, 5% exact lists, 5% dry runs, 50%
+//! writes (creates and blind applies of a register the client knows
+//! absent, else updates, patches, guarded applies and deletes).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,8 +52,14 @@ pub async fn rest_client(
         let roll = c.rng.random_range(0..100);
         let invoked = c.recorder.now();
         let (kind, done) = match roll {
-            0..=24 => rest_get(&http, &node, rk, &name).await,
-            25..=44 => rest_list(&http, &node, rk, &name).await,
+            0..=21 => rest_get(&http, &node, rk, &name).await,
+            22..=39 => rest_list(&http, &node, rk, &name).await,
+            // Until the client has seen a revision, an exact list is a
+            // quorum list.
+            40..=44 => match c.seen.pick(&mut c.rng) {
+                Some(revision) => rest_list_at(&http, &node, rk, &name, revision).await,
+                None => rest_list(&http, &node, rk, &name).await,
+            },
             45..=49 => {
                 // A dry-run write: no operation of the model, so it is not
                 // recorded. Its value is unique like any other: had it been
@@ -147,7 +158,32 @@ async fn rest_list(
         "{}?fieldSelector=metadata.name%3D{name}",
         rk.collection(node)
     );
-    let done = match send(http.get(url)).await {
+    (kind, list_done(send(http.get(url)).await))
+}
+
+/// A list of the object `name` at exactly `revision`, as the watch cache's
+/// ring (or, older, the MVCC history) has it. `410 Gone` (compacted) and a
+/// `504` (the node has not reached `revision`) are refusals like any other:
+/// `Failed`.
+async fn rest_list_at(
+    http: &reqwest::Client,
+    node: &Endpoint,
+    rk: RestKind,
+    name: &str,
+    revision: u64,
+) -> (OpKind, Done) {
+    let kind = OpKind::ReadAt { revision };
+    let url = format!(
+        "{}?resourceVersion={revision}&resourceVersionMatch=Exact&fieldSelector=metadata.name%3D{name}",
+        rk.collection(node)
+    );
+    (kind, list_done(send(http.get(url)).await))
+}
+
+/// A list's answer: the register (the first item, if any) and the list's
+/// revision; any other status is a failed read.
+fn list_done(answer: Result<(StatusCode, Value), SendError>) -> Done {
+    match answer {
         Ok((StatusCode::OK, body)) => {
             let revision = body
                 .pointer("/metadata/resourceVersion")
@@ -166,8 +202,7 @@ async fn rest_list(
         }
         Ok((status, body)) => Done::not_ok(Outcome::Failed, status_error(status, &body)),
         Err(e) => Done::not_ok(Outcome::Failed, e.message),
-    };
-    (kind, done)
+    }
 }
 
 /// A write's answer: 2xx took effect, 409/404 is a failed compare.
