@@ -118,6 +118,8 @@ async fn step(client: &mut Client, op: &Op) -> String {
                         Some(PutOptions::new().with_prev_key()),
                     ),
                     TxnOp::get(*key, None),
+                    // A nested txn answers with its own (empty) header.
+                    TxnOp::txn(Txn::new().and_then([TxnOp::get(*then_key, None)])),
                 ])
                 .or_else([TxnOp::delete(
                     *then_key,
@@ -129,17 +131,37 @@ async fn step(client: &mut Client, op: &Op) -> String {
                         .op_responses()
                         .iter()
                         .map(|o| match o {
+                            // Each response inside carries its own header.
                             TxnOpResponse::Put(p) => {
                                 format!(
-                                    "put prev={:?}",
+                                    "put rev={} prev={:?}",
+                                    header(p.header()),
                                     p.prev_key().map(|kv| kvs(std::slice::from_ref(kv)))
                                 )
                             }
-                            TxnOpResponse::Get(g) => format!("get {:?}", kvs(g.kvs())),
-                            TxnOpResponse::Delete(d) => {
-                                format!("delete {} {:?}", d.deleted(), kvs(d.prev_kvs()))
+                            TxnOpResponse::Get(g) => {
+                                format!("get rev={} {:?}", header(g.header()), kvs(g.kvs()))
                             }
-                            TxnOpResponse::Txn(_) => "txn".into(),
+                            TxnOpResponse::Delete(d) => {
+                                format!(
+                                    "delete rev={} {} {:?}",
+                                    header(d.header()),
+                                    d.deleted(),
+                                    kvs(d.prev_kvs())
+                                )
+                            }
+                            TxnOpResponse::Txn(t) => format!(
+                                "txn rev={} has_header={} gets={:?}",
+                                header(t.header()),
+                                t.header().is_some(),
+                                t.op_responses()
+                                    .iter()
+                                    .map(|o| match o {
+                                        TxnOpResponse::Get(g) => header(g.header()),
+                                        _ => -1,
+                                    })
+                                    .collect::<Vec<_>>()
+                            ),
                         })
                         .collect();
                     format!(

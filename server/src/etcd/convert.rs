@@ -233,8 +233,44 @@ fn txn_at(t: pb::TxnRequest, depth: usize) -> Result<Txn, Status> {
     })
 }
 
+/// The revision etcd writes in the header of each response inside a Txn:
+/// the revision the Txn started from until one of its ops (nested ones
+/// included, in order) has changed something, the Txn's own revision from
+/// then on, an op's own change counting for its header. A nested Txn's
+/// header is present and empty, as etcd's.
+struct InnerRevision {
+    begin: u64,
+    changed: bool,
+}
+
+impl InnerRevision {
+    /// The header of the next op's response, `changed` whether that op
+    /// changed anything.
+    fn header(&mut self, changed: bool) -> Option<pb::ResponseHeader> {
+        self.changed |= changed;
+        Some(pb::ResponseHeader {
+            revision: (self.begin + u64::from(self.changed)) as i64,
+            ..pb::ResponseHeader::default()
+        })
+    }
+}
+
+/// Whether a Txn's ops changed anything: a put, or a delete that deleted.
+fn changes(t: &TxnResponse) -> bool {
+    t.responses.iter().any(|r| match r {
+        OpResponse::Range(_) => false,
+        OpResponse::Put { .. } => true,
+        OpResponse::Delete(d) => d.deleted > 0,
+        OpResponse::Txn(t) => changes(t),
+    })
+}
+
 /// The response of one op; nested range requests keep their own shaping.
-fn op_response(req: Option<&pb::RequestOp>, resp: OpResponse) -> pb::ResponseOp {
+fn op_response(
+    req: Option<&pb::RequestOp>,
+    resp: OpResponse,
+    at: &mut InnerRevision,
+) -> pb::ResponseOp {
     use pb::request_op::Request;
     use pb::response_op::Response;
     let response = match resp {
@@ -243,14 +279,16 @@ fn op_response(req: Option<&pb::RequestOp>, resp: OpResponse) -> pb::ResponseOp 
                 Some(Request::RequestRange(q)) => shape_range(q, r),
                 _ => r,
             };
-            Response::ResponseRange(range_response(shaped))
+            let mut out = range_response(shaped);
+            out.header = at.header(false);
+            Response::ResponseRange(out)
         }
         OpResponse::Put { prev_kv } => Response::ResponsePut(pb::PutResponse {
-            header: None,
+            header: at.header(true),
             prev_kv: prev_kv.map(kv),
         }),
         OpResponse::Delete(d) => Response::ResponseDeleteRange(pb::DeleteRangeResponse {
-            header: None,
+            header: at.header(d.deleted > 0),
             deleted: d.deleted as i64,
             prev_kvs: d.prev_kvs.into_iter().map(kv).collect(),
         }),
@@ -259,7 +297,9 @@ fn op_response(req: Option<&pb::RequestOp>, resp: OpResponse) -> pb::ResponseOp 
                 Some(Request::RequestTxn(q)) => Some(q),
                 _ => None,
             };
-            Response::ResponseTxn(txn_response(nested, t))
+            let mut out = txn_responses(nested, t, at);
+            out.header = Some(pb::ResponseHeader::default());
+            Response::ResponseTxn(out)
         }
     };
     pb::ResponseOp {
@@ -267,8 +307,30 @@ fn op_response(req: Option<&pb::RequestOp>, resp: OpResponse) -> pb::ResponseOp 
     }
 }
 
-/// A Txn's response; `req` (the request) shapes nested range results.
-pub fn txn_response(req: Option<&pb::TxnRequest>, t: TxnResponse) -> pb::TxnResponse {
+/// A Txn's response (its header left to the caller), `revision` the
+/// store's revision after it; `req` (the request) shapes nested range
+/// results.
+pub fn txn_response(
+    req: Option<&pb::TxnRequest>,
+    t: TxnResponse,
+    revision: u64,
+) -> pb::TxnResponse {
+    let begin = revision.saturating_sub(u64::from(changes(&t)));
+    txn_responses(
+        req,
+        t,
+        &mut InnerRevision {
+            begin,
+            changed: false,
+        },
+    )
+}
+
+fn txn_responses(
+    req: Option<&pb::TxnRequest>,
+    t: TxnResponse,
+    at: &mut InnerRevision,
+) -> pb::TxnResponse {
     let branch = req.map(|q| if t.succeeded { &q.success } else { &q.failure });
     pb::TxnResponse {
         header: None,
@@ -277,7 +339,7 @@ pub fn txn_response(req: Option<&pb::TxnRequest>, t: TxnResponse) -> pb::TxnResp
             .responses
             .into_iter()
             .enumerate()
-            .map(|(i, r)| op_response(branch.and_then(|b| b.get(i)), r))
+            .map(|(i, r)| op_response(branch.and_then(|b| b.get(i)), r, at))
             .collect(),
     }
 }
@@ -562,7 +624,7 @@ mod proptests {
             }
             // Whatever the store answers, the response follows the request.
             let answer = TxnResponse { succeeded: true, responses: Vec::new() };
-            let out = txn_response(Some(&t), answer);
+            let out = txn_response(Some(&t), answer, 1);
             prop_assert!(out.responses.is_empty());
         }
 
@@ -584,5 +646,78 @@ mod proptests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod inner_headers {
+    use kubestore_storage::{DeleteResponse, RangeResponse, Revision};
+
+    use super::*;
+
+    fn range() -> OpResponse {
+        OpResponse::Range(RangeResponse {
+            kvs: Vec::new(),
+            more: false,
+            count: 0,
+            revision: Revision(3),
+        })
+    }
+
+    fn revisions(out: &pb::TxnResponse) -> Vec<Option<i64>> {
+        use pb::response_op::Response as R;
+        let mut seen = Vec::new();
+        for r in &out.responses {
+            match r.response.as_ref() {
+                Some(R::ResponseRange(x)) => seen.push(x.header.as_ref().map(|h| h.revision)),
+                Some(R::ResponsePut(x)) => seen.push(x.header.as_ref().map(|h| h.revision)),
+                Some(R::ResponseDeleteRange(x)) => seen.push(x.header.as_ref().map(|h| h.revision)),
+                Some(R::ResponseTxn(x)) => {
+                    seen.push(x.header.as_ref().map(|h| h.revision));
+                    seen.extend(revisions(x));
+                }
+                None => seen.push(None),
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn each_response_inside_a_txn_carries_the_revision_as_of_its_op() {
+        // A txn that wrote revision 10: it started from 9. A range before
+        // any change and a delete that deleted nothing answer 9; the put,
+        // and everything after it, 10. A nested txn's own header is empty.
+        let nothing_deleted = OpResponse::Delete(DeleteResponse {
+            deleted: 0,
+            prev_kvs: Vec::new(),
+        });
+        let answer = TxnResponse {
+            succeeded: true,
+            responses: vec![
+                range(),
+                OpResponse::Txn(TxnResponse {
+                    succeeded: true,
+                    responses: vec![nothing_deleted, OpResponse::Put { prev_kv: None }],
+                }),
+                range(),
+            ],
+        };
+        let out = txn_response(None, answer, 10);
+        assert_eq!(
+            revisions(&out),
+            vec![Some(9), Some(0), Some(9), Some(10), Some(10)]
+        );
+    }
+
+    #[test]
+    fn a_txn_that_changed_nothing_answers_the_current_revision_inside() {
+        let answer = TxnResponse {
+            succeeded: false,
+            responses: vec![range(), range()],
+        };
+        assert_eq!(
+            revisions(&txn_response(None, answer, 7)),
+            vec![Some(7), Some(7)]
+        );
     }
 }

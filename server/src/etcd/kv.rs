@@ -156,7 +156,7 @@ impl Kv for KvService {
         too_large(req.encoded_len())?;
         let txn = convert::txn(req.clone())?;
         let (resp, revision) = self.write(txn).await?;
-        let mut out = convert::txn_response(Some(&req), resp);
+        let mut out = convert::txn_response(Some(&req), resp, revision);
         out.header = self.0.header(revision);
         Ok(Response::new(out))
     }
