@@ -326,6 +326,8 @@ pub fn txn_response(
     )
 }
 
+/// [`txn_response`] from within: the inner headers continue from `at`,
+/// where the Txn's earlier ops (and, nested, its parent's) left them.
 fn txn_responses(
     req: Option<&pb::TxnRequest>,
     t: TxnResponse,
