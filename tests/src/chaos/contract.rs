@@ -695,6 +695,12 @@ mod tests {
         violations.iter().map(|v| v.check.as_str()).collect()
     }
 
+    /// Asserts that `violation`'s message says `words`.
+    #[track_caller]
+    fn assert_says(violation: &Violation, words: &str) {
+        assert!(violation.message.contains(words), "{}", violation.message);
+    }
+
     fn history_of(ops: Vec<Op>) -> History {
         History {
             ops,
@@ -890,11 +896,7 @@ mod tests {
         let found = exact_read(&ops, &AcknowledgedWrites::of(&ops));
         assert_eq!(checks(&found), ["exact-read"]);
         assert_eq!(found[0].ops, [3, 5]);
-        assert!(
-            found[0].message.contains("missed op 3"),
-            "{}",
-            found[0].message
-        );
+        assert_says(&found[0], "missed op 3");
         // Also when the store reports no mod revision: the value's write
         // says when it was written.
         let ops = exact_read_of_four_writes(3, Some("a"), None);
@@ -910,38 +912,22 @@ mod tests {
         let found = exact_read(&ops, &AcknowledgedWrites::of(&ops));
         assert_eq!(checks(&found), ["exact-read"]);
         assert_eq!(found[0].ops, [5]);
-        assert!(
-            found[0].message.contains("mod revision 3, after"),
-            "{}",
-            found[0].message
-        );
+        assert_says(&found[0], "mod revision 3, after");
         // Reported with the wrong mod revision, it is the write's
         // revision that gives it away.
         let ops = exact_read_of_four_writes(2, Some("c"), Some(2));
         let found = exact_read(&ops, &AcknowledgedWrites::of(&ops));
         assert_eq!(checks(&found), ["exact-read"; 2]);
         assert_eq!(found[0].ops, [3, 5]);
-        assert!(
-            found[0].message.contains("but op 3 (cas"),
-            "{}",
-            found[0].message
-        );
-        assert!(
-            found[1].message.contains("after the revision 2"),
-            "{}",
-            found[1].message
-        );
+        assert_says(&found[0], "but op 3 (cas");
+        assert_says(&found[1], "after the revision 2");
         // And a REST exact list must be answered at the revision asked for.
         let mut ops = exact_read_of_four_writes(2, Some("b"), Some(2));
         ops[4].api = Api::Rest;
         ops[4].result.revision = Some(4);
         let found = exact_read(&ops, &AcknowledgedWrites::of(&ops));
         assert_eq!(checks(&found), ["exact-read"]);
-        assert!(
-            found[0].message.contains("answered at revision 4"),
-            "{}",
-            found[0].message
-        );
+        assert_says(&found[0], "answered at revision 4");
     }
 
     #[test]
@@ -950,11 +936,7 @@ mod tests {
         let found = exact_read(&ops, &AcknowledgedWrites::of(&ops));
         assert_eq!(checks(&found), ["exact-read"]);
         assert_eq!(found[0].ops, [3, 5]);
-        assert!(
-            found[0].message.contains("found the key absent"),
-            "{}",
-            found[0].message
-        );
+        assert_says(&found[0], "found the key absent");
 
         // A deletion without a known revision that may come between
         // explains it: one without an answer, or acknowledged without a
@@ -1038,16 +1020,8 @@ mod tests {
         assert_eq!(checks(&found), ["phantom-value"; 4]);
         assert_eq!(found[0].ops, [4, 1]);
         assert_eq!(found[1].ops, [5, 3]);
-        assert!(
-            found[1].message.contains("only written to key \"b\""),
-            "{}",
-            found[1].message
-        );
-        assert!(
-            found[3].message.contains("no operation wrote"),
-            "{}",
-            found[3].message
-        );
+        assert_says(&found[1], "only written to key \"b\"");
+        assert_says(&found[3], "no operation wrote");
     }
 
     #[test]
@@ -1063,11 +1037,7 @@ mod tests {
         ];
         let found = watch_order(&watch("", (2, 5), events));
         assert_eq!(checks(&found), ["watch-order"; 3]);
-        assert!(
-            found[1].message.contains("delivered twice"),
-            "{}",
-            found[1].message
-        );
+        assert_says(&found[1], "delivered twice");
     }
 
     #[test]
@@ -1087,16 +1057,12 @@ mod tests {
         let found = watch_complete(&watch("pods/", (1, 4), events.clone()), &writes);
         assert_eq!(checks(&found), ["watch-complete"]);
         assert_eq!(found[0].ops, [4]);
-        assert!(found[0].message.contains("missed"), "{}", found[0].message);
+        assert_says(&found[0], "missed");
 
         let mut twice = events;
         twice.push(event("pods/x", 3, Some("c")));
         let found = watch_complete(&watch("pods/", (1, 3), twice), &writes);
-        assert!(
-            found[0].message.contains("received 2 times"),
-            "{}",
-            found[0].message
-        );
+        assert_says(&found[0], "received 2 times");
     }
 
     #[test]
