@@ -25,7 +25,11 @@ servers' CPU over the load generator's cancels most of the drift (it held
 within 1.5% over eight runs of one build where the raw CPU moved 30%; see
 BENCHMARKS.md, "Page faults, and an A/B that sees 1%"). It compares builds of
 one store, never kubestore against etcd (the client spends differently per
-request against each).
+request against each). It holds only while the change leaves the load
+generator's own work per request alone: a build that answers later or in
+other bursts moves the client's CPU too (one tokio worker per node raised it
+7% and lowered the ratio 6% with the servers' CPU unchanged), so read the
+ratio with both of its terms.
 """
 
 import argparse
