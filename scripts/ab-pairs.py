@@ -20,7 +20,7 @@ build's means and the change of each measure from BEFORE to AFTER.
 
 Why the ratio: on a shared two-core VM the machine's speed drifts by 10% or
 more between runs, and every process's CPU per request with it. The load
-generator does the same work per request whatever the server build, so the
+generator does about the same work per request whatever the server build, so the
 servers' CPU over the load generator's cancels most of the drift (it held
 within 1.5% over eight runs of one build where the raw CPU moved 30%; see
 BENCHMARKS.md, "Page faults, and an A/B that sees 1%"). It compares builds of
