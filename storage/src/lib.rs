@@ -70,6 +70,9 @@
 //!   table, and the view apply sees it through.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, and
 //!   the rows a compaction deletes.
+//! - `sealed_state`: the revision and compaction point a point-in-time
+//!   view holds, told by the state machine (a sequence lock) so that a
+//!   read need not read their rows.
 //! - `compactor`: physical compaction, in bounded background steps.
 //! - `recent`: the newest items of a gapless log within a byte budget
 //!   (`RecentRun`), behind the two caches below and in [`log_store`].
@@ -104,6 +107,7 @@ pub mod raft_types;
 mod recent;
 mod recent_events;
 pub mod schema;
+mod sealed_state;
 pub mod session;
 mod session_table;
 mod snapshot;
@@ -144,6 +148,9 @@ pub struct Store {
     engine: engine::Engine,
     applied: watch::Receiver<AppliedState>,
     installs: state_machine::InstallGeneration,
+    /// The revision and compaction point, as the state machine last wrote
+    /// them ([`Store::reader`]).
+    sealed: std::sync::Arc<sealed_state::SealedState>,
     faults: DiskFaults,
     boot_epoch: u64,
     compactor: compactor::Compactor,
@@ -167,9 +174,39 @@ impl Store {
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
         use view::MvccRead;
         self.consistent(|| {
+            let sealed = self.sealed.generation();
             self.engine
-                .with_snapshot(|view| mvcc::MvccReader::new(view)?.range(req))
+                .with_snapshot(|view| self.reader(view, sealed)?.range(req))
         })
+    }
+
+    /// A reader of `view`, a snapshot taken after
+    /// [`SealedState::generation`](sealed_state::SealedState::generation)
+    /// returned `sealed`: with the revision and compaction point the state
+    /// machine says the snapshot holds, or read from it when a write of
+    /// them may have run meanwhile.
+    fn reader<'a, S: engine::Source + ?Sized>(
+        &self,
+        view: &'a S,
+        sealed: u64,
+    ) -> Result<mvcc::MvccReader<'a, S>, StoreError> {
+        match self.sealed.since(sealed) {
+            Some((current, compacted)) => {
+                let reader = mvcc::MvccReader::at(view, current, compacted);
+                #[cfg(debug_assertions)]
+                {
+                    use view::MvccRead;
+                    let stored = mvcc::MvccReader::new(view)?;
+                    debug_assert_eq!(
+                        (stored.current_revision(), stored.compacted_revision()),
+                        (current, compacted),
+                        "the sealed state left the snapshot's rows"
+                    );
+                }
+                Ok(reader)
+            }
+            None => mvcc::MvccReader::new(view),
+        }
     }
 
     /// The current key-value of `key`, if it exists: one read of its
@@ -191,10 +228,11 @@ impl Store {
         read: impl FnOnce(&ReadView<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         let before = self.installs.stable().ok_or(StoreError::Installing)?;
+        let sealed = self.sealed.generation();
         let result = self.engine.with_snapshot(|view| {
             let src: &dyn engine::Source = view;
             read(&ReadView {
-                reader: mvcc::MvccReader::new(src)?,
+                reader: self.reader(src, sealed)?,
             })
         })?;
         if self.installs.stable() != Some(before) {
@@ -252,16 +290,18 @@ impl Store {
                     return Ok(events);
                 }
             }
+            let sealed = self.sealed.generation();
             self.engine
-                .with_snapshot(|view| mvcc::MvccReader::new(view)?.events_after(after, limit))
+                .with_snapshot(|view| self.reader(view, sealed)?.events_after(after, limit))
         })
     }
 
     /// Every lease, by id.
     pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
         self.consistent(|| {
+            let sealed = self.sealed.generation();
             self.engine
-                .with_snapshot(|view| mvcc::MvccReader::new(view)?.leases())
+                .with_snapshot(|view| self.reader(view, sealed)?.leases())
         })
     }
 
@@ -269,8 +309,9 @@ impl Store {
     pub fn lease(&self, id: LeaseId) -> Result<Option<LeaseWithKeys>, StoreError> {
         use view::MvccRead;
         self.consistent(|| {
+            let sealed = self.sealed.generation();
             self.engine.with_snapshot(|view| {
-                let reader = mvcc::MvccReader::new(view)?;
+                let reader = self.reader(view, sealed)?;
                 match reader.lease(id)? {
                     Some(l) => Ok(Some((l, reader.lease_keys(id)?))),
                     None => Ok(None),
@@ -421,11 +462,13 @@ pub fn open_with_faults(
 ) -> Result<(LogStore, StateMachine, Store), StoreError> {
     let engine = engine::Engine::open(&dir.join("db"))?;
     let installs = state_machine::InstallGeneration::default();
+    let sealed = std::sync::Arc::new(sealed_state::SealedState::default());
     let compactor = compactor::Compactor::open(&engine)?;
     let (sm, applied) = StateMachine::open(
         engine.clone(),
         dir.join("snapshots"),
         installs.clone(),
+        sealed.clone(),
         compactor.clone(),
     )?;
     let boot_epoch = session::raise_boot_epoch(&engine)?;
@@ -443,6 +486,7 @@ pub fn open_with_faults(
             engine,
             applied,
             installs,
+            sealed,
             faults,
             boot_epoch,
             compactor,

@@ -34,6 +34,7 @@ pub use crate::raft_types::SmMembership;
 use crate::raft_types::{Entry, Node, TypeConfig};
 use crate::recent_events::RecentEvents;
 use crate::schema::{self, Cf};
+use crate::sealed_state::SealedState;
 use crate::session_table::{SessionTable, WithSessions};
 use crate::snapshot::{
     build_snapshot_file, finish_install, install_from_file, io_err, open_horizon,
@@ -64,6 +65,9 @@ pub struct StateMachine {
     membership: SmMembership,
     applied_tx: watch::Sender<AppliedState>,
     installs: InstallGeneration,
+    /// Sealed with the revision and compaction point after every write of
+    /// them, so readers need not read their rows.
+    sealed: Arc<SealedState>,
     files: SnapshotFiles,
     faults: DiskFaults,
     /// The mirror of the `sessions` column family.
@@ -114,6 +118,7 @@ impl StateMachine {
         engine: Engine,
         snapshot_dir: PathBuf,
         installs: InstallGeneration,
+        sealed: Arc<SealedState>,
         compactor: Compactor,
     ) -> Result<(Self, watch::Receiver<AppliedState>), StoreError> {
         std::fs::create_dir_all(&snapshot_dir)
@@ -153,6 +158,8 @@ impl StateMachine {
         let horizon = open_horizon(&engine, &snapshot_dir, &files, last_applied)?;
         let membership = get_bincode(&engine, schema::SM_MEMBERSHIP)?.unwrap_or_default();
         let state = read_applied_state(&engine, last_applied, 0)?;
+        sealed.open();
+        sealed.seal(state.revision, state.compacted);
         let sessions = SessionTable::load(&engine)?;
         let (applied_tx, applied_rx) = watch::channel(state);
         Ok((
@@ -163,6 +170,7 @@ impl StateMachine {
                 membership,
                 applied_tx,
                 installs,
+                sealed,
                 files,
                 faults: DiskFaults::default(),
                 sessions,
@@ -208,6 +216,8 @@ impl StateMachine {
         if reset {
             let resets = self.state.resets + 1;
             self.state = read_applied_state(&self.engine, self.last_applied, resets)?;
+            // Opened when the install began.
+            self.sealed.seal(self.state.revision, self.state.compacted);
         } else {
             self.state.log_index = LogIndex(self.last_applied.map_or(0, |l| l.index));
             #[cfg(debug_assertions)]
@@ -272,6 +282,7 @@ impl StateMachine {
         // point, the last-applied id with them) and openraft re-applies the
         // committed entries after it; a snapshot flushes before the log
         // behind it may be purged (see `crate::purge`).
+        self.sealed.open();
         self.engine.write_unlogged(batch)?;
         self.last_applied = Some(entry.log_id);
         self.state.revision = revision.unwrap_or(self.state.revision);
@@ -279,6 +290,7 @@ impl StateMachine {
             self.state.compacted = to;
             self.compactor.wake();
         }
+        self.sealed.seal(self.state.revision, self.state.compacted);
         for (revision, events) in revisions {
             self.recent.push(revision, events);
         }
@@ -450,6 +462,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let meta_owned = own.clone();
         let (installs, files) = (self.installs.clone(), self.files.clone());
         let horizon = self.horizon.clone();
+        // Readers read the revision rows until the installed state is read
+        // back (`publish`), whether the install succeeds or not.
+        self.sealed.open();
         let compactor = self.compactor.clone();
         let slow_install = self.faults.install_delay();
         tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
@@ -662,5 +677,61 @@ mod tests {
         }
         let stored = crate::session::read_seqs_below(&sm.engine, 1, u64::MAX).expect("seqs");
         assert_eq!(stored, vec![1, 2], "epoch 2's two writes");
+    }
+
+    /// Ranges read while entries are applied answer with the revision their
+    /// own snapshot holds (debug builds check the sealed state against the
+    /// snapshot's rows on every read): never older than a key they return,
+    /// never going back, and the last one exactly where apply ended.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ranges_during_applies_answer_the_revision_their_snapshot_holds() {
+        use std::sync::atomic::AtomicBool;
+
+        use crate::command::{KeyRange, RangeRequest};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_log, mut sm, store) = crate::open(dir.path()).expect("open");
+        let all = RangeRequest {
+            range: KeyRange::prefix("k"),
+            ..RangeRequest::default()
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (store, stop, all) = (store.clone(), stop.clone(), all.clone());
+            std::thread::spawn(move || {
+                let (mut reads, mut last) = (0u64, Revision::ZERO);
+                while !stop.load(Ordering::SeqCst) {
+                    let read = store.range(&all).expect("range");
+                    let newest = read.kvs.iter().map(|kv| kv.mod_revision).max();
+                    assert!(
+                        newest.is_none_or(|newest| newest <= read.revision),
+                        "a key at {newest:?} read at {:?}",
+                        read.revision
+                    );
+                    assert!(read.revision >= last, "{:?} after {last:?}", read.revision);
+                    last = read.revision;
+                    reads += 1;
+                }
+                reads
+            })
+        };
+        let writes = 300u64;
+        for i in 0..writes {
+            let put = Command::Txn(Txn {
+                success: vec![Op::Put(PutRequest::new(format!("k{}", i % 7), "v"))],
+                ..Txn::default()
+            });
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), i + 1),
+                payload: EntryPayload::Normal(put.into()),
+            };
+            sm.apply(vec![entry]).await.expect("apply");
+        }
+        stop.store(true, Ordering::SeqCst);
+        let reads = reader.join().expect("reader");
+        assert!(reads > 0, "the reader ran");
+        let last = store.range(&all).expect("range");
+        assert_eq!(last.revision, Revision(writes));
+        assert_eq!(last.kvs.len(), 7);
     }
 }
