@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Compares two builds of kubestore on one write workload, in alternating pairs.
+"""Compares two builds of kubestore on one workload, in alternating pairs.
 
     scripts/ab-pairs.py BEFORE AFTER put            # 4 pairs of 40,000 puts
     scripts/ab-pairs.py BEFORE AFTER update --pairs 3 --requests 30000
+    scripts/ab-pairs.py BEFORE AFTER range_linearizable --requests 100000
 
 BEFORE and AFTER are two `kubestore` binaries (release builds of the two
 commits, copied aside). Each run starts a fresh three-node `kubestore
 cluster` from that binary in a temporary directory, puts 5,000 keys to warm
 it, then runs the workload with the clients spread over the nodes, as `bench
-compare` does: `put` is `bench etcd --workloads put`, `create` and `update`
-are `bench rest`. The load generator is BEFORE's binary in every run, so both
+compare` does: `put`, `range_linearizable` and `range_serializable` (reads
+of one 1 KiB key) are `bench etcd`, `create` and `update` are `bench rest`. The load generator is BEFORE's binary in every run, so both
 builds are driven by the same client code.
 
 Per run it prints the servers' CPU per request (the three nodes' user and
@@ -45,6 +46,7 @@ import tempfile
 import time
 
 WARM_UP_PUTS = 5000
+ETCD_WORKLOADS = ["put", "range_linearizable", "range_serializable"]
 PORTS = ["--rest-port", "28480", "--grpc-port", "22779", "--peer-port", "22790"]
 
 
@@ -117,8 +119,8 @@ def run_once(binary, load_binary, workload, requests, clients):
                      "--requests", str(WARM_UP_PUTS), "--out", os.path.join(work, "warm-up")] + quiet,
             check=True, stdout=subprocess.DEVNULL,
         )
-        if workload == "put":
-            load = ["etcd", "--endpoints", grpc, "--workloads", "put"]
+        if workload in ETCD_WORKLOADS:
+            load = ["etcd", "--endpoints", grpc, "--workloads", workload]
         else:
             load = ["rest", "--endpoints", rest, "--workloads", workload]
         out = os.path.join(work, "run")
@@ -176,7 +178,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("before")
     parser.add_argument("after")
-    parser.add_argument("workload", choices=["put", "create", "update"])
+    parser.add_argument("workload", choices=ETCD_WORKLOADS + ["create", "update"])
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--requests", type=int, default=40000)
     parser.add_argument("--clients", type=int, default=64)

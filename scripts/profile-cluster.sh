@@ -4,9 +4,10 @@
 #
 #   scripts/profile-cluster.sh put            # etcd-API puts of 1 KiB, 64 clients
 #   scripts/profile-cluster.sh update OUT     # REST updates of 1 KiB ConfigMaps
+#   scripts/profile-cluster.sh range_linearizable   # etcd-API reads of one 1 KiB key
 #
-# Workloads: put (`kubestore bench etcd`), create and update (`kubestore
-# bench rest`). The clients are spread over the three nodes, as in `bench
+# Workloads: put, range_linearizable and range_serializable (`kubestore
+# bench etcd`), create and update (`kubestore bench rest`). The clients are spread over the three nodes, as in `bench
 # compare`. After 5,000 warm-up puts the workload starts, and 3 s into it
 # `perf record` samples the nodes (not the load generator) for
 # PROFILE_SECONDS (default 8) at 299 Hz with DWARF call graphs (the load
@@ -20,13 +21,13 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-workload=${1:?usage: scripts/profile-cluster.sh put|create|update [OUT]}
+workload=${1:?usage: scripts/profile-cluster.sh put|range_linearizable|range_serializable|create|update [OUT]}
 out=$(realpath -m "${2:-profile-$workload}")
 seconds=${PROFILE_SECONDS:-8}
 clients=${PROFILE_CLIENTS:-64}
 case "$workload" in
-    put | create | update) ;;
-    *) echo "unknown workload $workload (put, create, update)" >&2; exit 2 ;;
+    put | range_linearizable | range_serializable | create | update) ;;
+    *) echo "unknown workload $workload (put, range_linearizable, range_serializable, create, update)" >&2; exit 2 ;;
 esac
 
 command -v perf >/dev/null 2>&1 || { as_root apt-get update -qq && as_root apt-get install -y -qq linux-perf >/dev/null; }
@@ -74,7 +75,7 @@ rest=$(nodes rest_url)
 "$KUBESTORE_BIN" bench etcd --endpoints "$grpc" --workloads put --clients 64 --requests 5000 \
     --no-progress --out "$data/warm-up" >/dev/null
 case "$workload" in
-    put) load=(bench etcd --endpoints "$grpc" --workloads put) ;;
+    put | range_*) load=(bench etcd --endpoints "$grpc" --workloads "$workload") ;;
     *) load=(bench rest --endpoints "$rest" --workloads "$workload") ;;
 esac
 # Enough requests to outlast the recording on any machine we have seen.
