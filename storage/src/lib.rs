@@ -36,6 +36,10 @@
 //!   once however many copies of it are committed: the replicated session
 //!   table ([`session`]) decides inside apply, and is written in the same
 //!   batch as the entry's data.
+//! - **A read answers with its own snapshot's revision**, never an older
+//!   or newer one: the revision and compaction point come from the
+//!   snapshot's rows, or from the state machine's sealed copy of them
+//!   when no write of them ran while the snapshot was taken.
 //! - **Compaction** runs through the log, so every node drops the same
 //!   history; a read below the compaction point is [`StoreError::Compacted`].
 //!   Events point into `history` for their values, so compaction keeps
