@@ -10,8 +10,9 @@ commits, copied aside). Each run starts a fresh three-node `kubestore
 cluster` from that binary in a temporary directory, puts 5,000 keys to warm
 it, then runs the workload with the clients spread over the nodes, as `bench
 compare` does: `put`, `range_linearizable` and `range_serializable` (reads
-of one 1 KiB key) are `bench etcd`, `create` and `update` are `bench rest`. The load generator is BEFORE's binary in every run, so both
-builds are driven by the same client code.
+of one 1 KiB key) are `bench etcd`, `create` and `update` are `bench rest`.
+The load generator is BEFORE's binary in every run, so both builds are
+driven by the same client code.
 
 Per run it prints the servers' CPU per request (the three nodes' user and
 system time from /proc, over the workload alone), the load generator's CPU
