@@ -8,8 +8,9 @@
 #
 # Workloads: put, range_linearizable and range_serializable (`kubestore
 # bench etcd`), create and update (`kubestore bench rest`). The clients
-# are spread over the three nodes, as in `bench compare`. After 5,000 warm-up puts the workload starts, and 3 s into it
-# `perf record` samples the nodes (not the load generator) for
+# are spread over the three nodes, as in `bench compare`. After 5,000
+# warm-up puts the workload starts, and 3 s into it `perf record`
+# samples the nodes (not the load generator) for
 # PROFILE_SECONDS (default 8) at 299 Hz with DWARF call graphs (the load
 # runs PROFILE_CLIENTS clients, default 64). OUT (default
 # ./profile-WORKLOAD) keeps perf.data, the `perf script` text and
