@@ -153,7 +153,7 @@ pub struct Store {
     applied: watch::Receiver<AppliedState>,
     installs: state_machine::InstallGeneration,
     /// The revision and compaction point, as the state machine last wrote
-    /// them ([`Store::reader`]).
+    /// them ([`Store::with_reader`]).
     sealed: std::sync::Arc<sealed_state::SealedState>,
     faults: DiskFaults,
     boot_epoch: u64,
@@ -177,40 +177,38 @@ impl Store {
     /// revision rules and errors.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, StoreError> {
         use view::MvccRead;
-        self.consistent(|| {
-            let sealed = self.sealed.generation();
-            self.engine
-                .with_snapshot(|view| self.reader(view, sealed)?.range(req))
-        })
+        self.consistent(|| self.with_reader(|reader| reader.range(req)))
     }
 
-    /// A reader of `view`, a snapshot taken after
-    /// [`SealedState::generation`](sealed_state::SealedState::generation)
-    /// returned `sealed`: with the revision and compaction point the state
-    /// machine says the snapshot holds, or read from it when a write of
-    /// them may have run meanwhile.
-    fn reader<'a, S: engine::Source + ?Sized>(
+    /// Runs `read` on a reader of a new point-in-time view of the store,
+    /// with the revision and compaction point the state machine says the
+    /// view holds (the generation is noted before the view is taken), or
+    /// read from the view when a write of them may have run meanwhile.
+    fn with_reader<T, E: From<StoreError>>(
         &self,
-        view: &'a S,
-        sealed: u64,
-    ) -> Result<mvcc::MvccReader<'a, S>, StoreError> {
-        match self.sealed.since(sealed) {
-            Some((current, compacted)) => {
-                let reader = mvcc::MvccReader::at(view, current, compacted);
-                #[cfg(debug_assertions)]
-                {
-                    use view::MvccRead;
-                    let stored = mvcc::MvccReader::new(view)?;
-                    debug_assert_eq!(
-                        (stored.current_revision(), stored.compacted_revision()),
-                        (current, compacted),
-                        "the sealed state left the snapshot's rows"
-                    );
+        read: impl FnOnce(mvcc::MvccReader<'_, dyn engine::Source + '_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let sealed = self.sealed.generation();
+        self.engine.with_snapshot(|view| {
+            let src: &dyn engine::Source = view;
+            let reader = match self.sealed.since(sealed) {
+                Some((current, compacted)) => {
+                    #[cfg(debug_assertions)]
+                    {
+                        use view::MvccRead;
+                        let stored = mvcc::MvccReader::new(src)?;
+                        debug_assert_eq!(
+                            (stored.current_revision(), stored.compacted_revision()),
+                            (current, compacted),
+                            "the sealed state left the snapshot's rows"
+                        );
+                    }
+                    mvcc::MvccReader::at(src, current, compacted)
                 }
-                Ok(reader)
-            }
-            None => mvcc::MvccReader::new(view),
-        }
+                None => mvcc::MvccReader::new(src)?,
+            };
+            read(reader)
+        })
     }
 
     /// The current key-value of `key`, if it exists: one read of its
@@ -232,13 +230,7 @@ impl Store {
         read: impl FnOnce(&ReadView<'_>) -> Result<T, E>,
     ) -> Result<T, E> {
         let before = self.installs.stable().ok_or(StoreError::Installing)?;
-        let sealed = self.sealed.generation();
-        let result = self.engine.with_snapshot(|view| {
-            let src: &dyn engine::Source = view;
-            read(&ReadView {
-                reader: self.reader(src, sealed)?,
-            })
-        })?;
+        let result = self.with_reader(|reader| read(&ReadView { reader }))?;
         if self.installs.stable() != Some(before) {
             return Err(StoreError::Installing.into());
         }
@@ -294,32 +286,22 @@ impl Store {
                     return Ok(events);
                 }
             }
-            let sealed = self.sealed.generation();
-            self.engine
-                .with_snapshot(|view| self.reader(view, sealed)?.events_after(after, limit))
+            self.with_reader(|reader| reader.events_after(after, limit))
         })
     }
 
     /// Every lease, by id.
     pub fn leases(&self) -> Result<Vec<LeaseRecord>, StoreError> {
-        self.consistent(|| {
-            let sealed = self.sealed.generation();
-            self.engine
-                .with_snapshot(|view| self.reader(view, sealed)?.leases())
-        })
+        self.consistent(|| self.with_reader(|reader| reader.leases()))
     }
 
     /// Lease `id` and the keys attached to it, if it exists.
     pub fn lease(&self, id: LeaseId) -> Result<Option<LeaseWithKeys>, StoreError> {
         use view::MvccRead;
         self.consistent(|| {
-            let sealed = self.sealed.generation();
-            self.engine.with_snapshot(|view| {
-                let reader = self.reader(view, sealed)?;
-                match reader.lease(id)? {
-                    Some(l) => Ok(Some((l, reader.lease_keys(id)?))),
-                    None => Ok(None),
-                }
+            self.with_reader(|reader| match reader.lease(id)? {
+                Some(l) => Ok(Some((l, reader.lease_keys(id)?))),
+                None => Ok(None),
             })
         })
     }
