@@ -309,10 +309,6 @@ impl<S: Source + ?Sized> MvccRead for MvccReader<'_, S> {
     fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
         session::read_record(self.src, origin, seq)
     }
-
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
-        session::read_seqs_below(self.src, origin, below)
-    }
 }
 
 impl<S: Source + ?Sized> MvccReader<'_, S> {
@@ -443,27 +439,23 @@ fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
         .collect()
 }
 
-/// Stages what one log entry's commands did, in their order: each
-/// command's own rows (current state, history, events, leases, session
-/// records), then once for the entry the rows every command would
-/// overwrite (the revision, each origin's session state, the compaction
-/// point) with their last values. A batch entry of 256 writes makes one
-/// revision row and one session row per origin, not 256 of each: RocksDB
-/// inserts every row of a write batch, overwritten or not. The compaction
-/// point alone: the rows it makes unreachable are purged later, off the
-/// apply path ([`crate::compactor`]).
+/// Stages what one log entry's commands did to the MVCC store and the
+/// leases, in their order: each command's own rows (current state,
+/// history, events, leases), then once for the entry the rows every
+/// command would overwrite (the revision, the compaction point) with their
+/// last values. A batch entry of 256 writes makes one revision row, not
+/// 256: RocksDB inserts every row of a write batch, overwritten or not.
+/// The compaction point alone: the rows it makes unreachable are purged
+/// later, off the apply path ([`crate::compactor`]). The session changes
+/// are staged by the state machine's mirror of them
+/// (`SessionTable::stage`), once per origin.
 pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<(), StoreError> {
     let mut revision = None;
-    let mut sessions = std::collections::BTreeMap::new();
     let mut compact_to = None;
     for applied in entry {
         stage_rows(batch, applied)?;
         if !applied.writes.is_empty() {
             revision = Some(applied.response.revision);
-        }
-        if let Some(update) = &applied.session {
-            session::stage_records(batch, update)?;
-            sessions.insert(update.origin, &update.state);
         }
         compact_to = applied.compact_to.or(compact_to);
     }
@@ -473,9 +465,6 @@ pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<
             schema::SM_REVISION,
             &schema::u64_key(revision.0),
         )?;
-    }
-    for (origin, state) in sessions {
-        session::stage_state(batch, origin, state)?;
     }
     if let Some(to) = compact_to {
         batch.put(Cf::SmMeta, schema::SM_COMPACTED, &schema::u64_key(to.0))?;

@@ -18,14 +18,23 @@
 //! | `leases` | [`lease_key`]: `L` ++ id (i64) | [`LeaseRecord`](crate::LeaseRecord) |
 //! | `leases` | [`lease_attachment_key`]: `K` ++ id (i64) ++ user key | empty: the key is attached to the lease |
 //! | `sessions` | [`session_key`]: origin node (u64) | [`SessionState`](crate::session::SessionState): the origin's epoch and floor |
-//! | `sessions` | [`session_record_key`]: origin node (u64) ++ seq (u64) | [`Recorded`](crate::session::Recorded): the answer of that proposal |
+//! | `sessions` | [`session_group_key`]: origin node (u64) ++ its smallest seq (u64) ++ `G` | `Vec<(u64, Recorded)>`: the answers of the origin's proposals one log entry applied |
+//! | `sessions` | [`session_record_key`]: origin node (u64) ++ seq (u64) | [`Recorded`](crate::session::Recorded): the answer of that proposal (format 3; read, no longer written) |
 
 /// Bumped whenever an encoding below changes incompatibly. A data directory
 /// written with another version is refused at open.
 /// Format 3 added the `sessions` column family (exactly-once proposals):
 /// a build of format 2 could neither open such a directory nor install
-/// such a snapshot.
-pub const FORMAT_VERSION: u32 = 3;
+/// such a snapshot. Format 4 keeps the records one log entry makes for an
+/// origin in one row ([`session_group_key`]) instead of a row per
+/// proposal; it still reads format 3's rows ([`READABLE_FORMATS`]), so a
+/// format-3 directory opens (and is marked 4) and a format-3 snapshot
+/// installs, while a build of format 3 refuses format 4.
+pub const FORMAT_VERSION: u32 = 4;
+
+/// The formats this build opens and installs: its own, and format 3,
+/// whose rows are a subset of format 4's.
+pub const READABLE_FORMATS: [u32; 2] = [3, FORMAT_VERSION];
 
 /// RocksDB name of [`Cf::RaftLog`]: the Raft log entries by index.
 pub const CF_RAFT_LOG: &str = "raft_log";
@@ -203,12 +212,77 @@ pub fn session_record_key(origin: u64, seq: u64) -> [u8; 16] {
     k
 }
 
-/// Splits a `sessions` row key: the origin, and the seq for a record row
-/// (`None` for the origin's state row).
-pub fn split_session_key(row: &[u8]) -> Option<(u64, Option<u64>)> {
+/// The tag that ends a [`session_group_key`].
+const SESSION_GROUP_TAG: u8 = b'G';
+
+/// The `sessions` row of the answers one log entry recorded for `origin`'s
+/// proposals, `first` the smallest of their seqs. It sorts after the
+/// origin's state row, beside its one-record rows, and before the next
+/// origin's rows.
+pub fn session_group_key(origin: u64, first: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..16].copy_from_slice(&session_record_key(origin, first));
+    k[16] = SESSION_GROUP_TAG;
+    k
+}
+
+/// The end (exclusive) of every record row of `origin`: above its
+/// largest [`session_group_key`], below the next origin's state row.
+pub fn session_records_end(origin: u64) -> [u8; 17] {
+    let mut k = [0xFFu8; 17];
+    k[..8].copy_from_slice(&origin.to_be_bytes());
+    k
+}
+
+/// A record row of the `sessions` column family, by what its key names.
+/// Ordered as the keys are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionRecordRow {
+    /// The row's only seq (format 3), or the smallest of its group's.
+    pub first: u64,
+    /// A group of answers ([`session_group_key`]), not one
+    /// ([`session_record_key`]).
+    pub group: bool,
+}
+
+impl SessionRecordRow {
+    /// The row's key in `origin`'s session.
+    pub fn key(self, origin: u64) -> Vec<u8> {
+        if self.group {
+            session_group_key(origin, self.first).to_vec()
+        } else {
+            session_record_key(origin, self.first).to_vec()
+        }
+    }
+}
+
+/// A `sessions` row key, split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionRowKey {
+    /// The origin's state row ([`session_key`]).
+    State(u64),
+    /// One of the origin's record rows.
+    Records(u64, SessionRecordRow),
+}
+
+/// Splits a `sessions` row key; `None` if it is none of the three shapes.
+pub fn split_session_key(row: &[u8]) -> Option<SessionRowKey> {
     match row.len() {
-        8 => Some((decode_u64(row)?, None)),
-        16 => Some((decode_u64(&row[..8])?, Some(decode_u64(&row[8..])?))),
+        8 => Some(SessionRowKey::State(decode_u64(row)?)),
+        16 => Some(SessionRowKey::Records(
+            decode_u64(&row[..8])?,
+            SessionRecordRow {
+                first: decode_u64(&row[8..])?,
+                group: false,
+            },
+        )),
+        17 if row[16] == SESSION_GROUP_TAG => Some(SessionRowKey::Records(
+            decode_u64(&row[..8])?,
+            SessionRecordRow {
+                first: decode_u64(&row[8..16])?,
+                group: true,
+            },
+        )),
         _ => None,
     }
 }
@@ -342,21 +416,53 @@ mod tests {
     #[test]
     fn session_rows_sort_by_origin_state_first_then_seq() {
         let mut rows: Vec<Vec<u8>> = Vec::new();
-        for origin in [1u64, 2, 256, u64::MAX] {
+        for origin in [1u64, 2, 256, u64::MAX - 1] {
             rows.push(session_key(origin).to_vec());
             for seq in [0u64, 1, 300, u64::MAX] {
-                rows.push(session_record_key(origin, seq).to_vec());
+                let one = SessionRecordRow {
+                    first: seq,
+                    group: false,
+                };
+                let group = SessionRecordRow {
+                    first: seq,
+                    group: true,
+                };
+                assert!(one < group, "rows order as their keys");
+                rows.push(one.key(origin));
+                rows.push(group.key(origin));
+                assert!(group.key(origin).as_slice() < session_records_end(origin).as_slice());
             }
+            assert!(session_records_end(origin).as_slice() < session_key(origin + 1).as_slice());
         }
         let mut sorted = rows.clone();
         sorted.sort();
         assert_eq!(rows, sorted);
-        assert_eq!(split_session_key(&session_key(7)), Some((7, None)));
+        assert_eq!(
+            split_session_key(&session_key(7)),
+            Some(SessionRowKey::State(7))
+        );
         assert_eq!(
             split_session_key(&session_record_key(7, 9)),
-            Some((7, Some(9)))
+            Some(SessionRowKey::Records(
+                7,
+                SessionRecordRow {
+                    first: 9,
+                    group: false
+                }
+            ))
+        );
+        assert_eq!(
+            split_session_key(&session_group_key(7, 9)),
+            Some(SessionRowKey::Records(
+                7,
+                SessionRecordRow {
+                    first: 9,
+                    group: true
+                }
+            ))
         );
         assert_eq!(split_session_key(b"odd"), None);
+        assert_eq!(split_session_key(&[0u8; 17]), None, "no group tag");
     }
 
     #[test]

@@ -36,10 +36,15 @@
 //!
 //! On disk the table is the `sessions` column family (see
 //! [`crate::schema`]), written in the same batch as the entry's data and
-//! last-applied id, and carried by snapshots. The state machine keeps a
-//! mirror of every session's epoch, floor and recorded seqs in memory
-//! (`session_table::SessionTable`), so the common case (a proposal seen for the first
-//! time) reads nothing from disk; a duplicate reads its recorded response.
+//! last-applied id, and carried by snapshots: per origin a state row, and
+//! one row per log entry holding the answers that entry recorded for the
+//! origin (a batch entry of 30 puts from one node makes one row, not 30;
+//! format 3 made a row per proposal, and those are still read). A row
+//! goes, in one point delete, once the floor has passed all of its seqs.
+//! The state machine keeps a mirror of every session's epoch, floor,
+//! recorded seqs and rows in memory (`session_table::SessionTable`), so
+//! the common case (a proposal seen for the first time) reads nothing from
+//! disk; a duplicate reads its recorded response.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +52,7 @@ use crate::command::Response;
 use crate::engine::{Batch, Engine, Source};
 use crate::error::StoreError;
 use crate::ids::NodeId;
-use crate::schema::{self, Cf};
+use crate::schema::{self, Cf, SessionRecordRow, SessionRowKey};
 
 /// The largest response (bincode-encoded) the table keeps for a duplicate
 /// to be answered with; a larger one is recorded as [`Recorded::Dropped`].
@@ -86,8 +91,9 @@ impl Recorded {
     }
 }
 
-/// The change one tagged command makes to its origin's session, staged in
-/// the entry's write batch in order with the others.
+/// The change one tagged command makes to its origin's session. The
+/// records below the new floor go with it (rule 3); the state machine
+/// stages an entry's updates together (`SessionTable::stage`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionUpdate {
     /// The node whose session changes.
@@ -97,42 +103,37 @@ pub struct SessionUpdate {
     /// The session was replaced (a newer epoch): every earlier record of
     /// the origin goes first.
     pub replaced: bool,
-    /// Records the floor passed, dropped.
-    pub evicted: Vec<u64>,
     /// The proposal applied by this command and what is kept of its answer.
     pub recorded: Option<(u64, Recorded)>,
 }
 
-/// Stages `update`'s records into `batch`: the evictions and the new
-/// record. Its state row is staged by [`stage_state`], once per entry
-/// with the origin's last state.
-pub(crate) fn stage_records(
+/// Stages the deletion of every record row of `origin` (a new epoch
+/// replaced its session). Rare (once per restart of a node): a range
+/// delete is fine here.
+pub(crate) fn stage_records_cleared(
     batch: &mut Batch<'_>,
-    update: &SessionUpdate,
+    origin: NodeId,
 ) -> Result<(), StoreError> {
-    let origin = update.origin;
-    if update.replaced {
-        // Rare (once per restart of a node): a range delete is fine here.
-        batch.delete_range(
-            Cf::Sessions,
-            &schema::session_record_key(origin, 0),
-            &schema::session_record_key(origin, u64::MAX),
-        )?;
-        batch.delete(Cf::Sessions, &schema::session_record_key(origin, u64::MAX))?;
-    }
-    // Point deletes, not a range: the floor moves with nearly every write,
-    // and a range tombstone per write would pile up.
-    for seq in &update.evicted {
-        batch.delete(Cf::Sessions, &schema::session_record_key(origin, *seq))?;
-    }
-    if let Some((seq, recorded)) = &update.recorded {
-        batch.put(
-            Cf::Sessions,
-            &schema::session_record_key(origin, *seq),
-            &bincode::serialize(recorded)?,
-        )?;
-    }
-    Ok(())
+    batch.delete_range(
+        Cf::Sessions,
+        &schema::session_record_key(origin, 0),
+        &schema::session_records_end(origin),
+    )
+}
+
+/// Stages one row of `origin`'s answers, recorded by one log entry:
+/// `records` is not empty, and `first` is the smallest of its seqs.
+pub(crate) fn stage_group(
+    batch: &mut Batch<'_>,
+    origin: NodeId,
+    first: u64,
+    records: &[(u64, &Recorded)],
+) -> Result<(), StoreError> {
+    batch.put(
+        Cf::Sessions,
+        &schema::session_group_key(origin, first),
+        &bincode::serialize(records)?,
+    )
 }
 
 /// Stages `origin`'s session state row.
@@ -159,35 +160,55 @@ pub(crate) fn read_state<S: Source + ?Sized>(
     }
 }
 
-/// Reads the record of `origin`'s proposal `seq`.
+/// The answers one record row holds, by seq.
+pub(crate) type RowRecords = Vec<(u64, Recorded)>;
+
+/// The answers a record row holds, by seq: one (format 3) or a group.
+pub(crate) fn decode_records(
+    row: SessionRecordRow,
+    value: &[u8],
+) -> Result<RowRecords, StoreError> {
+    if row.group {
+        Ok(bincode::deserialize(value)?)
+    } else {
+        Ok(vec![(row.first, bincode::deserialize(value)?)])
+    }
+}
+
+/// Every record row of `origin`, in key order, with its answers.
+pub(crate) fn read_records<S: Source + ?Sized>(
+    src: &S,
+    origin: NodeId,
+) -> Result<Vec<(SessionRecordRow, RowRecords)>, StoreError> {
+    let start = schema::session_record_key(origin, 0);
+    let end = schema::session_records_end(origin);
+    let mut rows = Vec::new();
+    for row in src.scan(Cf::Sessions, &start, Some(&end))? {
+        let (k, v) = row?;
+        match schema::split_session_key(&k) {
+            Some(SessionRowKey::Records(o, row)) if o == origin => {
+                rows.push((row, decode_records(row, &v)?));
+            }
+            _ => return Err(StoreError::Corrupt("malformed sessions row".into())),
+        }
+    }
+    Ok(rows)
+}
+
+/// Reads the record of `origin`'s proposal `seq`: a scan of the origin's
+/// rows, which the floor keeps to what it has in flight. Only a duplicate
+/// copy asks (the mirror answers whether there is one).
 pub(crate) fn read_record<S: Source + ?Sized>(
     src: &S,
     origin: NodeId,
     seq: u64,
 ) -> Result<Option<Recorded>, StoreError> {
-    match src.get(Cf::Sessions, &schema::session_record_key(origin, seq))? {
-        Some(v) => Ok(Some(bincode::deserialize(&v)?)),
-        None => Ok(None),
-    }
-}
-
-/// The seqs of `origin` with a record below `below`, ascending.
-pub(crate) fn read_seqs_below<S: Source + ?Sized>(
-    src: &S,
-    origin: NodeId,
-    below: u64,
-) -> Result<Vec<u64>, StoreError> {
-    let start = schema::session_record_key(origin, 0);
-    let end = schema::session_record_key(origin, below);
-    let mut seqs = Vec::new();
-    for row in src.scan(Cf::Sessions, &start, Some(&end))? {
-        let (k, _) = row?;
-        match schema::split_session_key(&k) {
-            Some((o, Some(seq))) if o == origin => seqs.push(seq),
-            _ => return Err(StoreError::Corrupt("malformed sessions row".into())),
+    for (_, records) in read_records(src, origin)? {
+        if let Some((_, recorded)) = records.into_iter().find(|(s, _)| *s == seq) {
+            return Ok(Some(recorded));
         }
     }
-    Ok(seqs)
+    Ok(None)
 }
 
 /// Raises this node's boot epoch (a synced write, so no later process can

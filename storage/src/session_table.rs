@@ -1,34 +1,59 @@
 //! The state machine's in-memory mirror of the session table
-//! ([`SessionTable`]: every origin's epoch, floor and recorded seqs) and the
-//! read view apply sees it through ([`WithSessions`]), so the common case,
-//! a proposal seen for the first time, reads nothing from disk. The rules
-//! and the rows are in [`crate::session`].
+//! ([`SessionTable`]: every origin's epoch, floor, recorded seqs and the
+//! rows holding them) and the read view apply sees it through
+//! ([`WithSessions`]), so the common case, a proposal seen for the first
+//! time, reads nothing from disk. It also stages each entry's session
+//! changes ([`SessionTable::stage`]): one row of answers per origin and
+//! entry, and one delete per row the floor has passed. The rules and the
+//! rows are in [`crate::session`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::apply::Applied;
 use crate::command::{KeyRange, KeyValue, LeaseRecord, Revision};
-use crate::engine::Source;
+use crate::engine::{Batch, Source};
 use crate::error::StoreError;
 use crate::ids::{LeaseId, NodeId};
-use crate::schema::{self, Cf};
-use crate::session::{Recorded, SessionState, SessionUpdate};
+use crate::schema::{self, Cf, SessionRecordRow, SessionRowKey};
+use crate::session::{self, Recorded, SessionState};
 use crate::view::{MvccRead, Visit};
 
 /// One session as the state machine mirrors it: no responses, only which
-/// seqs have one.
+/// seqs have one and which rows hold them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct MirroredSession {
     state: SessionState,
+    /// The recorded seqs at or above the floor: those a copy is answered
+    /// from (below it, rule 4 refuses a copy before any record is read).
     seqs: BTreeSet<u64>,
+    /// Every record row on disk, and the largest seq it holds: it goes
+    /// once the floor passes that.
+    rows: BTreeMap<SessionRecordRow, u64>,
 }
 
 /// The state machine's in-memory mirror of the `sessions` column family:
-/// every session's state and recorded seqs. Loaded at open, rebuilt after a
-/// snapshot install, and changed only after the batch holding the same
-/// changes was written.
+/// every session's state, recorded seqs and record rows. Loaded at open,
+/// rebuilt after a snapshot install, and changed only after the batch
+/// holding the same changes was written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SessionTable {
     sessions: BTreeMap<NodeId, MirroredSession>,
+}
+
+/// What one log entry did to one origin's session, net of its commands:
+/// staged by [`SessionTable::stage`], absorbed into the mirror by
+/// [`SessionTable::absorb`] once written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EntrySessionChange {
+    origin: NodeId,
+    state: SessionState,
+    /// A command of the entry replaced the session: every earlier row went.
+    replaced: bool,
+    /// The rows the floor passed, deleted.
+    dropped: Vec<SessionRecordRow>,
+    /// The seqs recorded in the entry's row (if any), the first the
+    /// smallest.
+    recorded: Vec<u64>,
 }
 
 impl SessionTable {
@@ -38,11 +63,25 @@ impl SessionTable {
         for row in src.scan(Cf::Sessions, &[], None)? {
             let (k, v) = row?;
             match schema::split_session_key(&k) {
-                Some((origin, None)) => {
+                // The state row sorts before the origin's record rows, so
+                // the floor is known when they are read.
+                Some(SessionRowKey::State(origin)) => {
                     sessions.entry(origin).or_default().state = bincode::deserialize(&v)?;
                 }
-                Some((origin, Some(seq))) => {
-                    sessions.entry(origin).or_default().seqs.insert(seq);
+                Some(SessionRowKey::Records(origin, row)) => {
+                    let session = sessions.entry(origin).or_default();
+                    let records = session::decode_records(row, &v)?;
+                    let floor = session.state.floor;
+                    let max = records.iter().map(|(seq, _)| *seq).max().ok_or_else(|| {
+                        StoreError::Corrupt("an empty sessions record row".into())
+                    })?;
+                    session.rows.insert(row, max);
+                    session.seqs.extend(
+                        records
+                            .iter()
+                            .map(|(seq, _)| *seq)
+                            .filter(|seq| *seq >= floor),
+                    );
                 }
                 None => return Err(StoreError::Corrupt("malformed sessions row".into())),
             }
@@ -50,19 +89,111 @@ impl SessionTable {
         Ok(Self { sessions })
     }
 
-    /// Applies a written update.
-    pub(crate) fn absorb(&mut self, update: &SessionUpdate) {
-        let session = self.sessions.entry(update.origin).or_default();
-        if update.replaced {
+    /// Stages the session changes of one log entry's commands (`entry`, in
+    /// order) into `batch`, once per origin: its state row, at most one row
+    /// of the answers the entry recorded and kept, and the deletion of the
+    /// rows the floor passed (or of all of them, for a new epoch).
+    pub(crate) fn stage(
+        &self,
+        batch: &mut Batch<'_>,
+        entry: &[Applied],
+    ) -> Result<Vec<EntrySessionChange>, StoreError> {
+        // Each origin's updates, in order; an entry's commands come from a
+        // handful of origins.
+        let mut origins: BTreeMap<NodeId, Vec<&session::SessionUpdate>> = BTreeMap::new();
+        for update in entry.iter().filter_map(|applied| applied.session.as_ref()) {
+            origins.entry(update.origin).or_default().push(update);
+        }
+        let mut changes = Vec::with_capacity(origins.len());
+        for (origin, updates) in origins {
+            let mut replaced = false;
+            let mut records: Vec<(u64, &Recorded)> = Vec::new();
+            let mut state = SessionState::default();
+            for update in updates {
+                if update.replaced {
+                    replaced = true;
+                    records.clear();
+                }
+                if let Some((seq, recorded)) = &update.recorded {
+                    records.push((*seq, recorded));
+                }
+                state = update.state;
+            }
+            records.retain(|(seq, _)| *seq >= state.floor);
+            let dropped = if replaced {
+                session::stage_records_cleared(batch, origin)?;
+                Vec::new()
+            } else {
+                self.rows_passed(origin, state.floor)
+            };
+            for row in &dropped {
+                batch.delete(Cf::Sessions, &row.key(origin))?;
+            }
+            let mut recorded: Vec<u64> = records.iter().map(|(seq, _)| *seq).collect();
+            if let Some(first) = recorded.iter().copied().min() {
+                session::stage_group(batch, origin, first, &records)?;
+                // The row's first seq leads: `absorb` names the row by it.
+                if let Some(at) = recorded.iter().position(|seq| *seq == first) {
+                    recorded.swap(0, at);
+                }
+            }
+            session::stage_state(batch, origin, &state)?;
+            changes.push(EntrySessionChange {
+                origin,
+                state,
+                replaced,
+                dropped,
+                recorded,
+            });
+        }
+        Ok(changes)
+    }
+
+    /// The record rows of `origin` whose every seq is below `floor`.
+    fn rows_passed(&self, origin: NodeId, floor: u64) -> Vec<SessionRecordRow> {
+        let Some(session) = self.sessions.get(&origin) else {
+            return Vec::new();
+        };
+        if floor <= session.state.floor {
+            return Vec::new();
+        }
+        // A row's key names its smallest seq: only rows starting below the
+        // floor can have passed it.
+        let below = SessionRecordRow {
+            first: floor,
+            group: false,
+        };
+        session
+            .rows
+            .range(..below)
+            .filter(|(_, max)| **max < floor)
+            .map(|(row, _)| *row)
+            .collect()
+    }
+
+    /// Applies an entry's written change.
+    pub(crate) fn absorb(&mut self, change: &EntrySessionChange) {
+        let session = self.sessions.entry(change.origin).or_default();
+        if change.replaced {
             session.seqs.clear();
+            session.rows.clear();
         }
-        for seq in &update.evicted {
-            session.seqs.remove(seq);
+        for row in &change.dropped {
+            session.rows.remove(row);
         }
-        if let Some((seq, _)) = &update.recorded {
-            session.seqs.insert(*seq);
+        session.seqs = session.seqs.split_off(&change.state.floor);
+        if let Some(first) = change.recorded.first() {
+            let max = change.recorded.iter().copied().max().unwrap_or(*first);
+            session.rows.insert(
+                SessionRecordRow {
+                    first: *first,
+                    group: true,
+                },
+                max,
+            );
+            session.seqs.extend(change.recorded.iter().copied());
         }
-        session.state = update.state;
+        session.state = change.state;
     }
 }
 
@@ -131,14 +262,5 @@ impl<V: MvccRead> MvccRead for WithSessions<'_, V> {
                 ))
             })
             .map(Some)
-    }
-
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
-        Ok(self
-            .table
-            .sessions
-            .get(&origin)
-            .map(|s| s.seqs.range(..below).copied().collect())
-            .unwrap_or_default())
     }
 }

@@ -196,8 +196,9 @@ pub(crate) fn snapshot_header(
     // A snapshot is rows of the state machine's column families as this
     // format encodes them: installing one of another format would leave
     // rows this build misreads (an events row of format 1 holds whole
-    // values where format 2 expects pointers into history).
-    if found != schema::FORMAT_VERSION {
+    // values where format 2 expects pointers into history). Format 3's
+    // rows are format 4's less its grouped session records.
+    if !schema::READABLE_FORMATS.contains(&found) {
         return Err(StoreError::SnapshotFormatVersion {
             path: path.display().to_string(),
             found,

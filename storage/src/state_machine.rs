@@ -126,11 +126,27 @@ impl StateMachine {
         match engine.get(Cf::SmMeta, schema::SM_FORMAT_VERSION)? {
             Some(v) => {
                 let found = bincode::deserialize::<u32>(&v)?;
-                if found != schema::FORMAT_VERSION {
+                if !schema::READABLE_FORMATS.contains(&found) {
                     return Err(StoreError::FormatVersion {
                         found,
                         expected: schema::FORMAT_VERSION,
                     });
+                }
+                if found != schema::FORMAT_VERSION {
+                    // From now on it holds rows the older format's builds
+                    // misread: mark it, before the first of them is written.
+                    tracing::info!(
+                        from = found,
+                        to = schema::FORMAT_VERSION,
+                        "upgrading the data directory's storage format"
+                    );
+                    let mut batch = engine.batch();
+                    batch.put(
+                        Cf::SmMeta,
+                        schema::SM_FORMAT_VERSION,
+                        &bincode::serialize(&schema::FORMAT_VERSION)?,
+                    )?;
+                    engine.write(batch, true)?;
                 }
             }
             None => {
@@ -233,7 +249,7 @@ impl StateMachine {
 
     fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
         let mut batch = self.engine.batch();
-        let mut session_updates = Vec::new();
+        let mut session_changes = Vec::new();
         // The revision and compaction point the entry leaves, exactly as
         // `stage_applied` writes them: the last command's that set one.
         let (mut revision, mut compacted) = (None, None);
@@ -246,6 +262,7 @@ impl StateMachine {
                 let view = WithSessions::new(&reader, &self.sessions);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 mvcc::stage_applied(&mut batch, &applied)?;
+                session_changes = self.sessions.stage(&mut batch, &applied)?;
                 revision = applied
                     .iter()
                     .rev()
@@ -257,7 +274,6 @@ impl StateMachine {
                     if !one.writes.is_empty() {
                         revisions.push((one.response.revision, one.events));
                     }
-                    session_updates.extend(one.session);
                 }
                 tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
                 response
@@ -294,9 +310,9 @@ impl StateMachine {
         for (revision, events) in revisions {
             self.recent.push(revision, events);
         }
-        // In the order they were staged, now that they are written.
-        for update in &session_updates {
-            self.sessions.absorb(update);
+        // Now that they are written.
+        for change in &session_changes {
+            self.sessions.absorb(change);
         }
         Ok(response)
     }
@@ -625,7 +641,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload};
 
     use super::*;
-    use crate::command::{Command, Op, PutRequest, Txn};
+    use crate::command::{ApplyError, Command, CommandResult, Op, PutRequest, Txn};
     use crate::ProposalId;
 
     fn tagged(epoch: u64, seq: u64, floor: u64, key: &str) -> Command {
@@ -675,8 +691,113 @@ mod tests {
                 i + 1
             );
         }
-        let stored = crate::session::read_seqs_below(&sm.engine, 1, u64::MAX).expect("seqs");
+        let stored: Vec<u64> = crate::session::read_records(&sm.engine, 1)
+            .expect("records")
+            .into_iter()
+            .flat_map(|(_, records)| records.into_iter().map(|(seq, _)| seq))
+            .collect();
         assert_eq!(stored, vec![1, 2], "epoch 2's two writes");
+    }
+
+    /// An entry's records of one origin are one row, whatever the number
+    /// of its proposals; the row stays while any of its seqs is at or above
+    /// the floor and goes in one delete once the floor passes them all. A
+    /// copy is answered from its row, and so from a format-3 row of one
+    /// record, which goes the same way.
+    #[tokio::test]
+    async fn an_entry_records_one_row_per_origin_and_the_floor_drops_it_whole() {
+        use crate::schema::SessionRecordRow;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_log, mut sm, _store) = crate::open(dir.path()).expect("open");
+        // Applies `cmd` as the next entry; the mirror must equal the disk.
+        async fn apply(sm: &mut StateMachine, cmd: Command) -> Response {
+            let index = sm.last_applied.map_or(0, |l| l.index) + 1;
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                payload: EntryPayload::Normal(cmd.into()),
+            };
+            let mut responses = sm.apply(vec![entry]).await.expect("apply");
+            assert_eq!(
+                sm.sessions,
+                SessionTable::load(&sm.engine).expect("load"),
+                "after entry {index}"
+            );
+            responses.pop().expect("one response")
+        }
+        let rows = |sm: &StateMachine| -> Vec<(SessionRecordRow, Vec<u64>)> {
+            crate::session::read_records(&sm.engine, 1)
+                .expect("records")
+                .into_iter()
+                .map(|(row, records)| (row, records.into_iter().map(|(seq, _)| seq).collect()))
+                .collect()
+        };
+        let group = |first| SessionRecordRow { first, group: true };
+
+        let first = apply(
+            &mut sm,
+            Command::Batch(vec![
+                tagged(1, 1, 1, "a"),
+                tagged(1, 3, 1, "b"),
+                tagged(1, 2, 1, "c"),
+            ]),
+        )
+        .await;
+        let Ok(CommandResult::Batch(answers)) = first.result else {
+            panic!("a batch's answers: {first:?}");
+        };
+        assert_eq!(rows(&sm), vec![(group(1), vec![1, 3, 2])]);
+
+        // The floor passes 1 and 2, not 3: the row stays.
+        apply(&mut sm, tagged(1, 4, 3, "d")).await;
+        assert_eq!(
+            rows(&sm),
+            vec![(group(1), vec![1, 3, 2]), (group(4), vec![4])]
+        );
+        // A copy of 3 is answered from the row, as first answered.
+        let copy = apply(&mut sm, tagged(1, 3, 3, "b")).await;
+        assert_eq!(copy, answers[1]);
+        // A copy of 2 is below the floor: refused, though its row stays.
+        let late = apply(&mut sm, tagged(1, 2, 3, "c")).await;
+        assert_eq!(late.result, Err(ApplyError::StaleProposal));
+
+        // The floor passes 3 as well: the first row goes.
+        apply(&mut sm, tagged(1, 5, 4, "e")).await;
+        assert_eq!(rows(&sm), vec![(group(4), vec![4]), (group(5), vec![5])]);
+
+        // A row of one record, as format 3 wrote them, is read as well.
+        let recorded = crate::session::Recorded::Response(answers[0].clone());
+        let mut batch = sm.engine.batch();
+        batch
+            .put(
+                Cf::Sessions,
+                &schema::session_record_key(1, 9),
+                &bincode::serialize(&recorded).expect("encode"),
+            )
+            .expect("stage");
+        sm.engine.write(batch, true).expect("write");
+        sm.sessions = SessionTable::load(&sm.engine).expect("load");
+        let copy = apply(&mut sm, tagged(1, 9, 4, "z")).await;
+        assert_eq!(copy, answers[0]);
+        apply(&mut sm, tagged(1, 10, 6, "f")).await;
+        assert_eq!(
+            rows(&sm),
+            vec![
+                (
+                    SessionRecordRow {
+                        first: 9,
+                        group: false
+                    },
+                    vec![9]
+                ),
+                (group(10), vec![10])
+            ]
+        );
+        apply(&mut sm, tagged(1, 11, 10, "g")).await;
+        assert_eq!(
+            rows(&sm),
+            vec![(group(10), vec![10]), (group(11), vec![11])]
+        );
     }
 
     /// Ranges read while entries are applied answer with the revision their

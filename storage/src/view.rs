@@ -60,10 +60,9 @@ pub trait MvccRead {
     fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError>;
     /// The proposal session of origin node `origin`, if it has one.
     fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError>;
-    /// What `origin`'s session recorded of its proposal `seq`.
+    /// What `origin`'s session recorded of its proposal `seq` (at or above
+    /// its floor: below it, the record is gone or going).
     fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError>;
-    /// The seqs `origin`'s session holds a record of below `below`, ascending.
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError>;
 }
 
 /// Shapes a range response while its key-values stream in: counts every

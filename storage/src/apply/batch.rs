@@ -9,7 +9,7 @@
 //! are not copied for the ones after it (a batch of puts used to copy each
 //! value twice more on every node).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::txn::merge_scan;
 use super::{apply_within, Applied, MAX_ENTRY_RANGE_BYTES, MAX_TXN_RANGE_BYTES};
@@ -96,10 +96,8 @@ struct SessionOverlay {
     state: SessionState,
     /// Replaced in this batch: none of the base's records count.
     replaced: bool,
-    /// The base's records evicted in this batch.
-    evicted: BTreeSet<u64>,
-    /// Records made in this batch (and not evicted since): the command of
-    /// the batch whose session update holds each.
+    /// Records made in this batch: the command of the batch whose session
+    /// update holds each (those below the floor no longer count).
     recorded: BTreeMap<u64, usize>,
 }
 
@@ -109,12 +107,7 @@ impl SessionOverlay {
     fn absorb(&mut self, update: &SessionUpdate, index: usize) {
         if update.replaced {
             self.replaced = true;
-            self.evicted.clear();
             self.recorded.clear();
-        }
-        for seq in &update.evicted {
-            self.recorded.remove(seq);
-            self.evicted.insert(*seq);
         }
         if let Some((seq, _)) = &update.recorded {
             self.recorded.insert(*seq, index);
@@ -163,7 +156,6 @@ impl<'v, V: MvccRead> BatchView<'v, V> {
                 .or_insert_with(|| SessionOverlay {
                     state: update.state,
                     replaced: false,
-                    evicted: BTreeSet::new(),
                     recorded: BTreeMap::new(),
                 })
                 .absorb(update, index);
@@ -263,6 +255,9 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         let Some(overlay) = self.sessions.get(&origin) else {
             return self.base.session_record(origin, seq);
         };
+        if seq < overlay.state.floor {
+            return Ok(None);
+        }
         if let Some(index) = overlay.recorded.get(&seq) {
             let recorded = self.applied[*index]
                 .session
@@ -271,26 +266,9 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
                 .map(|(_, recorded)| recorded.clone());
             return Ok(recorded);
         }
-        if overlay.replaced || overlay.evicted.contains(&seq) {
+        if overlay.replaced {
             return Ok(None);
         }
         self.base.session_record(origin, seq)
-    }
-
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
-        let Some(overlay) = self.sessions.get(&origin) else {
-            return self.base.session_seqs_below(origin, below);
-        };
-        let mut seqs: BTreeSet<u64> = if overlay.replaced {
-            BTreeSet::new()
-        } else {
-            self.base
-                .session_seqs_below(origin, below)?
-                .into_iter()
-                .filter(|seq| !overlay.evicted.contains(seq))
-                .collect()
-        };
-        seqs.extend(overlay.recorded.range(..below).map(|(seq, _)| *seq));
-        Ok(seqs.into_iter().collect())
     }
 }

@@ -249,7 +249,6 @@ fn apply_tagged(
             floor: 0,
         },
         replaced: false,
-        evicted: Vec::new(),
         recorded: None,
     };
     match known {
@@ -263,13 +262,9 @@ fn apply_tagged(
         Some(session) => update.state = session,
         None => {}
     }
-    // Rule 3: the origin has finished with everything below its floor.
-    if floor > update.state.floor {
-        update.state.floor = floor;
-        if !update.replaced {
-            update.evicted = view.session_seqs_below(id.origin, floor)?;
-        }
-    }
+    // Rule 3: the origin has finished with everything below its floor
+    // (its records go with the update).
+    update.state.floor = update.state.floor.max(floor);
     let changed = update.replaced || known != Some(update.state);
     // Rule 4: a late copy of a proposal its origin gave up on.
     if id.seq < update.state.floor {

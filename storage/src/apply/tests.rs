@@ -49,9 +49,9 @@ impl MemView {
             if update.replaced {
                 self.records.retain(|(o, _), _| *o != origin);
             }
-            for seq in &update.evicted {
-                self.records.remove(&(origin, *seq));
-            }
+            let floor = update.state.floor;
+            self.records
+                .retain(|(o, seq), _| *o != origin || *seq >= floor);
             if let Some((seq, recorded)) = &update.recorded {
                 self.records.insert((origin, *seq), recorded.clone());
             }
@@ -119,13 +119,6 @@ impl MvccRead for MemView {
     }
     fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
         Ok(self.records.get(&(origin, seq)).cloned())
-    }
-    fn session_seqs_below(&self, origin: NodeId, below: u64) -> Result<Vec<u64>, StoreError> {
-        Ok(self
-            .recorded_seqs(origin)
-            .into_iter()
-            .filter(|seq| *seq < below)
-            .collect())
     }
 }
 
