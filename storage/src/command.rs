@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ids::{LeaseId, Revision};
@@ -33,8 +34,10 @@ pub struct KeyValue {
     /// Number of modifications since creation; 1 on create.
     pub version: i64,
     /// The value stored at `mod_revision` (empty in a deletion event).
-    #[serde(with = "serde_bytes")]
-    pub value: Vec<u8>,
+    /// Shared, not copied, between the command that wrote it, the rows it
+    /// is staged into and the events that carry it; encoded as
+    /// `serde_bytes` encodes a `Vec<u8>`.
+    pub value: Bytes,
     /// Attached lease, [`LeaseId::NONE`] for none.
     pub lease: LeaseId,
 }
@@ -48,7 +51,7 @@ impl KeyValue {
             create_revision: Revision::ZERO,
             mod_revision: revision,
             version: 0,
-            value: Vec::new(),
+            value: Bytes::new(),
             lease: LeaseId::NONE,
         }
     }
@@ -255,9 +258,9 @@ pub struct PutRequest {
     /// The key to write.
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
-    /// The new value (ignored with `ignore_value`).
-    #[serde(with = "serde_bytes")]
-    pub value: Vec<u8>,
+    /// The new value (ignored with `ignore_value`). Shared with the
+    /// key's new state; encoded as `serde_bytes` encodes a `Vec<u8>`.
+    pub value: Bytes,
     /// The lease to attach the key to, [`LeaseId::NONE`] for none; the
     /// lease must exist, or the command is refused.
     pub lease: LeaseId,
@@ -274,7 +277,7 @@ impl PutRequest {
     pub fn new(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
         Self {
             key: key.into(),
-            value: value.into(),
+            value: Bytes::from(value.into()),
             lease: LeaseId::NONE,
             prev_kv: false,
             ignore_value: false,
@@ -770,8 +773,9 @@ mod tests {
         );
     }
 
-    /// `serde_bytes` changes how byte strings are visited, not how they are
-    /// encoded: data written before it reads the same.
+    /// `serde_bytes` and `Bytes` change how byte strings are visited and
+    /// held, not how they are encoded: rows and log entries written before
+    /// either read the same.
     #[test]
     fn byte_strings_encode_as_before() {
         #[derive(Serialize)]
@@ -788,7 +792,7 @@ mod tests {
             create_revision: Revision(3),
             mod_revision: Revision(9),
             version: 4,
-            value: vec![0, 1, 2, 255, 128],
+            value: vec![0, 1, 2, 255, 128].into(),
             lease: LeaseId(7),
         };
         let plain = PlainKeyValue {
@@ -796,7 +800,7 @@ mod tests {
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
             version: kv.version,
-            value: kv.value.clone(),
+            value: kv.value.to_vec(),
             lease: kv.lease.0,
         };
         let encoded = bincode::serialize(&kv).expect("encode");
@@ -804,6 +808,35 @@ mod tests {
         assert_eq!(
             bincode::deserialize::<KeyValue>(&encoded).expect("decode"),
             kv
+        );
+
+        #[derive(Serialize)]
+        struct PlainPutRequest {
+            key: Vec<u8>,
+            value: Vec<u8>,
+            lease: i64,
+            prev_kv: bool,
+            ignore_value: bool,
+            ignore_lease: bool,
+        }
+        let put = PutRequest {
+            lease: LeaseId(7),
+            prev_kv: true,
+            ..PutRequest::new("/registry/pods/default/web", vec![0, 1, 2, 255, 128])
+        };
+        let plain = PlainPutRequest {
+            key: put.key.clone(),
+            value: put.value.to_vec(),
+            lease: put.lease.0,
+            prev_kv: put.prev_kv,
+            ignore_value: put.ignore_value,
+            ignore_lease: put.ignore_lease,
+        };
+        let encoded = bincode::serialize(&put).expect("encode");
+        assert_eq!(encoded, bincode::serialize(&plain).expect("encode plain"));
+        assert_eq!(
+            bincode::deserialize::<PutRequest>(&encoded).expect("decode"),
+            put
         );
     }
 }

@@ -686,7 +686,7 @@ mod tests {
         let engine = &f.store.engine;
         let row = |cf: Cf, key: &[u8]| engine.get(cf, key).expect("read");
         let current = read_current(engine, b"a").expect("get").expect("a is live");
-        assert_eq!(current.value, b"2");
+        assert_eq!(current.value, b"2".as_slice());
         assert_eq!(
             row(Cf::Kv, b"a"),
             Some(bincode::serialize(&current).expect("encode"))

@@ -101,7 +101,7 @@ mod tests {
         vec![Event {
             kind: EventKind::Put,
             kv: KeyValue {
-                value: vec![b'v'; bytes],
+                value: vec![b'v'; bytes].into(),
                 create_revision: Revision(1),
                 version: 1,
                 ..KeyValue::deleted(b"k".to_vec(), Revision(revision))

@@ -97,7 +97,7 @@ impl<'r> RangeShaper<'r> {
             return ControlFlow::Continue(());
         }
         if self.req.keys_only {
-            kv.value = Vec::new();
+            kv.value = bytes::Bytes::new();
         }
         self.bytes = self.bytes.saturating_add(kv_bytes(&kv));
         if self.bytes > self.budget {

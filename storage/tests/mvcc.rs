@@ -145,7 +145,7 @@ async fn revisions_increase_by_one_per_write_and_old_revisions_stay_readable() {
     let deleted = &events[1].1[0];
     assert_eq!(
         deleted.prev_kv.as_ref().map(|p| p.value.clone()),
-        Some(b"1".to_vec()),
+        Some(bytes::Bytes::from_static(b"1")),
         "a delete carries the last state"
     );
 }
@@ -185,7 +185,7 @@ async fn a_get_of_one_key_equals_a_range_of_it() {
     let a = store.get(b"a").expect("get").expect("a exists");
     assert_eq!(
         (
-            a.value.as_slice(),
+            a.value.as_ref(),
             a.mod_revision,
             a.create_revision,
             a.version

@@ -21,7 +21,7 @@ pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
         create_revision: kv.create_revision.0 as i64,
         mod_revision: kv.mod_revision.0 as i64,
         version: kv.version,
-        value: kv.value,
+        value: kv.value.into(),
         lease: kv.lease.0,
     }
 }
@@ -144,7 +144,7 @@ pub fn range_response(resp: RangeResponse) -> pb::RangeResponse {
 pub fn put_request(r: pb::PutRequest) -> PutRequest {
     PutRequest {
         key: r.key,
-        value: r.value,
+        value: r.value.into(),
         lease: LeaseId(r.lease),
         prev_kv: r.prev_kv,
         ignore_value: r.ignore_value,
@@ -511,7 +511,7 @@ mod proptests {
                 create_revision: Revision(c),
                 mod_revision: Revision(m),
                 version,
-                value,
+                value: value.into(),
                 lease: LeaseId::NONE,
             },
         )
@@ -549,7 +549,7 @@ mod proptests {
             create_revision: Revision(m),
             mod_revision: Revision(m),
             version: 1,
-            value: Vec::new(),
+            value: bytes::Bytes::new(),
             lease: LeaseId::NONE,
         };
         let resp = RangeResponse {

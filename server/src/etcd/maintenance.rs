@@ -420,7 +420,7 @@ mod tests {
             create_revision: Revision(i as u64 + 1),
             mod_revision: Revision(i as u64 + 2),
             version: 3,
-            value: vec![(i % 251) as u8; value_len],
+            value: vec![(i % 251) as u8; value_len].into(),
             lease: kubestore_storage::LeaseId(i as i64),
         }
     }

@@ -449,7 +449,7 @@ mod tests {
                 create_revision: Revision(1),
                 mod_revision: Revision(2),
                 version: 1,
-                value: Vec::new(),
+                value: bytes::Bytes::new(),
                 lease: LeaseId::NONE,
             },
             prev_kv: None,

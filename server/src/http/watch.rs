@@ -673,7 +673,7 @@ mod tests {
             create_revision: Revision(3),
             mod_revision: Revision(revision),
             version: 1,
-            value: value(ns, name, app),
+            value: value(ns, name, app).into(),
             lease: LeaseId::NONE,
         }
     }
@@ -863,7 +863,7 @@ mod tests {
         let deletion = Event {
             kind: EventKind::Delete,
             kv: KeyValue {
-                value: Vec::new(),
+                value: bytes::Bytes::new(),
                 ..stored_kv("default", "a", "web", 6)
             },
             prev_kv: Some(stored_kv("default", "a", "web", 5)),

@@ -181,7 +181,7 @@ fn create_precondition_is_decided_inside_apply() {
     assert!(second.writes.is_empty());
     assert_eq!(second.response.revision, Revision(1));
     match &resp.responses[0] {
-        OpResponse::Range(r) => assert_eq!(r.kvs[0].value, b"v1"),
+        OpResponse::Range(r) => assert_eq!(r.kvs[0].value, b"v1".as_slice()),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -215,7 +215,7 @@ fn a_guarded_write_reads_its_key_once_and_writes_as_if_read_twice() {
         (2, Revision(1), Revision(3))
     );
     let prev = applied.events[0].prev_kv.as_ref().expect("prev");
-    assert_eq!(prev.value, b"v1");
+    assert_eq!(prev.value, b"v1".as_slice());
 
     // A compare of one key and a put of another read each on its own.
     view.reads.set(0);
@@ -227,7 +227,7 @@ fn a_guarded_write_reads_its_key_once_and_writes_as_if_read_twice() {
     // A failed guard reads nothing more than its compare and its range.
     let applied = view.run(guarded("k", 1, Op::Put(PutRequest::new("k", "v3"))));
     assert!(!txn_result(&applied).succeeded);
-    assert_eq!(view.kvs[b"k".as_slice()].value, b"v2");
+    assert_eq!(view.kvs[b"k".as_slice()].value, b"v2".as_slice());
 
     view.reads.set(0);
     let applied = view.run(guarded(
@@ -244,7 +244,7 @@ fn a_guarded_write_reads_its_key_once_and_writes_as_if_read_twice() {
         "the delete takes what the compare read"
     );
     match &txn_result(&applied).responses[0] {
-        OpResponse::Delete(d) => assert_eq!(d.prev_kvs[0].value, b"v2"),
+        OpResponse::Delete(d) => assert_eq!(d.prev_kvs[0].value, b"v2".as_slice()),
         other => panic!("unexpected {other:?}"),
     }
     assert!(!view.kvs.contains_key(b"k".as_slice()));
@@ -283,7 +283,7 @@ fn one_txn_is_one_revision_and_sees_its_own_writes() {
         other => panic!("unexpected {other:?}"),
     }
     match &resp.responses[1] {
-        OpResponse::Delete(d) => assert_eq!(d.prev_kvs[0].value, b"x"),
+        OpResponse::Delete(d) => assert_eq!(d.prev_kvs[0].value, b"x".as_slice()),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -838,7 +838,7 @@ mod proptests {
             (key(), key(), number(), any::<[bool; 3]>()).prop_map(|(key, value, lease, f)| {
                 Op::Put(PutRequest {
                     key,
-                    value,
+                    value: value.into(),
                     lease: LeaseId(lease),
                     prev_kv: f[0],
                     ignore_value: f[1],

@@ -325,7 +325,7 @@ fn compare_one(kv: Option<&KeyValue>, cmp: &Compare) -> bool {
         CompareTarget::Mod(r) => kv.map_or(Revision::ZERO, |kv| kv.mod_revision).cmp(r),
         CompareTarget::Lease(l) => kv.map_or(LeaseId::NONE, |kv| kv.lease).cmp(l),
         CompareTarget::Value(v) => match kv {
-            Some(kv) => kv.value.as_slice().cmp(v.as_slice()),
+            Some(kv) => kv.value.as_ref().cmp(v.as_slice()),
             // etcd: a value compare against a missing key is false.
             None => return false,
         },
