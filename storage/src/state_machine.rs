@@ -699,6 +699,45 @@ mod tests {
         assert_eq!(stored, vec![1, 2], "epoch 2's two writes");
     }
 
+    /// A data directory of format 3 opens and is marked with this build's
+    /// format (format 4 reads its rows); one of an older format is refused.
+    #[tokio::test]
+    async fn a_format_3_directory_is_upgraded_and_an_older_one_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mark = |format: u32| {
+            let (_log, sm, _store) = crate::open(dir.path()).expect("open");
+            let mut batch = sm.engine.batch();
+            batch
+                .put(
+                    Cf::SmMeta,
+                    schema::SM_FORMAT_VERSION,
+                    &bincode::serialize(&format).expect("encode"),
+                )
+                .expect("stage");
+            sm.engine.write(batch, true).expect("write");
+        };
+        mark(3);
+        let (log, sm, store) = crate::open(dir.path()).expect("format 3 opens");
+        let stored = sm
+            .engine
+            .get(Cf::SmMeta, schema::SM_FORMAT_VERSION)
+            .expect("read")
+            .expect("a format row");
+        assert_eq!(
+            bincode::deserialize::<u32>(&stored).expect("decode"),
+            schema::FORMAT_VERSION
+        );
+        drop((log, sm, store));
+        mark(2);
+        match crate::open(dir.path()) {
+            Err(StoreError::FormatVersion { found: 2, expected }) => {
+                assert_eq!(expected, schema::FORMAT_VERSION)
+            }
+            Err(e) => panic!("refused for another reason: {e}"),
+            Ok(_) => panic!("a format-2 directory opened"),
+        }
+    }
+
     /// An entry's records of one origin are one row, whatever the number
     /// of its proposals; the row stays while any of its seqs is at or above
     /// the floor and goes in one delete once the floor passes them all. A
