@@ -51,9 +51,10 @@ pub(crate) struct EntrySessionChange {
     replaced: bool,
     /// The rows the floor passed, deleted.
     dropped: Vec<SessionRecordRow>,
-    /// The seqs recorded in the entry's row (if any), the first the
-    /// smallest.
+    /// The seqs recorded in the entry's row, if it wrote one.
     recorded: Vec<u64>,
+    /// That row, and the largest of its seqs.
+    row: Option<(SessionRecordRow, u64)>,
 }
 
 impl SessionTable {
@@ -129,14 +130,14 @@ impl SessionTable {
             for row in &dropped {
                 batch.delete(Cf::Sessions, &row.key(origin))?;
             }
-            let mut recorded: Vec<u64> = records.iter().map(|(seq, _)| *seq).collect();
-            if let Some(first) = recorded.iter().copied().min() {
-                session::stage_group(batch, origin, first, &records)?;
-                // The row's first seq leads: `absorb` names the row by it.
-                if let Some(at) = recorded.iter().position(|seq| *seq == first) {
-                    recorded.swap(0, at);
+            let recorded: Vec<u64> = records.iter().map(|(seq, _)| *seq).collect();
+            let row = match (recorded.iter().min(), recorded.iter().max()) {
+                (Some(&first), Some(&max)) => {
+                    session::stage_group(batch, origin, first, &records)?;
+                    Some((SessionRecordRow { first, group: true }, max))
                 }
-            }
+                _ => None,
+            };
             session::stage_state(batch, origin, &state)?;
             changes.push(EntrySessionChange {
                 origin,
@@ -144,6 +145,7 @@ impl SessionTable {
                 replaced,
                 dropped,
                 recorded,
+                row,
             });
         }
         Ok(changes)
@@ -182,17 +184,10 @@ impl SessionTable {
             session.rows.remove(row);
         }
         session.seqs = session.seqs.split_off(&change.state.floor);
-        if let Some(first) = change.recorded.first() {
-            let max = change.recorded.iter().copied().max().unwrap_or(*first);
-            session.rows.insert(
-                SessionRecordRow {
-                    first: *first,
-                    group: true,
-                },
-                max,
-            );
-            session.seqs.extend(change.recorded.iter().copied());
+        if let Some((row, max)) = change.row {
+            session.rows.insert(row, max);
         }
+        session.seqs.extend(change.recorded.iter().copied());
         session.state = change.state;
     }
 }

@@ -123,41 +123,34 @@ impl StateMachine {
     ) -> Result<(Self, watch::Receiver<AppliedState>), StoreError> {
         std::fs::create_dir_all(&snapshot_dir)
             .map_err(|e| StoreError::Io(snapshot_dir.display().to_string(), e))?;
-        match engine.get(Cf::SmMeta, schema::SM_FORMAT_VERSION)? {
-            Some(v) => {
-                let found = bincode::deserialize::<u32>(&v)?;
-                if !schema::READABLE_FORMATS.contains(&found) {
-                    return Err(StoreError::FormatVersion {
-                        found,
-                        expected: schema::FORMAT_VERSION,
-                    });
-                }
-                if found != schema::FORMAT_VERSION {
-                    // From now on it holds rows the older format's builds
-                    // misread: mark it, before the first of them is written.
-                    tracing::info!(
-                        from = found,
-                        to = schema::FORMAT_VERSION,
-                        "upgrading the data directory's storage format"
-                    );
-                    let mut batch = engine.batch();
-                    batch.put(
-                        Cf::SmMeta,
-                        schema::SM_FORMAT_VERSION,
-                        &bincode::serialize(&schema::FORMAT_VERSION)?,
-                    )?;
-                    engine.write(batch, true)?;
-                }
+        let found = match engine.get(Cf::SmMeta, schema::SM_FORMAT_VERSION)? {
+            Some(v) => Some(bincode::deserialize::<u32>(&v)?),
+            None => None,
+        };
+        if let Some(found) = found.filter(|f| !schema::READABLE_FORMATS.contains(f)) {
+            return Err(StoreError::FormatVersion {
+                found,
+                expected: schema::FORMAT_VERSION,
+            });
+        }
+        // A new directory, or one of an older format this build reads: from
+        // now on it holds rows that format's builds misread, so it is marked
+        // before the first of them is written.
+        if found != Some(schema::FORMAT_VERSION) {
+            if let Some(from) = found {
+                tracing::info!(
+                    from,
+                    to = schema::FORMAT_VERSION,
+                    "upgrading the data directory's storage format"
+                );
             }
-            None => {
-                let mut batch = engine.batch();
-                batch.put(
-                    Cf::SmMeta,
-                    schema::SM_FORMAT_VERSION,
-                    &bincode::serialize(&schema::FORMAT_VERSION)?,
-                )?;
-                engine.write(batch, true)?;
-            }
+            let mut batch = engine.batch();
+            batch.put(
+                Cf::SmMeta,
+                schema::SM_FORMAT_VERSION,
+                &bincode::serialize(&schema::FORMAT_VERSION)?,
+            )?;
+            engine.write(batch, true)?;
         }
         let files = SnapshotFiles::default();
         if engine.get(Cf::SmMeta, schema::SM_INSTALLING)?.is_some() {
