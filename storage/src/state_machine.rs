@@ -24,6 +24,7 @@ use tracing::instrument;
 use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
 use crate::compactor::Compactor;
+use crate::current_rows::{CurrentRows, WithCurrentRows};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
@@ -72,6 +73,9 @@ pub struct StateMachine {
     faults: DiskFaults,
     /// The mirror of the `sessions` column family.
     sessions: SessionTable,
+    /// The `kv` rows of the keys recent entries wrote, which apply reads
+    /// instead of the engine's.
+    current_rows: CurrentRows,
     /// Told whenever a newer snapshot file is in place.
     horizon: PurgeHorizon,
     /// The file of the snapshot stream begun last, which its install
@@ -183,6 +187,7 @@ impl StateMachine {
                 files,
                 faults: DiskFaults::default(),
                 sessions,
+                current_rows: CurrentRows::new(),
                 horizon,
                 receiving: None,
                 compactor,
@@ -247,12 +252,14 @@ impl StateMachine {
         // `stage_applied` writes them: the last command's that set one.
         let (mut revision, mut compacted) = (None, None);
         let mut revisions = Vec::new();
+        let mut written = Vec::new();
         let response = match &entry.payload {
             EntryPayload::Blank => Response::default(),
             EntryPayload::Normal(cmd) => {
                 let reader =
                     MvccReader::at(&self.engine, self.state.revision, self.state.compacted);
-                let view = WithSessions::new(&reader, &self.sessions);
+                let sessions = WithSessions::new(&reader, &self.sessions);
+                let view = WithCurrentRows::new(&sessions, &self.current_rows);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 mvcc::stage_applied(&mut batch, &applied)?;
                 session_changes = self.sessions.stage(&mut batch, &applied)?;
@@ -266,6 +273,7 @@ impl StateMachine {
                     // Exactly the revisions `stage_applied` wrote events for.
                     if !one.writes.is_empty() {
                         revisions.push((one.response.revision, one.events));
+                        written.extend(one.writes);
                     }
                 }
                 tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
@@ -307,6 +315,7 @@ impl StateMachine {
         for change in &session_changes {
             self.sessions.absorb(change);
         }
+        self.current_rows.record(written);
         Ok(response)
     }
 }
@@ -431,8 +440,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<NodeId>> {
         use tokio::io::AsyncWriteExt;
         let started = std::time::Instant::now();
-        // The whole state is replaced: no revision before it follows.
+        // The whole state is replaced: no revision before it follows, and
+        // no row held in memory stays true.
         self.recent.clear();
+        self.current_rows.clear();
         let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
         let received = self.receiving.take();
         let dir = self.snapshot_dir.clone();

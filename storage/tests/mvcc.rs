@@ -418,6 +418,57 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
     assert_eq!(r[0].revision, revision.next().next());
 }
 
+/// Apply keeps the keys recent entries wrote in memory and reads them
+/// there: after an install replaced the state, a write builds on the
+/// installed key, never on the one the node wrote before, and a key only
+/// the node had is gone.
+#[tokio::test]
+async fn writes_after_an_install_build_on_the_installed_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_log, mut sm, store) = kubestore_storage::open(&dir.path().join("a")).expect("open a");
+    let mut next = 1;
+    let cmds = (0..6).map(|i| put("shared", &format!("a{i}"))).collect();
+    apply_all(&mut sm, &mut next, cmds).await;
+    let built = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .expect("build");
+    let installed = store.get(b"shared").expect("get").expect("shared on a");
+
+    let (_log2, mut sm2, store2) = kubestore_storage::open(&dir.path().join("b")).expect("open b");
+    let mut next_b = 1;
+    let own = vec![put("shared", "b0"), put("shared", "b1"), put("b/only", "b")];
+    apply_all(&mut sm2, &mut next_b, own).await;
+    let mut incoming = sm2.begin_receiving_snapshot().await.expect("receive");
+    let mut source = built.snapshot;
+    tokio::io::copy(&mut source, &mut *incoming)
+        .await
+        .expect("copy");
+    sm2.install_snapshot(&built.meta, incoming)
+        .await
+        .expect("install");
+
+    let mut next_b = next;
+    apply_all(
+        &mut sm2,
+        &mut next_b,
+        vec![put("shared", "after"), put("b/only", "again")],
+    )
+    .await;
+    let shared = store2.get(b"shared").expect("get").expect("shared on b");
+    assert_eq!(shared.create_revision, installed.create_revision);
+    assert_eq!(shared.version, installed.version + 1, "{shared:?}");
+    assert_eq!(shared.mod_revision, installed.mod_revision.next());
+    let only = store2.get(b"b/only").expect("get").expect("b/only on b");
+    assert_eq!(
+        only.version, 1,
+        "re-created, not the pre-install key: {only:?}"
+    );
+    assert_eq!(only.create_revision, only.mod_revision);
+}
+
 #[tokio::test]
 async fn a_second_entry_of_one_proposal_changes_nothing_and_answers_the_original_revision() {
     let dir = tempfile::tempdir().expect("tempdir");

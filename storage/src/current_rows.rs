@@ -1,0 +1,247 @@
+//! The current state of the keys the latest entries wrote, in memory, so
+//! that apply reads a key it (or a recent entry) just wrote without a
+//! RocksDB lookup ([`CurrentRows`]), and the read view apply sees it
+//! through ([`WithCurrentRows`]).
+//!
+//! Nearly every write reads its key's current row first: a put for the
+//! key's create revision and version, a guarded write (every Kubernetes
+//! update) for the revision it compares. Under a steady write load those
+//! rows sit in RocksDB's memtables, and a memtable lookup walks a skip
+//! list, one cache miss per level: 5–7% of a put's CPU on every node
+//! (BENCHMARKS.md, "Current rows in memory"). A key written by a recent
+//! entry is answered from here instead; any other key is read from the
+//! store as before.
+//!
+//! Invariant: every key held here is held with exactly the state its `kv`
+//! row has in the engine (`None`: no row, the key was deleted). Only the
+//! state machine's apply writes `kv` rows outside an install, and it
+//! tells [`CurrentRows::record`] each entry's writes once they are
+//! written; an install replaces the rows wholesale, and the state
+//! machine [`CurrentRows::clear`]s this before it begins one. Debug builds
+//! check every answer against the engine.
+//!
+//! Bounded by bytes, in two generations: writes go to the young one, and
+//! when it holds [`GENERATION_BYTES`] it becomes the old one (the old one
+//! is dropped). A lookup tries the young generation, then the old one. No
+//! recency is tracked per read: a key read for a write is written at once,
+//! which puts it in the young generation anyway.
+
+use std::collections::HashMap;
+
+use crate::command::{KeyRange, KeyValue, LeaseRecord, Revision};
+use crate::error::StoreError;
+use crate::ids::{LeaseId, NodeId};
+use crate::session::{Recorded, SessionState};
+use crate::view::{MvccRead, Visit};
+
+/// The bytes one generation holds before it is aged: keys, values and a
+/// fixed [`ENTRY_OVERHEAD`] each. Two generations, so at most twice this
+/// (plus the map's slack) stays in memory: the key states of about the
+/// last 16 MiB of writes, which covers a working set of about 14,000
+/// keys of 1 KiB.
+pub(crate) const GENERATION_BYTES: usize = 16 << 20;
+
+/// What an entry costs beyond its key and value bytes: the map's slot, the
+/// key's and the state's headers.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// The current state of recently written keys.
+#[derive(Debug, Default)]
+pub(crate) struct CurrentRows {
+    young: HashMap<Vec<u8>, Option<KeyValue>>,
+    old: HashMap<Vec<u8>, Option<KeyValue>>,
+    /// What `young` holds, counted as [`CurrentRows::cost`] counts.
+    young_bytes: usize,
+    /// Cap on a generation's bytes: [`GENERATION_BYTES`] but in tests.
+    generation_bytes: usize,
+}
+
+impl CurrentRows {
+    pub(crate) fn new() -> Self {
+        Self::with_generation_bytes(GENERATION_BYTES)
+    }
+
+    fn with_generation_bytes(generation_bytes: usize) -> Self {
+        Self {
+            generation_bytes,
+            ..Self::default()
+        }
+    }
+
+    /// The state of `key` if held: `Some(None)` for a key known deleted,
+    /// `None` for a key not held (read the store).
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&Option<KeyValue>> {
+        self.young.get(key).or_else(|| self.old.get(key))
+    }
+
+    /// Holds the states an entry's apply has just written, in the order it
+    /// wrote them (a later state of a key replaces an earlier one).
+    pub(crate) fn record(&mut self, writes: impl IntoIterator<Item = (Vec<u8>, Option<KeyValue>)>) {
+        for (key, state) in writes {
+            let key_len = key.len();
+            self.young_bytes += Self::cost(&key, &state);
+            if let Some(replaced) = self.young.insert(key, state) {
+                // The key's earlier entry, counted when it went in.
+                self.young_bytes = self
+                    .young_bytes
+                    .saturating_sub(key_len + Self::cost_of_state(&replaced) + ENTRY_OVERHEAD);
+            }
+        }
+        if self.young_bytes >= self.generation_bytes {
+            self.old = std::mem::take(&mut self.young);
+            self.young_bytes = 0;
+        }
+    }
+
+    /// Forgets everything: the engine's rows are about to be replaced.
+    pub(crate) fn clear(&mut self) {
+        self.young.clear();
+        self.old.clear();
+        self.young_bytes = 0;
+    }
+
+    fn cost(key: &[u8], state: &Option<KeyValue>) -> usize {
+        key.len() + Self::cost_of_state(state) + ENTRY_OVERHEAD
+    }
+
+    /// A state's own bytes: its copy of the key and its value.
+    fn cost_of_state(state: &Option<KeyValue>) -> usize {
+        state.as_ref().map_or(0, |kv| kv.key.len() + kv.value.len())
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.young.len() + self.old.len()
+    }
+}
+
+/// `base` with the current state of recently written keys answered from
+/// [`CurrentRows`]; everything else is `base`'s.
+pub(crate) struct WithCurrentRows<'a, V> {
+    base: &'a V,
+    rows: &'a CurrentRows,
+}
+
+impl<'a, V: MvccRead> WithCurrentRows<'a, V> {
+    pub(crate) fn new(base: &'a V, rows: &'a CurrentRows) -> Self {
+        Self { base, rows }
+    }
+}
+
+impl<V: MvccRead> MvccRead for WithCurrentRows<'_, V> {
+    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
+        match self.rows.get(key) {
+            Some(held) => {
+                debug_assert_eq!(
+                    held,
+                    &self.base.get(key)?,
+                    "the current rows in memory left the store's for {}",
+                    String::from_utf8_lossy(key)
+                );
+                Ok(held.clone())
+            }
+            None => self.base.get(key),
+        }
+    }
+
+    fn scan(
+        &self,
+        range: &KeyRange,
+        at: Option<Revision>,
+        visit: Visit<'_>,
+    ) -> Result<Revision, StoreError> {
+        self.base.scan(range, at, visit)
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.base.current_revision()
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.base.compacted_revision()
+    }
+
+    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
+        self.base.lease(id)
+    }
+
+    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.base.lease_keys(id)
+    }
+
+    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
+        self.base.session(origin)
+    }
+
+    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
+        self.base.session_record(origin, seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, revision: u64, value: &str) -> KeyValue {
+        KeyValue {
+            key: key.as_bytes().to_vec(),
+            create_revision: Revision(1),
+            mod_revision: Revision(revision),
+            version: revision as i64,
+            value: bytes::Bytes::copy_from_slice(value.as_bytes()),
+            lease: LeaseId::NONE,
+        }
+    }
+
+    fn write(rows: &mut CurrentRows, key: &str, state: Option<KeyValue>) {
+        rows.record([(key.as_bytes().to_vec(), state)]);
+    }
+
+    #[test]
+    fn the_latest_write_of_a_key_wins_and_a_deletion_is_held_as_absent() {
+        let mut rows = CurrentRows::new();
+        assert_eq!(rows.get(b"a"), None, "nothing written: read the store");
+        rows.record([
+            (b"a".to_vec(), Some(kv("a", 2, "one"))),
+            (b"a".to_vec(), Some(kv("a", 3, "two"))),
+        ]);
+        assert_eq!(rows.get(b"a"), Some(&Some(kv("a", 3, "two"))));
+        write(&mut rows, "a", None);
+        assert_eq!(rows.get(b"a"), Some(&None), "deleted: known absent");
+        assert_eq!(rows.get(b"b"), None);
+    }
+
+    #[test]
+    fn a_full_generation_ages_and_the_one_before_it_is_dropped() {
+        let value = "v".repeat(100);
+        let per_key = CurrentRows::cost(b"k000", &Some(kv("k000", 1, &value)));
+        // Room for ten keys a generation.
+        let mut rows = CurrentRows::with_generation_bytes(per_key * 10);
+        for i in 0..10 {
+            let key = format!("k{i:03}");
+            write(&mut rows, &key, Some(kv(&key, 1, &value)));
+        }
+        assert_eq!(rows.young.len(), 0, "the tenth key filled the generation");
+        assert_eq!(rows.old.len(), 10);
+        // Rewriting one key does not grow the young generation twice.
+        write(&mut rows, "k000", Some(kv("k000", 2, &value)));
+        write(&mut rows, "k000", Some(kv("k000", 3, &value)));
+        assert_eq!(rows.young_bytes, per_key);
+        assert_eq!(rows.get(b"k000"), Some(&Some(kv("k000", 3, &value))));
+        assert_eq!(
+            rows.get(b"k005"),
+            Some(&Some(kv("k005", 1, &value))),
+            "the old generation still answers"
+        );
+        for i in 10..19 {
+            let key = format!("k{i:03}");
+            write(&mut rows, &key, Some(kv(&key, 1, &value)));
+        }
+        assert_eq!(rows.get(b"k005"), None, "two generations on: forgotten");
+        assert_eq!(rows.get(b"k000"), Some(&Some(kv("k000", 3, &value))));
+        assert_eq!(rows.held(), 10);
+        rows.clear();
+        assert_eq!(rows.held(), 0);
+        assert_eq!(rows.get(b"k000"), None);
+    }
+}
