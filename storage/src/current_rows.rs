@@ -7,7 +7,7 @@
 //! key's create revision and version, a guarded write (every Kubernetes
 //! update) for the revision it compares. Under a steady write load those
 //! rows sit in RocksDB's memtables, and a memtable lookup walks a skip
-//! list, one cache miss per level: 5–7% of a put's CPU on every node
+//! list, one cache miss per level: about 6% of the nodes' CPU under puts
 //! (BENCHMARKS.md, "Current rows in memory"). A key written by a recent
 //! entry is answered from here instead; any other key is read from the
 //! store as before.
