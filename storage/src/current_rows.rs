@@ -1,7 +1,9 @@
 //! The current state of the keys the latest entries wrote, in memory, so
 //! that apply reads a key it (or a recent entry) just wrote without a
 //! RocksDB lookup ([`CurrentRows`]), and the read view apply sees it
-//! through ([`WithCurrentRows`]).
+//! through ([`WithCurrentRows`]). The store's one-key reads
+//! ([`crate::Store::get`], the read before every guarded Kubernetes
+//! write) answer from it too ([`SharedRows`]).
 //!
 //! Nearly every write reads its key's current row first: a put for the
 //! key's create revision and version, a guarded write (every Kubernetes
@@ -18,7 +20,13 @@
 //! tells [`CurrentRows::record`] each entry's writes once they are
 //! written; an install replaces the rows wholesale, and the state
 //! machine [`CurrentRows::clear`]s this before it begins one. Debug builds
-//! check every answer against the engine.
+//! check every answer apply gets against the engine. For readers on
+//! other threads the engine's rows and these change together: the state
+//! machine writes an entry's rows and records its states under the write
+//! lock, and a reader holds the read lock across its lookup here and, on
+//! a miss, its read of the engine ([`SharedRows::get_or_read`]), so it
+//! sees the entry's writes in both or in neither, never a state older
+//! than one another reader already saw in the engine.
 //!
 //! Bounded by bytes, in two generations: writes go to the young one, and
 //! when it holds [`GENERATION_BYTES`] it becomes the old one (the old one
@@ -27,6 +35,7 @@
 //! which puts it in the young generation anyway.
 
 use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::command::{KeyRange, KeyValue, LeaseRecord, Revision};
 use crate::error::StoreError;
@@ -112,6 +121,45 @@ impl CurrentRows {
     #[cfg(test)]
     fn held(&self) -> usize {
         self.young.len() + self.old.len()
+    }
+}
+
+/// [`CurrentRows`] shared by the state machine, which records and reads
+/// them while it applies, and the store's readers. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedRows(Arc<RwLock<CurrentRows>>);
+
+impl SharedRows {
+    pub(crate) fn new() -> Self {
+        Self(Arc::new(RwLock::new(CurrentRows::new())))
+    }
+
+    /// The rows, to read (apply holds this while it decides an entry).
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, CurrentRows> {
+        // A panic while holding the lock cannot leave the maps half
+        // changed in a way a reader would trust more than the engine: the
+        // state machine stops on any apply error.
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The rows, to record an entry's writes or clear them; held across
+    /// the engine's write of those rows.
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, CurrentRows> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current state of `key`: held here, or else as `read` reads it
+    /// from the engine, with no entry written in between.
+    pub(crate) fn get_or_read(
+        &self,
+        key: &[u8],
+        read: impl FnOnce() -> Result<Option<KeyValue>, StoreError>,
+    ) -> Result<Option<KeyValue>, StoreError> {
+        let rows = self.read();
+        match rows.get(key) {
+            Some(held) => Ok(held.clone()),
+            None => read(),
+        }
     }
 }
 

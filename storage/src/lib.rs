@@ -164,6 +164,8 @@ pub struct Store {
     timings: std::sync::Arc<StageTimes>,
     /// The newest revisions' events, as the state machine applied them.
     recent: recent_events::RecentEvents,
+    /// The keys recent entries wrote, as the state machine recorded them.
+    current_rows: current_rows::SharedRows,
 }
 
 impl std::fmt::Debug for Store {
@@ -218,9 +220,14 @@ impl Store {
     /// current-state row, atomic on its own, so no point-in-time view and
     /// no revision header are needed (the key-value's `mod_revision` says
     /// how recent it is). Half the reads of a one-key [`Store::range`]: the
-    /// read of every guarded Kubernetes write.
+    /// read of every guarded Kubernetes write. A key a recent entry wrote
+    /// is answered from the state machine's current rows in memory, at
+    /// least as new as the last entry published as applied.
     pub fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        self.consistent(|| mvcc::read_current(&self.engine, key))
+        self.consistent(|| {
+            self.current_rows
+                .get_or_read(key, || mvcc::read_current(&self.engine, key))
+        })
     }
 
     /// Runs `read` against one consistent point-in-time view of the store,
@@ -463,6 +470,7 @@ pub fn open_with_faults(
     let boot_epoch = session::raise_boot_epoch(&engine)?;
     let timings = std::sync::Arc::new(StageTimes::default());
     let recent = sm.recent_events();
+    let current_rows = sm.current_rows();
     Ok((
         LogStore::new(
             engine.clone(),
@@ -481,6 +489,7 @@ pub fn open_with_faults(
             compactor,
             timings,
             recent,
+            current_rows,
         },
     ))
 }

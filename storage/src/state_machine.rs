@@ -24,7 +24,7 @@ use tracing::instrument;
 use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
 use crate::compactor::Compactor;
-use crate::current_rows::{CurrentRows, WithCurrentRows};
+use crate::current_rows::{SharedRows, WithCurrentRows};
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
@@ -73,9 +73,9 @@ pub struct StateMachine {
     faults: DiskFaults,
     /// The mirror of the `sessions` column family.
     sessions: SessionTable,
-    /// The `kv` rows of the keys recent entries wrote, which apply reads
-    /// instead of the engine's.
-    current_rows: CurrentRows,
+    /// The `kv` rows of the keys recent entries wrote, which apply (and
+    /// [`crate::Store::get`]) read instead of the engine's.
+    current_rows: SharedRows,
     /// Told whenever a newer snapshot file is in place.
     horizon: PurgeHorizon,
     /// The file of the snapshot stream begun last, which its install
@@ -187,7 +187,7 @@ impl StateMachine {
                 files,
                 faults: DiskFaults::default(),
                 sessions,
-                current_rows: CurrentRows::new(),
+                current_rows: SharedRows::new(),
                 horizon,
                 receiving: None,
                 compactor,
@@ -197,6 +197,12 @@ impl StateMachine {
             },
             applied_rx,
         ))
+    }
+
+    /// The current rows it records; the store's one-key reads answer from
+    /// them.
+    pub(crate) fn current_rows(&self) -> SharedRows {
+        self.current_rows.clone()
     }
 
     /// The ring of the newest revisions' events it fills; the store's
@@ -259,7 +265,8 @@ impl StateMachine {
                 let reader =
                     MvccReader::at(&self.engine, self.state.revision, self.state.compacted);
                 let sessions = WithSessions::new(&reader, &self.sessions);
-                let view = WithCurrentRows::new(&sessions, &self.current_rows);
+                let rows = self.current_rows.read();
+                let view = WithCurrentRows::new(&sessions, &rows);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 mvcc::stage_applied(&mut batch, &applied)?;
                 session_changes = self.sessions.stage(&mut batch, &applied)?;
@@ -299,8 +306,13 @@ impl StateMachine {
         // point, the last-applied id with them) and openraft re-applies the
         // committed entries after it; a snapshot flushes before the log
         // behind it may be purged (see `crate::purge`).
+        // The current rows change with the engine's, under their write
+        // lock: a one-key read sees both before the entry or both after.
+        let mut rows = self.current_rows.write();
         self.sealed.open();
         self.engine.write_unlogged(batch)?;
+        rows.record(written);
+        drop(rows);
         self.last_applied = Some(entry.log_id);
         self.state.revision = revision.unwrap_or(self.state.revision);
         if let Some(to) = compacted {
@@ -315,7 +327,6 @@ impl StateMachine {
         for change in &session_changes {
             self.sessions.absorb(change);
         }
-        self.current_rows.record(written);
         Ok(response)
     }
 }
@@ -443,7 +454,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // The whole state is replaced: no revision before it follows, and
         // no row held in memory stays true.
         self.recent.clear();
-        self.current_rows.clear();
+        self.current_rows.write().clear();
         let staged = self.snapshot_dir.join(STAGED_SNAPSHOT);
         let received = self.receiving.take();
         let dir = self.snapshot_dir.clone();

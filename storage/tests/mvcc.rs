@@ -419,9 +419,9 @@ async fn a_snapshot_round_trips_to_a_fresh_node() {
 }
 
 /// Apply keeps the keys recent entries wrote in memory and reads them
-/// there: after an install replaced the state, a write builds on the
-/// installed key, never on the one the node wrote before, and a key only
-/// the node had is gone.
+/// there, as do the store's one-key reads: after an install replaced the
+/// state, a read finds the installed key and a write builds on it, never
+/// on the one the node wrote before, and a key only the node had is gone.
 #[tokio::test]
 async fn writes_after_an_install_build_on_the_installed_keys() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -449,6 +449,13 @@ async fn writes_after_an_install_build_on_the_installed_keys() {
     sm2.install_snapshot(&built.meta, incoming)
         .await
         .expect("install");
+    // The store's one-key reads answer from the same rows.
+    assert_eq!(store2.get(b"shared").expect("get"), Some(installed.clone()));
+    assert_eq!(
+        store2.get(b"b/only").expect("get"),
+        None,
+        "gone with b's state"
+    );
 
     let mut next_b = next;
     apply_all(
