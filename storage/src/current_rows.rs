@@ -55,7 +55,7 @@ pub(crate) const GENERATION_BYTES: usize = 16 << 20;
 const ENTRY_OVERHEAD: usize = 96;
 
 /// The current state of recently written keys.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CurrentRows {
     young: HashMap<Vec<u8>, Option<KeyValue>>,
     old: HashMap<Vec<u8>, Option<KeyValue>>,
@@ -72,8 +72,10 @@ impl CurrentRows {
 
     fn with_generation_bytes(generation_bytes: usize) -> Self {
         Self {
+            young: HashMap::new(),
+            old: HashMap::new(),
+            young_bytes: 0,
             generation_bytes,
-            ..Self::default()
         }
     }
 
@@ -126,7 +128,7 @@ impl CurrentRows {
 
 /// [`CurrentRows`] shared by the state machine, which records and reads
 /// them while it applies, and the store's readers. Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct SharedRows(Arc<RwLock<CurrentRows>>);
 
 impl SharedRows {
@@ -135,10 +137,9 @@ impl SharedRows {
     }
 
     /// The rows, to read (apply holds this while it decides an entry).
+    /// Only the state machine takes them this way: a panic that poisoned
+    /// the lock was its own, and stopped it.
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, CurrentRows> {
-        // A panic while holding the lock cannot leave the maps half
-        // changed in a way a reader would trust more than the engine: the
-        // state machine stops on any apply error.
         self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -155,10 +156,15 @@ impl SharedRows {
         key: &[u8],
         read: impl FnOnce() -> Result<Option<KeyValue>, StoreError>,
     ) -> Result<Option<KeyValue>, StoreError> {
-        let rows = self.read();
-        match rows.get(key) {
-            Some(held) => Ok(held.clone()),
-            None => read(),
+        match self.0.read() {
+            Ok(rows) => match rows.get(key) {
+                Some(held) => Ok(held.clone()),
+                None => read(),
+            },
+            // The state machine panicked while it held the write lock, maybe
+            // between an entry's rows and their states: trust the engine,
+            // which it no longer writes.
+            Err(_) => read(),
         }
     }
 }
