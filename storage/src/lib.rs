@@ -73,7 +73,7 @@
 //! - `session_table`: the state machine's in-memory mirror of the session
 //!   table, and the view apply sees it through.
 //! - `current_rows`: the current state of the keys recent entries wrote,
-//!   which apply reads instead of the engine's `kv` rows.
+//!   which apply and [`Store::get`] read instead of the engine's `kv` rows.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, and
 //!   the rows a compaction deletes.
 //! - `sealed_state`: the revision and compaction point a point-in-time
