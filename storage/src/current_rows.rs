@@ -1,7 +1,7 @@
 //! The current state of the keys the latest entries wrote, in memory, so
 //! that apply reads a key it (or a recent entry) just wrote without a
-//! RocksDB lookup ([`CurrentRows`]), and the read view apply sees it
-//! through ([`WithCurrentRows`]). The store's one-key reads
+//! RocksDB lookup ([`CurrentRows`]; apply reads them through
+//! [`crate::session_table::MirroredView`]). The store's one-key reads
 //! ([`crate::Store::get`], the read before every guarded Kubernetes
 //! write) answer from it too ([`SharedRows`]).
 //!
@@ -37,11 +37,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::command::{KeyRange, KeyValue, LeaseRecord, Revision};
+use crate::command::KeyValue;
 use crate::error::StoreError;
-use crate::ids::{LeaseId, NodeId};
-use crate::session::{Recorded, SessionState};
-use crate::view::{MvccRead, Visit};
 
 /// The bytes one generation holds before it is aged: keys, values and a
 /// fixed [`ENTRY_OVERHEAD`] each. Two generations, so at most twice this
@@ -169,72 +166,11 @@ impl SharedRows {
     }
 }
 
-/// `base` with the current state of recently written keys answered from
-/// [`CurrentRows`]; everything else is `base`'s.
-pub(crate) struct WithCurrentRows<'a, V> {
-    base: &'a V,
-    rows: &'a CurrentRows,
-}
-
-impl<'a, V: MvccRead> WithCurrentRows<'a, V> {
-    pub(crate) fn new(base: &'a V, rows: &'a CurrentRows) -> Self {
-        Self { base, rows }
-    }
-}
-
-impl<V: MvccRead> MvccRead for WithCurrentRows<'_, V> {
-    fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        match self.rows.get(key) {
-            Some(held) => {
-                debug_assert_eq!(
-                    held,
-                    &self.base.get(key)?,
-                    "the current rows in memory left the store's for {}",
-                    String::from_utf8_lossy(key)
-                );
-                Ok(held.clone())
-            }
-            None => self.base.get(key),
-        }
-    }
-
-    fn scan(
-        &self,
-        range: &KeyRange,
-        at: Option<Revision>,
-        visit: Visit<'_>,
-    ) -> Result<Revision, StoreError> {
-        self.base.scan(range, at, visit)
-    }
-
-    fn current_revision(&self) -> Revision {
-        self.base.current_revision()
-    }
-
-    fn compacted_revision(&self) -> Revision {
-        self.base.compacted_revision()
-    }
-
-    fn lease(&self, id: LeaseId) -> Result<Option<LeaseRecord>, StoreError> {
-        self.base.lease(id)
-    }
-
-    fn lease_keys(&self, id: LeaseId) -> Result<Vec<Vec<u8>>, StoreError> {
-        self.base.lease_keys(id)
-    }
-
-    fn session(&self, origin: NodeId) -> Result<Option<SessionState>, StoreError> {
-        self.base.session(origin)
-    }
-
-    fn session_record(&self, origin: NodeId, seq: u64) -> Result<Option<Recorded>, StoreError> {
-        self.base.session_record(origin, seq)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::Revision;
+    use crate::ids::LeaseId;
 
     fn kv(key: &str, revision: u64, value: &str) -> KeyValue {
         KeyValue {

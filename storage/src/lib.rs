@@ -70,10 +70,10 @@
 //!   `txn` (a transaction's operations over its pending writes), then the
 //!   command apply itself, then `batch` (a whole log entry, a group-commit
 //!   batch command by command).
-//! - `session_table`: the state machine's in-memory mirror of the session
-//!   table, and the view apply sees it through.
 //! - `current_rows`: the current state of the keys recent entries wrote,
 //!   which apply and [`Store::get`] read instead of the engine's `kv` rows.
+//! - `session_table`: the state machine's in-memory mirror of the session
+//!   table, and the view apply sees it and the current rows through.
 //! - [`mvcc`]: ranges at a revision, the event log, staging writes, and
 //!   the rows a compaction deletes.
 //! - `sealed_state`: the revision and compaction point a point-in-time

@@ -1,8 +1,9 @@
 //! The state machine's in-memory mirror of the session table
 //! ([`SessionTable`]: every origin's epoch, floor, recorded seqs and the
 //! rows holding them) and the read view apply sees it through
-//! ([`WithSessions`]), so the common case, a proposal seen for the first
-//! time, reads nothing from disk. It also stages each entry's session
+//! ([`MirroredView`], with the current rows of [`crate::current_rows`]),
+//! so the common case, a proposal seen for the first time, reads nothing
+//! from disk. It also stages each entry's session
 //! changes ([`SessionTable::stage`]): one row of answers per origin and
 //! entry, and one delete per row the floor has passed. The rules and the
 //! rows are in [`crate::session`].
@@ -11,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::apply::Applied;
 use crate::command::{KeyRange, KeyValue, LeaseRecord, Revision};
+use crate::current_rows::CurrentRows;
 use crate::engine::{Batch, Source};
 use crate::error::StoreError;
 use crate::ids::{LeaseId, NodeId};
@@ -194,21 +196,34 @@ impl SessionTable {
 
 /// The store as apply sees it in the state machine: `base` for everything,
 /// with session lookups answered from the mirror (only a duplicate's
-/// recorded response is read from `base`).
-pub(crate) struct WithSessions<'a, V> {
+/// recorded response is read from `base`) and the keys recent entries
+/// wrote from the current rows.
+pub(crate) struct MirroredView<'a, V> {
     base: &'a V,
     table: &'a SessionTable,
+    rows: &'a CurrentRows,
 }
 
-impl<'a, V: MvccRead> WithSessions<'a, V> {
-    pub(crate) fn new(base: &'a V, table: &'a SessionTable) -> Self {
-        Self { base, table }
+impl<'a, V: MvccRead> MirroredView<'a, V> {
+    pub(crate) fn new(base: &'a V, table: &'a SessionTable, rows: &'a CurrentRows) -> Self {
+        Self { base, table, rows }
     }
 }
 
-impl<V: MvccRead> MvccRead for WithSessions<'_, V> {
+impl<V: MvccRead> MvccRead for MirroredView<'_, V> {
     fn get(&self, key: &[u8]) -> Result<Option<KeyValue>, StoreError> {
-        self.base.get(key)
+        match self.rows.get(key) {
+            Some(held) => {
+                debug_assert_eq!(
+                    held,
+                    &self.base.get(key)?,
+                    "the current rows in memory left the store's for {}",
+                    String::from_utf8_lossy(key)
+                );
+                Ok(held.clone())
+            }
+            None => self.base.get(key),
+        }
     }
 
     fn scan(

@@ -24,7 +24,7 @@ use tracing::instrument;
 use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
 use crate::compactor::Compactor;
-use crate::current_rows::{SharedRows, WithCurrentRows};
+use crate::current_rows::SharedRows;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
@@ -36,7 +36,7 @@ use crate::raft_types::{Entry, Node, TypeConfig};
 use crate::recent_events::RecentEvents;
 use crate::schema::{self, Cf};
 use crate::sealed_state::SealedState;
-use crate::session_table::{SessionTable, WithSessions};
+use crate::session_table::{MirroredView, SessionTable};
 use crate::snapshot::{
     build_snapshot_file, finish_install, install_from_file, io_err, open_horizon,
     read_snapshot_meta, remove_incoming, snapshot_header, stage_received, unique_suffix,
@@ -264,9 +264,8 @@ impl StateMachine {
             EntryPayload::Normal(cmd) => {
                 let reader =
                     MvccReader::at(&self.engine, self.state.revision, self.state.compacted);
-                let sessions = WithSessions::new(&reader, &self.sessions);
                 let rows = self.current_rows.read();
-                let view = WithCurrentRows::new(&sessions, &rows);
+                let view = MirroredView::new(&reader, &self.sessions, &rows);
                 let (response, applied) = apply_entry(&view, cmd)?;
                 mvcc::stage_applied(&mut batch, &applied)?;
                 session_changes = self.sessions.stage(&mut batch, &applied)?;
