@@ -23,7 +23,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogId, StorageError, Vote};
 use tracing::instrument;
 
-use crate::engine::Engine;
+use crate::engine::{Batch, Engine, RECORD_OVERHEAD};
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
 use crate::ids::NodeId;
@@ -203,20 +203,37 @@ impl LogStore {
     /// with it; openraft's own append callback cannot be made outside it).
     #[cfg(test)]
     pub(crate) fn append_synced(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
-        let mut batch = self.engine.batch();
-        let mut appended = Vec::new();
-        for entry in entries {
-            let bytes = bincode::serialize(&entry)?;
-            batch.put(
-                Cf::RaftLog,
-                &schema::u64_key(entry.get_log_id().index),
-                &bytes,
-            )?;
-            appended.push((entry, bytes.len()));
-        }
+        let (batch, appended) = self.stage_entries(entries)?;
         self.engine.write(batch, true)?;
         self.remember(appended);
         Ok(())
+    }
+
+    /// A batch of `entries`' rows, each entry encoded once and the batch
+    /// allocated once for all of them, and the entries with their encoded
+    /// sizes, for [`LogStore::remember`] once it is written.
+    #[allow(clippy::type_complexity)] // the batch and what it holds
+    fn stage_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(Batch<'_>, Vec<(Entry, usize)>), StoreError> {
+        let encoded = entries
+            .into_iter()
+            .map(|entry| Ok((bincode::serialize(&entry)?, entry)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let rows: usize = encoded
+            .iter()
+            .map(|(bytes, _)| bytes.len() + 8 + RECORD_OVERHEAD)
+            .sum();
+        // RocksDB's batch header is 12 bytes.
+        let mut batch = self.engine.batch_with_capacity(rows + 16);
+        let mut appended = Vec::with_capacity(encoded.len());
+        for (bytes, entry) in encoded {
+            let index = entry.get_log_id().index;
+            batch.put(Cf::RaftLog, &schema::u64_key(index), &bytes)?;
+            appended.push((entry, bytes.len()));
+        }
+        Ok((batch, appended))
     }
 
     /// Keeps entries just written in [`RecentEntries`]. openraft appends
@@ -323,14 +340,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let started = Instant::now();
         let write = || -> Result<usize, StoreError> {
-            let mut batch = self.engine.batch();
-            let mut appended = Vec::new();
-            for entry in entries {
-                let index = entry.get_log_id().index;
-                let bytes = bincode::serialize(&entry)?;
-                batch.put(Cf::RaftLog, &schema::u64_key(index), &bytes)?;
-                appended.push((entry, bytes.len()));
-            }
+            let (batch, appended) = self.stage_entries(entries)?;
             // Not synced here: the flusher's fsync makes it durable.
             self.engine.write(batch, false)?;
             let n = appended.len();

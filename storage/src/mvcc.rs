@@ -452,8 +452,11 @@ fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
 pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<(), StoreError> {
     let mut revision = None;
     let mut compact_to = None;
+    // One buffer for every key's encoded state: it grows to the largest
+    // once, instead of from empty for every command.
+    let mut row = Vec::new();
     for applied in entry {
-        stage_rows(batch, applied)?;
+        stage_rows(batch, applied, &mut row)?;
         if !applied.writes.is_empty() {
             revision = Some(applied.response.revision);
         }
@@ -472,6 +475,44 @@ pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<
     Ok(())
 }
 
+/// About the bytes [`stage_applied`] stages for `entry`, and the
+/// bookkeeping rows apply adds after it, so the entry's batch is allocated
+/// once ([`Engine::batch_with_capacity`]). Each written key is two rows
+/// (`kv` and `history`) holding its encoded state (key and value, 49 bytes
+/// of revisions, version, lease and tags, 16 of length prefixes), the
+/// history key (the key escaped, and a revision); each revision, one row of
+/// events that name its keys. An estimate errs high: a short one only
+/// costs the growth it was meant to save.
+pub(crate) fn staged_bytes(entry: &[Applied]) -> usize {
+    const KEY_STATE: usize = 49 + 16;
+    const EVENT: usize = 32;
+    let per_command = |applied: &Applied| -> usize {
+        let writes: usize = applied
+            .writes
+            .iter()
+            .map(|(key, state)| {
+                let value = state.as_ref().map_or(0, |kv| kv.value.len());
+                // kv: key, state; history: escaped key, revision, tag, state.
+                2 * (value + key.len() + KEY_STATE)
+                    + 2 * key.len()
+                    + 12
+                    + 2 * crate::engine::RECORD_OVERHEAD
+            })
+            .sum();
+        let events = if applied.writes.is_empty() {
+            0
+        } else {
+            applied.events.len() * EVENT
+                + applied.writes.keys().map(Vec::len).sum::<usize>()
+                + crate::engine::RECORD_OVERHEAD
+                + 8
+        };
+        writes + events + applied.leases.len() * 64 + applied.attachments.len() * 64
+    };
+    // The revision, compaction point, last applied id and session rows.
+    512 + entry.iter().map(per_command).sum::<usize>()
+}
+
 /// Encodes a key's state as its `history` row holds it (bincode's
 /// `Option<KeyValue>`: a tag byte, then the `KeyValue` when there is one)
 /// into `out`, replacing what it held. The `kv` row of a live key is the
@@ -483,19 +524,22 @@ fn encode_state(state: &Option<KeyValue>, out: &mut Vec<u8>) -> Result<(), Store
 }
 
 /// One command's own rows: its keys' current state and history, its
-/// revision's events, its lease changes.
-fn stage_rows(batch: &mut Batch<'_>, applied: &Applied) -> Result<(), StoreError> {
+/// revision's events, its lease changes. `row` is scratch space.
+fn stage_rows(
+    batch: &mut Batch<'_>,
+    applied: &Applied,
+    row: &mut Vec<u8>,
+) -> Result<(), StoreError> {
     let revision = applied.response.revision;
     if !applied.writes.is_empty() {
-        let mut row = Vec::new();
         for (key, state) in &applied.writes {
-            encode_state(state, &mut row)?;
+            encode_state(state, row)?;
             match state {
                 // The current row is the history row without its tag.
                 Some(_) => batch.put(Cf::Kv, key, &row[1..])?,
                 None => batch.delete(Cf::Kv, key)?,
             }
-            batch.put(Cf::History, &schema::history_key(key, revision.0), &row)?;
+            batch.put(Cf::History, &schema::history_key(key, revision.0), row)?;
         }
         batch.put(
             Cf::Events,
@@ -625,7 +669,7 @@ fn rows_to_purge_from(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{KeyRange, RangeRequest};
+    use crate::command::{Command, KeyRange, Op, RangeRequest};
     use crate::test_fixture::{delete, put, Fixture};
 
     impl Fixture {
@@ -671,6 +715,47 @@ mod tests {
                         .collect::<Vec<_>>()
                 })
                 .collect()
+        }
+    }
+
+    /// An entry's batch is allocated for what `stage_applied` puts in it:
+    /// the estimate covers the staged rows of entries of small and large
+    /// values, creates, overwrites and deletions, and stays within twice
+    /// them (an estimate far above would hold memory for nothing).
+    #[tokio::test]
+    async fn the_estimate_of_an_entrys_rows_covers_them() {
+        let f = Fixture::new();
+        let engine = &f.store.engine;
+        let big = "v".repeat(4096);
+        let entries: [Vec<Op>; 4] = [
+            vec![put("a", "1")],
+            (0..64)
+                .map(|i| put(&format!("/registry/configmaps/default/c{i}"), &big))
+                .collect(),
+            vec![put("a", "2"), put("b", &big), delete("a")],
+            vec![delete("nothing-there")],
+        ];
+        for ops in entries {
+            let cmd = Command::Batch(
+                ops.into_iter()
+                    .map(|op| {
+                        Command::Txn(crate::command::Txn {
+                            success: vec![op],
+                            ..Default::default()
+                        })
+                    })
+                    .collect(),
+            );
+            let reader = MvccReader::at(engine, Revision(0), Revision(0));
+            let (_, applied) = crate::apply::apply_entry(&reader, &cmd).expect("apply");
+            let mut batch = engine.batch();
+            stage_applied(&mut batch, &applied).expect("stage");
+            let (staged, estimate) = (batch.size_in_bytes(), staged_bytes(&applied));
+            assert!(estimate >= staged, "{estimate} < {staged} staged for {cmd}");
+            assert!(
+                estimate <= 2 * staged + 512,
+                "{estimate} far above {staged} for {cmd}"
+            );
         }
     }
 

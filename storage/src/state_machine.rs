@@ -252,7 +252,7 @@ impl StateMachine {
     }
 
     fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
-        let mut batch = self.engine.batch();
+        let mut batch = None;
         let mut session_changes = Vec::new();
         // The revision and compaction point the entry leaves, exactly as
         // `stage_applied` writes them: the last command's that set one.
@@ -267,8 +267,12 @@ impl StateMachine {
                 let rows = self.current_rows.read();
                 let view = MirroredView::new(&reader, &self.sessions, &rows);
                 let (response, applied) = apply_entry(&view, cmd)?;
-                mvcc::stage_applied(&mut batch, &applied)?;
-                session_changes = self.sessions.stage(&mut batch, &applied)?;
+                let batch = batch.insert(
+                    self.engine
+                        .batch_with_capacity(mvcc::staged_bytes(&applied)),
+                );
+                mvcc::stage_applied(batch, &applied)?;
+                session_changes = self.sessions.stage(batch, &applied)?;
                 revision = applied
                     .iter()
                     .rev()
@@ -287,7 +291,7 @@ impl StateMachine {
             }
             EntryPayload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
-                batch.put(
+                batch.get_or_insert_with(|| self.engine.batch()).put(
                     Cf::SmMeta,
                     schema::SM_MEMBERSHIP,
                     &bincode::serialize(&self.membership)?,
@@ -295,6 +299,7 @@ impl StateMachine {
                 Response::default()
             }
         };
+        let mut batch = batch.unwrap_or_else(|| self.engine.batch());
         batch.put(
             Cf::SmMeta,
             schema::SM_LAST_APPLIED,
