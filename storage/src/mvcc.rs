@@ -481,7 +481,8 @@ pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<
 /// (`kv` and `history`) holding its encoded state (key and value, 49 bytes
 /// of revisions, version, lease and tags, 16 of length prefixes), the
 /// history key (the key escaped, and a revision); each revision, one row of
-/// events that name its keys. An estimate errs high: a short one only
+/// events that name its keys; each tagged command, its answer in its
+/// origin's session row. An estimate errs high: a short one only
 /// costs the growth it was meant to save.
 pub(crate) fn staged_bytes(entry: &[Applied]) -> usize {
     const KEY_STATE: usize = 49 + 16;
@@ -507,9 +508,11 @@ pub(crate) fn staged_bytes(entry: &[Applied]) -> usize {
                 + crate::engine::RECORD_OVERHEAD
                 + 8
         };
-        writes + events + applied.leases.len() * 64 + applied.attachments.len() * 64
+        // A tagged command's answer goes into its origin's session row.
+        let session = if applied.session.is_some() { 64 } else { 0 };
+        writes + events + session + (applied.leases.len() + applied.attachments.len()) * 64
     };
-    // The revision, compaction point, last applied id and session rows.
+    // The revision, compaction point, last applied id and session states.
     512 + entry.iter().map(per_command).sum::<usize>()
 }
 
