@@ -212,11 +212,10 @@ impl LogStore {
     /// A batch of `entries`' rows, each entry encoded once and the batch
     /// allocated once for all of them, and the entries with their encoded
     /// sizes, for [`LogStore::remember`] once it is written.
-    #[allow(clippy::type_complexity)] // the batch and what it holds
     fn stage_entries(
         &self,
         entries: impl IntoIterator<Item = Entry>,
-    ) -> Result<(Batch<'_>, Vec<(Entry, usize)>), StoreError> {
+    ) -> Result<StagedEntries<'_>, StoreError> {
         let encoded = entries
             .into_iter()
             .map(|entry| Ok((bincode::serialize(&entry)?, entry)))
@@ -267,6 +266,9 @@ impl LogStore {
         }
     }
 }
+
+/// A batch of log entries' rows, and the entries with their encoded sizes.
+type StagedEntries<'a> = (Batch<'a>, Vec<(Entry, usize)>);
 
 fn log_err(e: StoreError, verb: ErrorVerb) -> StorageError<NodeId> {
     e.into_raft(ErrorSubject::Logs, verb)

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apply::Applied;
 use crate::command::{Event, EventKind, KeyRange, KeyValue, LeaseRecord, Revision, RevisionEvents};
-use crate::engine::{Batch, Cursor, Engine, Source};
+use crate::engine::{Batch, Cursor, Engine, Source, RECORD_OVERHEAD};
 use crate::error::StoreError;
 use crate::ids::LeaseId;
 use crate::ids::NodeId;
@@ -494,10 +494,7 @@ pub(crate) fn staged_bytes(entry: &[Applied]) -> usize {
             .map(|(key, state)| {
                 let value = state.as_ref().map_or(0, |kv| kv.value.len());
                 // kv: key, state; history: escaped key, revision, tag, state.
-                2 * (value + key.len() + KEY_STATE)
-                    + 2 * key.len()
-                    + 12
-                    + 2 * crate::engine::RECORD_OVERHEAD
+                2 * (value + key.len() + KEY_STATE) + 2 * key.len() + 12 + 2 * RECORD_OVERHEAD
             })
             .sum();
         let events = if applied.writes.is_empty() {
@@ -505,7 +502,7 @@ pub(crate) fn staged_bytes(entry: &[Applied]) -> usize {
         } else {
             applied.events.len() * EVENT
                 + applied.writes.keys().map(Vec::len).sum::<usize>()
-                + crate::engine::RECORD_OVERHEAD
+                + RECORD_OVERHEAD
                 + 8
         };
         // A tagged command's answer goes into its origin's session row.

@@ -252,27 +252,25 @@ impl StateMachine {
     }
 
     fn apply_entry(&mut self, entry: &Entry) -> Result<Response, StoreError> {
-        let mut batch = None;
         let mut session_changes = Vec::new();
         // The revision and compaction point the entry leaves, exactly as
         // `stage_applied` writes them: the last command's that set one.
         let (mut revision, mut compacted) = (None, None);
         let mut revisions = Vec::new();
         let mut written = Vec::new();
-        let response = match &entry.payload {
-            EntryPayload::Blank => Response::default(),
+        let (response, mut batch) = match &entry.payload {
+            EntryPayload::Blank => (Response::default(), self.engine.batch()),
             EntryPayload::Normal(cmd) => {
                 let reader =
                     MvccReader::at(&self.engine, self.state.revision, self.state.compacted);
                 let rows = self.current_rows.read();
                 let view = MirroredView::new(&reader, &self.sessions, &rows);
                 let (response, applied) = apply_entry(&view, cmd)?;
-                let batch = batch.insert(
-                    self.engine
-                        .batch_with_capacity(mvcc::staged_bytes(&applied)),
-                );
-                mvcc::stage_applied(batch, &applied)?;
-                session_changes = self.sessions.stage(batch, &applied)?;
+                let mut batch = self
+                    .engine
+                    .batch_with_capacity(mvcc::staged_bytes(&applied));
+                mvcc::stage_applied(&mut batch, &applied)?;
+                session_changes = self.sessions.stage(&mut batch, &applied)?;
                 revision = applied
                     .iter()
                     .rev()
@@ -287,19 +285,19 @@ impl StateMachine {
                     }
                 }
                 tracing::debug!(index = entry.log_id.index, revision = response.revision.0, %cmd, "applied");
-                response
+                (response, batch)
             }
             EntryPayload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
-                batch.get_or_insert_with(|| self.engine.batch()).put(
+                let mut batch = self.engine.batch();
+                batch.put(
                     Cf::SmMeta,
                     schema::SM_MEMBERSHIP,
                     &bincode::serialize(&self.membership)?,
                 )?;
-                Response::default()
+                (Response::default(), batch)
             }
         };
-        let mut batch = batch.unwrap_or_else(|| self.engine.batch());
         batch.put(
             Cf::SmMeta,
             schema::SM_LAST_APPLIED,
