@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use kubestore_proto::raft::raft_service_client::RaftServiceClient;
 use kubestore_proto::raft::raft_service_server::RaftService;
 use kubestore_proto::raft::{Payload, SequencedPayload};
-use kubestore_storage::{Node, NodeId, Stage, StageTimes, TypeConfig};
+use kubestore_storage::{LogDurability, Node, NodeId, Stage, StageTimes, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -81,7 +81,7 @@ pub(crate) fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, tonic::St
 /// channel to each peer is made once and shared: a tonic channel is one
 /// HTTP/2 connection that multiplexes every call. Without the cache each
 /// read-index round opened (and dropped) a TCP connection per follower.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NetworkFactory {
     pub(crate) faults: Faults,
     links: Arc<Mutex<HashMap<NodeId, Arc<PeerLink>>>>,
@@ -90,15 +90,19 @@ pub struct NetworkFactory {
     pub(crate) entries_streams_opened: Arc<AtomicU64>,
     /// [`Stage::ReplicationRpc`] is timed here.
     timings: Arc<StageTimes>,
+    /// How far this node's log is on disk: the commit index a follower is
+    /// told never runs ahead of it.
+    durability: LogDurability,
 }
 
 impl NetworkFactory {
-    pub(crate) fn new(faults: Faults, timings: Arc<StageTimes>) -> Self {
+    pub(crate) fn new(faults: Faults, timings: Arc<StageTimes>, durability: LogDurability) -> Self {
         Self {
             faults,
             links: Arc::default(),
             entries_streams_opened: Arc::default(),
             timings,
+            durability,
         }
     }
 
@@ -207,6 +211,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             addr: node.addr.clone(),
             faults: self.faults.clone(),
             timings: self.timings.clone(),
+            durability: self.durability.clone(),
         }
     }
 }
@@ -219,6 +224,7 @@ pub struct PeerClient {
     link: Option<Arc<PeerLink>>,
     faults: Faults,
     timings: Arc<StageTimes>,
+    durability: LogDurability,
 }
 
 impl PeerClient {
@@ -318,10 +324,13 @@ enum RpcKind {
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let started = Instant::now();
+        // The leader counts its own entries before their fsync; a follower
+        // applies nothing the leader's disk does not hold yet.
+        rpc.leader_commit = self.durability.clamp_commit(rpc.leader_commit);
         let answer = self.call(&rpc, option.hard_ttl(), RpcKind::Append).await;
         if !rpc.entries.is_empty() {
             // Heartbeats carry no write: only replication is timed.

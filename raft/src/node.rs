@@ -44,6 +44,22 @@ use crate::session::ClientSession;
 /// request one attempt, not its whole deadline.
 pub const PEER_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(1_500);
 
+/// Tells the followers a commit index that was held back from them (the
+/// leader's own copy of its entries was not on disk yet) as soon as it is:
+/// a heartbeat carries it, instead of the next entry or the next timed
+/// heartbeat, so a follower's reads do not wait for either. Ends with Raft.
+async fn release_held_commits(
+    durability: kubestore_storage::LogDurability,
+    raft: Raft<TypeConfig>,
+) {
+    loop {
+        durability.released().await;
+        if raft.trigger().heartbeat().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Logs every change of this node's role, term or known leader at `info`
 /// (the elections a fault causes, with when each node learned of them),
 /// until Raft shuts down. It follows openraft's server metrics, which
@@ -156,6 +172,8 @@ pub(crate) struct Inner {
     pub(crate) command_limits: Limits,
     /// The store's background compactor, awaited by [`RaftNode::shutdown`].
     compactor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How far this node's log is on disk.
+    log_durability: kubestore_storage::LogDurability,
 }
 
 /// The proposer's handle on its node ([`crate::propose::Submit`] is
@@ -226,9 +244,19 @@ impl RaftNode {
             kubestore_storage::open_with_faults(&config.data_dir, config.disk_faults.clone())?;
         let session = ClientSession::new(config.id, store.boot_epoch());
         let faults = Faults::default();
-        let network = NetworkFactory::new(faults.clone(), store.timings().clone());
+        // The leader's own appends are reported before their fsync, which
+        // overlaps the followers' (see `kubestore_storage::LogDurability`).
+        let log_store = log_store.leading_as(config.id);
+        let durability = log_store.durability().clone();
+        let network =
+            NetworkFactory::new(faults.clone(), store.timings().clone(), durability.clone());
         let entries_streams_opened = Arc::clone(&network.entries_streams_opened);
         let raft = Raft::new(config.id, raft_config, network, log_store, state_machine).await?;
+        tokio::spawn(
+            release_held_commits(durability.clone(), raft.clone()).instrument(
+                tracing::debug_span!("release_held_commits", node = config.id),
+            ),
+        );
         tokio::spawn(log_role_changes(config.id, raft.server_metrics()));
         // Stopped and awaited by `shutdown`: it holds the database open.
         let compactor = tokio::spawn(
@@ -281,6 +309,7 @@ impl RaftNode {
                 session,
                 command_limits: config.command_limits,
                 compactor: Mutex::new(Some(compactor)),
+                log_durability: durability,
             }
         });
         let node = RaftNode { inner: node };
@@ -622,6 +651,38 @@ impl RaftNode {
             .with_raft_state(|st| st.committed.map_or(0, |l| l.index))
             .await?;
         Ok(committed.saturating_sub(self.inner.store.applied().log_index.0))
+    }
+
+    /// The index of the last entry of this node's log that is on disk. A
+    /// leader's own entries are replicated before their fsync, so while it
+    /// leads this may trail its log (see `kubestore_storage::LogDurability`).
+    pub fn log_synced_index(&self) -> u64 {
+        self.inner.log_durability.synced_index()
+    }
+
+    /// Waits up to `timeout` until this node's last log index and last
+    /// applied index (in openraft's metrics) satisfy `done`.
+    pub async fn wait_for_log(
+        &self,
+        timeout: Duration,
+        what: &'static str,
+        done: impl Fn(u64, u64) -> bool + Send + 'static,
+    ) -> Result<(), RaftNodeError> {
+        self.inner
+            .raft
+            .wait(Some(timeout))
+            .metrics(
+                move |m| {
+                    done(
+                        m.last_log_index.unwrap_or(0),
+                        m.last_applied.map_or(0, |l| l.index),
+                    )
+                },
+                what,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|_| RaftNodeError::Timeout(what))
     }
 
     /// The node's Raft view right now.

@@ -45,6 +45,10 @@ pub enum StoreError {
     /// panicked or was cancelled by the runtime shutting down.
     #[error("a blocking read task failed: {0}")]
     ReadTask(String),
+    /// The log's fsync failed (or its flusher is gone) before an entry
+    /// this node had counted as written was on disk.
+    #[error("the log's fsync failed: {0}")]
+    LogSync(String),
     /// The data directory was written by a build of another storage
     /// format ([`crate::schema::FORMAT_VERSION`]); it is not opened.
     #[error("data directory has storage format {found}, this build reads {expected}")]

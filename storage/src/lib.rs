@@ -19,7 +19,10 @@
 //!   revision and verdict, exactly as if each were its own entry, and all
 //!   of them in that one write batch.
 //! - **Durability.** Log appends are synced (group-committed: one fsync for
-//!   every append queued behind the last) before openraft is told. The
+//!   every append queued behind the last) before openraft is told, except
+//!   the leader's own, which are told at once so replication overlaps the
+//!   fsync; then no entry is applied, and no follower is told it is
+//!   committed, before it is synced here ([`LogDurability`]). The
 //!   state machine's rows skip the WAL: the log is their durable record.
 //!   Every column family flushes together, so a crash leaves the state as
 //!   of one flush, last-applied id included, and openraft re-applies the
@@ -58,6 +61,8 @@
 //!   place that knows the on-disk layout).
 //! - [`validate`]: checks of a command on its own (op counts, nesting,
 //!   sizes, lease TTLs), run before it is proposed.
+//! - `log_durability`: how far the log is on disk ([`LogDurability`]),
+//!   which apply and the commit index told to followers wait for.
 //! - `engine`: the only module that names RocksDB (and `Source`: rows read
 //!   from the live engine or a point-in-time view).
 //! - [`timings`]: where a node's write time goes, per stage ([`StageTimes`]).
@@ -107,6 +112,7 @@ mod engine;
 pub mod error;
 pub mod faults;
 pub mod ids;
+mod log_durability;
 pub mod log_store;
 pub mod mvcc;
 mod purge;
@@ -140,6 +146,7 @@ pub use cursor::{EventCursor, EventStep, EVENT_BATCH};
 pub use error::StoreError;
 pub use faults::DiskFaults;
 pub use ids::{LeaseId, LogIndex, NodeId};
+pub use log_durability::LogDurability;
 pub use log_store::LogStore;
 pub use raft_types::{Entry, Node, SharedCommand, TypeConfig};
 pub use state_machine::{AppliedState, StateMachine};
@@ -471,14 +478,19 @@ pub fn open_with_faults(
     let timings = std::sync::Arc::new(StageTimes::default());
     let recent = sm.recent_events();
     let current_rows = sm.current_rows();
+    let log = LogStore::new(
+        engine.clone(),
+        faults.clone(),
+        sm.purge_horizon(),
+        timings.clone(),
+    )?;
+    let sm = sm
+        .with_faults(faults.clone())
+        .with_timings(timings.clone())
+        .with_log_durability(log.durability().clone());
     Ok((
-        LogStore::new(
-            engine.clone(),
-            faults.clone(),
-            sm.purge_horizon(),
-            timings.clone(),
-        ),
-        sm.with_faults(faults.clone()).with_timings(timings.clone()),
+        log,
+        sm,
         Store {
             engine,
             applied,

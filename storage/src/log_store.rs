@@ -9,6 +9,11 @@
 //! machine's rows skip it (the log is their durable record; see
 //! `crate::purge`).
 //!
+//! The leader's own entries are the exception: openraft 0.9 waits for an
+//! append's flush before it replicates, so for them the append reports
+//! "flushed" as soon as they are written and the fsync follows, overlapping
+//! the followers' (see `crate::log_durability` for what keeps that safe).
+//!
 //! The latest appended entries are also kept decoded in memory
 //! ([`RecentEntries`]): openraft reads each entry back soon after the
 //! append (to apply it, and on the leader once per follower to send it),
@@ -27,6 +32,7 @@ use crate::engine::{Batch, Engine, RECORD_OVERHEAD};
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
 use crate::ids::NodeId;
+use crate::log_durability::LogDurability;
 use crate::purge::PurgeHorizon;
 use crate::raft_types::{Entry, TypeConfig};
 use crate::recent::RecentRun;
@@ -45,6 +51,13 @@ pub struct LogStore {
     timings: Arc<StageTimes>,
     /// The latest entries, shared by the clones (the reader too).
     recent: Arc<Mutex<RecentEntries>>,
+    /// How far the log is on disk.
+    durability: LogDurability,
+    /// This node's id, once [`LogStore::leading_as`] told it: only then are
+    /// the leader's own appends reported flushed before their fsync.
+    own_id: Option<NodeId>,
+    /// The vote as last saved, to tell the leader's own appends.
+    vote: Arc<Mutex<Option<Vote<NodeId>>>>,
 }
 
 /// How many bytes of encoded entries [`RecentEntries`] keeps: under load
@@ -70,7 +83,7 @@ fn index(entry: &Entry) -> u64 {
 /// RocksDB's own teardown).
 #[derive(Debug)]
 struct Flusher {
-    queue: Option<mpsc::Sender<LogFlushed<TypeConfig>>>,
+    queue: Option<mpsc::Sender<QueuedAppend>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -85,14 +98,27 @@ impl Drop for Flusher {
     }
 }
 
+/// An append waiting for the flusher's fsync.
+struct QueuedAppend {
+    /// openraft's callback; `None` for the leader's own entries, which were
+    /// reported flushed when written.
+    callback: Option<LogFlushed<TypeConfig>>,
+    /// Its last entry (`None` for an empty append).
+    last: Option<LogId<NodeId>>,
+    /// The truncation generation it was written in.
+    generation: u64,
+}
+
 /// The flusher thread: waits for an append to be queued, takes every other
-/// queued append with it, fsyncs once, and completes them all in order. It
-/// ends when every [`LogStore`] clone is dropped.
+/// queued append with it, fsyncs once, and completes them all in order
+/// (first telling `durability`, so nothing learns of a flush before it is
+/// visible there). It ends when every [`LogStore`] clone is dropped.
 fn run_flusher(
     engine: Engine,
     faults: DiskFaults,
     timings: Arc<StageTimes>,
-    queue: mpsc::Receiver<LogFlushed<TypeConfig>>,
+    durability: LogDurability,
+    queue: mpsc::Receiver<QueuedAppend>,
 ) {
     while let Ok(first) = queue.recv() {
         let mut done = vec![first];
@@ -105,31 +131,48 @@ fn run_flusher(
         let synced = engine.sync_wal();
         timings.record_since(Stage::LogFsync, started);
         tracing::trace!(appends = done.len(), ok = synced.is_ok(), "log fsync");
-        for callback in done {
-            match &synced {
-                Ok(()) => callback.log_io_completed(Ok(())),
-                Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        let error = synced.as_ref().err().map(|e| e.to_string());
+        if let Some(e) = &error {
+            tracing::error!(error = %e, "the log's fsync failed");
+        }
+        for append in &done {
+            if let Some(last) = append.last {
+                durability.synced(last, append.generation, error.as_deref());
+            }
+        }
+        for append in done {
+            if let Some(callback) = append.callback {
+                match &error {
+                    None => callback.log_io_completed(Ok(())),
+                    Some(e) => callback.log_io_completed(Err(std::io::Error::other(e.clone()))),
+                }
             }
         }
     }
 }
 
 impl LogStore {
+    /// The log store over `engine`; everything the log holds at open is on
+    /// disk (what a crash lost is not there to hold).
     pub(crate) fn new(
         engine: Engine,
         faults: DiskFaults,
         horizon: PurgeHorizon,
         timings: Arc<StageTimes>,
-    ) -> Self {
+    ) -> Result<Self, StoreError> {
+        let last = last_entry_id(&engine)?.or(horizon.purged());
+        let durability = LogDurability::new(last);
+        let vote = Arc::new(Mutex::new(None));
         let (tx, queue) = mpsc::channel();
-        let (flushing, flush_timings) = (engine.clone(), timings.clone());
+        let (flushing, flush_timings, flush_durability) =
+            (engine.clone(), timings.clone(), durability.clone());
         // A plain thread: fsync blocks, and it must not hold an async worker.
         let thread = std::thread::Builder::new()
             .name("kubestore-log-fsync".into())
-            .spawn(move || run_flusher(flushing, faults, flush_timings, queue))
+            .spawn(move || run_flusher(flushing, faults, flush_timings, flush_durability, queue))
             .map_err(|e| tracing::error!(error = %e, "cannot start the log flusher"))
             .ok();
-        Self {
+        let store = Self {
             engine,
             flusher: Arc::new(Flusher {
                 queue: Some(tx),
@@ -138,7 +181,43 @@ impl LogStore {
             horizon,
             timings,
             recent: Arc::new(Mutex::new(RecentRun::new(RECENT_ENTRY_BYTES))),
-        }
+            durability,
+            own_id: None,
+            vote,
+        };
+        *store.vote.lock().unwrap_or_else(PoisonError::into_inner) =
+            store.get_meta(schema::RAFT_VOTE)?;
+        Ok(store)
+    }
+
+    /// Reports this node's own entries, while it leads, flushed before
+    /// their fsync (see `crate::log_durability`). Without it every append
+    /// waits for its fsync.
+    pub fn leading_as(mut self, id: NodeId) -> Self {
+        self.own_id = Some(id);
+        self
+    }
+
+    /// How far the log is on disk, for the network to clamp the commit
+    /// index it tells followers with.
+    pub fn durability(&self) -> &LogDurability {
+        &self.durability
+    }
+
+    /// Whether `first` (the first of an append's entries) is this node's
+    /// own, written while it leads: the saved vote is this node's,
+    /// committed (it won the election), and of the entry's term.
+    fn is_own_entry(&self, first: &LogId<NodeId>) -> bool {
+        let Some(own) = self.own_id else {
+            return false;
+        };
+        let vote = self.vote.lock().unwrap_or_else(PoisonError::into_inner);
+        vote.as_ref().is_some_and(|v| {
+            v.is_committed()
+                && v.leader_id().voted_for() == Some(own)
+                && first.leader_id.voted_for() == Some(own)
+                && first.leader_id.get_term() == v.leader_id().get_term()
+        })
     }
 
     fn recent(&self) -> std::sync::MutexGuard<'_, RecentEntries> {
@@ -204,7 +283,11 @@ impl LogStore {
     #[cfg(test)]
     pub(crate) fn append_synced(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
         let (batch, appended) = self.stage_entries(entries)?;
+        let generation = self.durability.generation();
         self.engine.write(batch, true)?;
+        if let Some((last, _)) = appended.last() {
+            self.durability.synced(*last.get_log_id(), generation, None);
+        }
         self.remember(appended);
         Ok(())
     }
@@ -257,15 +340,23 @@ impl LogStore {
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StoreError> {
-        match self.engine.last(Cf::RaftLog)? {
-            Some((_, v)) => {
-                let entry: Entry = bincode::deserialize(&v)?;
-                Ok(Some(*entry.get_log_id()))
-            }
-            None => Ok(None),
-        }
+        last_entry_id(&self.engine)
     }
 }
+
+/// The log id of the last entry in `engine`'s log.
+fn last_entry_id(engine: &Engine) -> Result<Option<LogId<NodeId>>, StoreError> {
+    match engine.last(Cf::RaftLog)? {
+        Some((_, v)) => {
+            let entry: Entry = bincode::deserialize(&v)?;
+            Ok(Some(*entry.get_log_id()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The first and last log ids of an append.
+type AppendedSpan = (LogId<NodeId>, LogId<NodeId>);
 
 /// A batch of log entries' rows, and the entries with their encoded sizes.
 type StagedEntries<'a> = (Batch<'a>, Vec<(Entry, usize)>);
@@ -304,13 +395,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     #[instrument(level = "debug", skip(self))]
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        // Synced, so every append written before it is on disk too: a node
+        // that stops leading (or starts) has no early-reported entries left.
         self.put_meta(schema::RAFT_VOTE, vote, true)
-            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))
+            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))?;
+        *self.vote.lock().unwrap_or_else(PoisonError::into_inner) = Some(*vote);
+        Ok(())
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.get_meta(schema::RAFT_VOTE)
-            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Read))
+        let vote = self
+            .get_meta(schema::RAFT_VOTE)
+            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Read))?;
+        *self.vote.lock().unwrap_or_else(PoisonError::into_inner) = vote;
+        Ok(vote)
     }
 
     async fn save_committed(
@@ -341,31 +439,57 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let started = Instant::now();
-        let write = || -> Result<usize, StoreError> {
+        let generation = self.durability.generation();
+        let write = || -> Result<Option<AppendedSpan>, StoreError> {
             let (batch, appended) = self.stage_entries(entries)?;
+            let span = appended
+                .first()
+                .zip(appended.last())
+                .map(|((first, _), (last, _))| (*first.get_log_id(), *last.get_log_id()));
             // Not synced here: the flusher's fsync makes it durable.
             self.engine.write(batch, false)?;
-            let n = appended.len();
             self.remember(appended);
-            Ok(n)
+            Ok(span)
         };
         match write() {
-            Ok(n) => {
+            Ok(span) => {
                 self.timings.record_since(Stage::LogAppend, started);
-                tracing::trace!(entries = n, "log appended; fsync queued");
-                let queued = match &self.flusher.queue {
-                    Some(queue) => queue.send(callback),
-                    None => Err(mpsc::SendError(callback)),
+                // The leader's own entries are reported now, and replicated
+                // while the flusher syncs them; a follower's wait for it.
+                let own = span.is_some_and(|(first, _)| self.is_own_entry(&first));
+                let (early, callback) = match own {
+                    true => (Some(callback), None),
+                    false => (None, Some(callback)),
                 };
-                if let Err(mpsc::SendError(callback)) = queued {
+                let last = span.map(|(_, last)| last);
+                tracing::trace!(?last, early = own, "log appended; fsync queued");
+                let append = QueuedAppend {
+                    callback,
+                    last,
+                    generation,
+                };
+                let queued = match &self.flusher.queue {
+                    Some(queue) => queue.send(append),
+                    None => Err(mpsc::SendError(append)),
+                };
+                if let Err(mpsc::SendError(append)) = queued {
                     // No flusher (it could not start): sync here instead.
                     let synced = self.engine.sync_wal();
-                    let io = synced
-                        .as_ref()
-                        .map(|_| ())
-                        .map_err(|e| std::io::Error::other(e.to_string()));
-                    callback.log_io_completed(io);
+                    let error = synced.as_ref().err().map(|e| e.to_string());
+                    if let Some(last) = last {
+                        self.durability.synced(last, generation, error.as_deref());
+                    }
+                    if let Some(callback) = append.callback {
+                        let io = match &error {
+                            None => Ok(()),
+                            Some(e) => Err(std::io::Error::other(e.clone())),
+                        };
+                        callback.log_io_completed(io);
+                    }
                     synced.map_err(|e| log_err(e, ErrorVerb::Write))?;
+                }
+                if let Some(callback) = early {
+                    callback.log_io_completed(Ok(()));
                 }
                 Ok(())
             }
@@ -394,7 +518,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         self.engine
             .write(batch, true)
-            .map_err(|e| log_err(e, ErrorVerb::Delete))
+            .map_err(|e| log_err(e, ErrorVerb::Delete))?;
+        let last = self
+            .last_entry_id()
+            .map_err(|e| log_err(e, ErrorVerb::Read))?
+            .or(self.horizon.purged());
+        self.durability.truncated(last);
+        Ok(())
     }
 
     /// Purges through the `PurgeHorizon`: at once as far as the current

@@ -19,7 +19,7 @@ use openraft::{
     StoredMembership,
 };
 use tokio::sync::watch;
-use tracing::instrument;
+use tracing::{instrument, Instrument};
 
 use crate::apply::apply_entry;
 use crate::command::{Response, Revision};
@@ -29,6 +29,7 @@ use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
 use crate::ids::{LogIndex, NodeId};
+use crate::log_durability::LogDurability;
 use crate::mvcc::{self, MvccReader};
 use crate::purge::PurgeHorizon;
 pub use crate::raft_types::SmMembership;
@@ -92,6 +93,11 @@ pub struct StateMachine {
     /// and after an install, kept up to date by apply, so that neither
     /// an apply nor a publish reads the revision rows back.
     state: AppliedState,
+    /// How far this node's log is on disk: an entry is applied only once
+    /// it is there (the leader reports its own entries written before
+    /// their fsync; see `crate::log_durability`). `None` in tests that
+    /// apply without a log.
+    log_durability: Option<LogDurability>,
 }
 
 impl Drop for StateMachine {
@@ -194,6 +200,7 @@ impl StateMachine {
                 timings: Arc::default(),
                 recent: RecentEvents::default(),
                 state,
+                log_durability: None,
             },
             applied_rx,
         ))
@@ -220,6 +227,12 @@ impl StateMachine {
     /// Times its applies into `timings` from now on.
     pub(crate) fn with_timings(mut self, timings: Arc<StageTimes>) -> Self {
         self.timings = timings;
+        self
+    }
+
+    /// Applies each entry only once `durability` says it is on disk.
+    pub(crate) fn with_log_durability(mut self, durability: LogDurability) -> Self {
+        self.log_durability = Some(durability);
         self
     }
 
@@ -375,8 +388,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if !slow_apply.is_zero() {
             tokio::time::sleep(slow_apply).await;
         }
-        let started = Instant::now();
         let entries: Vec<Entry> = entries.into_iter().collect();
+        if let (Some(durability), Some(last)) = (&self.log_durability, entries.last()) {
+            // On the leader the last entries may still be in the flusher's
+            // fsync, which the followers' appends overlapped.
+            if !durability.is_synced(last.log_id) {
+                durability
+                    .wait_synced(last.log_id)
+                    .instrument(tracing::debug_span!("apply_waits_for_log_fsync"))
+                    .await
+                    .map_err(|e| sm_err(e, ErrorVerb::Write))?;
+            }
+        }
+        let started = Instant::now();
         let scans = entries
             .iter()
             .any(|e| matches!(&e.payload, EntryPayload::Normal(cmd) if cmd.may_scan()));

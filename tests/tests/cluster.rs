@@ -677,6 +677,80 @@ async fn a_leased_read_on_the_leader_never_goes_behind_a_follower_read() {
 /// A forwarded write whose attempt times out is sent again, and both
 /// copies commit: the leader's slow apply holds the first answer past the
 /// follower's attempt timeout. The write must still be applied once (one
+/// The leader's fsync overlaps the followers' (`LogDurability`): with every
+/// fsync of the leader's slowed to 2 s, a write reaches a follower's log
+/// while the leader's own copy is not on disk yet. Nothing that copy's
+/// loss could undo is exposed meanwhile: the follower does not apply the
+/// entry and the write is not answered until the leader's fsync is done,
+/// and then the follower applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_fsync_overlaps_the_followers_and_nothing_is_applied_before_it() {
+    let c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let follower = c.follower().await.expect("follower");
+    let leader_raft = c.node(leader).expect("in-process leader").raft.clone();
+    let follower_raft = c.node(follower).expect("in-process follower").raft.clone();
+    let mut etcd = c.etcd(leader).await.expect("etcd client");
+    etcd.put("/overlap/warm", "v", None)
+        .await
+        .expect("warm-up put");
+    c.wait_converged(Duration::from_secs(10))
+        .await
+        .expect("converged");
+    let before = leader_raft.status().await.expect("status").last_log_index.0;
+    assert_eq!(leader_raft.log_synced_index(), before, "idle: all synced");
+
+    leader_raft
+        .store()
+        .faults()
+        .set_fsync_delay(Duration::from_secs(2));
+    let put = tokio::spawn(async move { etcd.put("/overlap/key", "v", None).await });
+    follower_raft
+        .wait_for_log(
+            Duration::from_secs(10),
+            "the entry in the follower's log",
+            move |log, _| log > before,
+        )
+        .await
+        .expect("the follower got the entry");
+    let status = follower_raft.status().await.expect("status");
+    let synced = leader_raft.log_synced_index();
+    // Before the overlap a leader's core waited out its own fsync, sending
+    // no heartbeats meanwhile: 2 s of it cost it the leadership.
+    assert_eq!(
+        status.leader_id,
+        Some(leader),
+        "the leader kept its leadership through its slow fsync"
+    );
+    assert!(
+        synced < status.last_log_index.0,
+        "the follower holds entry {} while the leader's disk has {synced}: replication overlapped the leader's fsync",
+        status.last_log_index.0
+    );
+    assert!(
+        status.applied_index.0 <= synced,
+        "the follower applied {} before the leader synced past {synced}",
+        status.applied_index.0
+    );
+    assert!(!put.is_finished(), "answered before the leader's fsync");
+
+    let answer = put.await.expect("join").expect("put");
+    let written = answer.header().expect("header").revision();
+    assert!(leader_raft.log_synced_index() > before);
+    leader_raft.store().faults().set_fsync_delay(Duration::ZERO);
+    let last = leader_raft.status().await.expect("status").last_log_index.0;
+    follower_raft
+        .wait_for_log(
+            Duration::from_secs(10),
+            "the follower applying it",
+            move |_, applied| applied >= last,
+        )
+        .await
+        .expect("the follower applied the entry once the leader synced it");
+    assert!(follower_raft.store().applied().revision.0 >= written as u64);
+    c.shutdown().await;
+}
+
 /// revision, version 1), and answered with the first copy's revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarded_write_retried_after_a_timeout_is_applied_once() {
