@@ -59,6 +59,9 @@ struct Synced {
     /// A commit index the followers were told less of, released once
     /// `upto` reaches it.
     held_back: Option<LogId<NodeId>>,
+    /// The last entry reported flushed before its fsync: apply waits for
+    /// the fsync of nothing else.
+    reported_early: Option<LogId<NodeId>>,
     /// Set when an fsync failed: nothing after it can be trusted.
     failed: Option<String>,
 }
@@ -104,12 +107,22 @@ impl LogDurability {
         }
     }
 
-    /// The log was cut back to end at `last`, with a synced write.
+    /// The log was cut back to end at `last`, with a synced write (which
+    /// synced everything before it too).
     pub(crate) fn truncated(&self, last: Option<LogId<NodeId>>) {
         self.state.send_modify(|s| {
             s.generation += 1;
             s.upto = last;
             s.held_back = None;
+            s.reported_early = None;
+        });
+    }
+
+    /// The entries up to `last` were reported flushed before their fsync.
+    pub(crate) fn reported_early(&self, last: LogId<NodeId>) {
+        self.state.send_if_modified(|s| {
+            s.reported_early = s.reported_early.max(Some(last));
+            false
         });
     }
 
@@ -136,12 +149,13 @@ impl LogDurability {
         self.released.notified().await;
     }
 
-    /// Waits until the entry at `log_id` is on this node's disk; an error
-    /// if an fsync failed first.
+    /// Waits until the entries up to `log_id` that were reported flushed
+    /// early are on this node's disk (every other entry was synced before
+    /// openraft learned of it); an error if an fsync failed first.
     pub(crate) async fn wait_synced(&self, log_id: LogId<NodeId>) -> Result<(), StoreError> {
         let mut seen = self.state.subscribe();
         let synced = seen
-            .wait_for(|s| s.failed.is_some() || Some(log_id) <= s.upto)
+            .wait_for(|s| s.failed.is_some() || s.covers(log_id))
             .await
             .map_err(|_| StoreError::LogSync("the log store was dropped".into()))?;
         match &synced.failed {
@@ -155,10 +169,21 @@ impl LogDurability {
         self.state.borrow().upto.map_or(0, |l| l.index)
     }
 
-    /// Whether the entry at `log_id` is on this node's disk.
+    /// Whether the entries up to `log_id` that were reported flushed early
+    /// are on this node's disk.
     pub(crate) fn is_synced(&self, log_id: LogId<NodeId>) -> bool {
         let s = self.state.borrow();
-        s.failed.is_none() && Some(log_id) <= s.upto
+        s.failed.is_none() && s.covers(log_id)
+    }
+}
+
+impl Synced {
+    /// Whether every entry up to `log_id` reported early is synced.
+    fn covers(&self, log_id: LogId<NodeId>) -> bool {
+        match self.reported_early {
+            None => true,
+            Some(early) => Some(log_id.min(early)) <= self.upto,
+        }
     }
 }
 
@@ -196,6 +221,7 @@ mod tests {
         let d = LogDurability::new(Some(id(1, 10)));
         let before = d.generation();
         d.truncated(Some(id(1, 8)));
+        d.reported_early(id(2, 10));
         d.synced(id(1, 12), before, None);
         assert!(!d.is_synced(id(2, 9)));
         assert!(d.is_synced(id(1, 8)));
@@ -204,9 +230,21 @@ mod tests {
         assert!(!d.is_synced(id(2, 10)));
     }
 
+    #[test]
+    fn apply_waits_only_for_entries_reported_before_their_fsync() {
+        let d = LogDurability::new(Some(id(1, 10)));
+        assert!(d.is_synced(id(1, 12)), "nothing reported early");
+        d.reported_early(id(2, 14));
+        assert!(d.is_synced(id(1, 10)));
+        assert!(!d.is_synced(id(2, 11)));
+        d.synced(id(2, 14), d.generation(), None);
+        assert!(d.is_synced(id(2, 20)), "beyond what was reported early");
+    }
+
     #[tokio::test]
     async fn a_failed_fsync_fails_the_waiters() {
         let d = LogDurability::new(None);
+        d.reported_early(id(1, 1));
         let waiting = tokio::spawn({
             let d = d.clone();
             async move { d.wait_synced(id(1, 1)).await }

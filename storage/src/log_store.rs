@@ -489,6 +489,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     synced.map_err(|e| log_err(e, ErrorVerb::Write))?;
                 }
                 if let Some(callback) = early {
+                    if let Some(last) = last {
+                        self.durability.reported_early(last);
+                    }
                     callback.log_io_completed(Ok(()));
                 }
                 Ok(())
