@@ -395,8 +395,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     #[instrument(level = "debug", skip(self))]
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
-        // Synced, so every append written before it is on disk too: a node
-        // that stops leading (or starts) has no early-reported entries left.
+        // Synced, so every append written before it is on disk too: when a
+        // node stops leading (or starts), every entry it reported early is.
         self.put_meta(schema::RAFT_VOTE, vote, true)
             .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))?;
         *self.vote.lock().unwrap_or_else(PoisonError::into_inner) = Some(*vote);
