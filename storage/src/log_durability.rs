@@ -11,9 +11,10 @@
 //! let a commit count the leader's unsynced copy, so the leader keeps
 //! everything a commit exposes behind its own fsync:
 //!
-//! - **apply** of an entry waits until the entry is synced here
-//!   ([`LogDurability::wait_synced`]), so no client is answered, and no
-//!   read sees the entry, from the leader before its own copy is on disk;
+//! - **apply** of an entry waits until the entries reported early up to
+//!   it are synced here ([`LogDurability::wait_synced`]), so no client is
+//!   answered, and no read sees them, from the leader before its own copy
+//!   is on disk (entries reported after their fsync never wait);
 //! - **the commit index the followers are told** is held at what is synced
 //!   here ([`LogDurability::clamp_commit`]), so no follower applies an
 //!   entry before the leader's copy is on disk either; when the fsync
