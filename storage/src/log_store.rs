@@ -111,8 +111,7 @@ struct QueuedAppend {
 
 /// The flusher thread: waits for an append to be queued, takes every other
 /// queued append with it, fsyncs once, and completes them all in order
-/// (first telling `durability`, so nothing learns of a flush before it is
-/// visible there). It ends when every [`LogStore`] clone is dropped.
+/// ([`complete_synced`]). It ends when every [`LogStore`] clone is dropped.
 fn run_flusher(
     engine: Engine,
     faults: DiskFaults,
@@ -131,21 +130,32 @@ fn run_flusher(
         let synced = engine.sync_wal();
         timings.record_since(Stage::LogFsync, started);
         tracing::trace!(appends = done.len(), ok = synced.is_ok(), "log fsync");
-        let error = synced.as_ref().err().map(|e| e.to_string());
-        if let Some(e) = &error {
-            tracing::error!(error = %e, "the log's fsync failed");
+        complete_synced(&durability, done, synced.as_ref().err());
+    }
+}
+
+/// Completes `done`, appends one fsync covered (or failed with `error`):
+/// first tells `durability`, so nothing learns of a flush before it is
+/// visible there, then openraft's callbacks, in order.
+fn complete_synced(
+    durability: &LogDurability,
+    done: Vec<QueuedAppend>,
+    error: Option<&StoreError>,
+) {
+    let error = error.map(|e| e.to_string());
+    if let Some(e) = &error {
+        tracing::error!(error = %e, "the log's fsync failed");
+    }
+    for append in &done {
+        if let Some(last) = append.last {
+            durability.synced(last, append.generation, error.as_deref());
         }
-        for append in &done {
-            if let Some(last) = append.last {
-                durability.synced(last, append.generation, error.as_deref());
-            }
-        }
-        for append in done {
-            if let Some(callback) = append.callback {
-                match &error {
-                    None => callback.log_io_completed(Ok(())),
-                    Some(e) => callback.log_io_completed(Err(std::io::Error::other(e.clone()))),
-                }
+    }
+    for append in done {
+        if let Some(callback) = append.callback {
+            match &error {
+                None => callback.log_io_completed(Ok(())),
+                Some(e) => callback.log_io_completed(Err(std::io::Error::other(e.clone()))),
             }
         }
     }
@@ -475,17 +485,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 if let Err(mpsc::SendError(append)) = queued {
                     // No flusher (it could not start): sync here instead.
                     let synced = self.engine.sync_wal();
-                    let error = synced.as_ref().err().map(|e| e.to_string());
-                    if let Some(last) = last {
-                        self.durability.synced(last, generation, error.as_deref());
-                    }
-                    if let Some(callback) = append.callback {
-                        let io = match &error {
-                            None => Ok(()),
-                            Some(e) => Err(std::io::Error::other(e.clone())),
-                        };
-                        callback.log_io_completed(io);
-                    }
+                    complete_synced(&self.durability, vec![append], synced.as_ref().err());
                     synced.map_err(|e| log_err(e, ErrorVerb::Write))?;
                 }
                 if let Some(callback) = early {
