@@ -8,9 +8,10 @@ first stage, in the order of STAGES, that any frame of its stack matches,
 so a sample inside the apply that reads RocksDB counts as apply, not as
 RocksDB. A sample of a thread that THREAD_STAGES names is that thread's
 stage whatever its stack: perf's DWARF unwinding does not get through
-RocksDB's compression (LZ4's loops), and by stack alone a third to a half
-of RocksDB's background samples fell in "other". Samples that match no stage are "other" (user space) or "other
-kernel" (a kernel leaf with no kubestore frame above it that matched).
+RocksDB's compression (LZ4's loops), and by stack alone about half of
+RocksDB's background samples fell in "other". Samples that match no
+stage are "other" (user space) or "other kernel" (a kernel leaf with no
+kubestore frame above it that matched).
 
     perf script -i perf.data | scripts/perf-stages.py
     perf script -i perf.data | scripts/perf-stages.py --under TxnRun --depth 2
