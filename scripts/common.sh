@@ -167,3 +167,21 @@ start_local_cluster() {
     echo "the cluster described no nodes within 60 s: $log" >&2
     return 1
 }
+
+# FIELD (rest_url, grpc_url, pid, ...) of every node of the cluster whose
+# data is in DIR (as start_local_cluster wrote it), joined by SEP.
+local_cluster_nodes() {
+    python3 -c 'import json, sys
+print(sys.argv[2].join(str(n[sys.argv[1]]) for n in json.load(open(sys.argv[3]))["nodes"]))' \
+        "$1" "$2" "$3/cluster.json"
+}
+
+# Stops the cluster start_local_cluster started, if any, and removes DIR:
+# the EXIT trap of a script that starts one (`trap 'stop_local_cluster
+# "$data"' EXIT`).
+stop_local_cluster() {
+    if [ -n "${cluster_pid:-}" ] && kill "$cluster_pid" 2>/dev/null; then
+        wait "$cluster_pid" 2>/dev/null || true
+    fi
+    rm -rf "$1"
+}

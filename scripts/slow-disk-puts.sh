@@ -18,14 +18,10 @@ delay=${2:?usage: scripts/slow-disk-puts.sh KUBESTORE_BINARY DELAY_MS [LOAD_BINA
 load=${3:-$bin}
 data=$(mktemp -d)
 cluster_pid=
-cleanup() {
-    [ -n "$cluster_pid" ] && kill "$cluster_pid" 2>/dev/null && wait "$cluster_pid" 2>/dev/null
-    rm -rf "$data"
-}
-trap cleanup EXIT
+trap 'stop_local_cluster "$data"' EXIT
 
 KUBESTORE_FAULT_INJECTION=true start_local_cluster "$bin" "$data/cluster" "$data/cluster.log"
-nodes() { python3 -c "import json,sys; print(sys.argv[2].join(n[sys.argv[1]] for n in json.load(open('$data/cluster/cluster.json'))['nodes']))" "$1" "$2"; }
+nodes() { local_cluster_nodes "$1" "$2" "$data/cluster"; }
 for url in $(nodes rest_url ' '); do
     curl -sf -XPOST -d "{\"fsync_delay_ms\": $delay}" "$url/debug/faults" >/dev/null
 done

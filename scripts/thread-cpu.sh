@@ -37,18 +37,10 @@ fi
 
 data=$(mktemp -d)
 cluster_pid=
-cleanup() {
-    [ -n "$cluster_pid" ] && kill "$cluster_pid" 2>/dev/null && wait "$cluster_pid" 2>/dev/null
-    rm -rf "$data"
-}
-trap cleanup EXIT
+trap 'stop_local_cluster "$data"' EXIT
 
 start_local_cluster "$KUBESTORE_BIN" "$data/cluster" "$data/cluster.log"
-field() {
-    python3 -c 'import json, sys
-print(sys.argv[2].join(str(n[sys.argv[1]]) for n in json.load(open(sys.argv[3]))["nodes"]))' \
-        "$1" "$2" "$data/cluster/cluster.json"
-}
+field() { local_cluster_nodes "$1" "$2" "$data/cluster"; }
 case "$workload" in
     put) load=(bench etcd --endpoints "$(field grpc_url ,)") ;;
     *) load=(bench rest --endpoints "$(field rest_url ,)") ;;
