@@ -674,9 +674,6 @@ async fn a_leased_read_on_the_leader_never_goes_behind_a_follower_read() {
     c.shutdown().await;
 }
 
-/// A forwarded write whose attempt times out is sent again, and both
-/// copies commit: the leader's slow apply holds the first answer past the
-/// follower's attempt timeout. The write must still be applied once (one
 /// The leader's fsync overlaps the followers' (`LogDurability`): with every
 /// fsync of the leader's slowed to 2 s, a write reaches a follower's log
 /// while the leader's own copy is not on disk yet. Nothing that copy's
@@ -751,6 +748,9 @@ async fn the_leaders_fsync_overlaps_the_followers_and_nothing_is_applied_before_
     c.shutdown().await;
 }
 
+/// A forwarded write whose attempt times out is sent again, and both
+/// copies commit: the leader's slow apply holds the first answer past the
+/// follower's attempt timeout. The write must still be applied once (one
 /// revision, version 1), and answered with the first copy's revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarded_write_retried_after_a_timeout_is_applied_once() {
