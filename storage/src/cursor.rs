@@ -20,9 +20,12 @@
 //! snapshot install replaced the state mid-read, and the step can be
 //! retried once the install is done (the applied-state channel moves).
 //!
-//! A step scans RocksDB: [`EventCursor::next`] runs it on the blocking pool
-//! ([`Store::run_blocking`]), [`EventCursor::next_blocking`] on the calling
-//! thread (for code already on the blocking pool).
+//! A step the ring of recent events holds reads no storage
+//! ([`EventCursor::next_in_memory`]), and [`EventCursor::next`] serves it
+//! on the calling task. Any other step scans RocksDB: [`EventCursor::next`]
+//! runs it on the blocking pool ([`Store::run_blocking`]),
+//! [`EventCursor::next_blocking`] on the calling thread (for code already
+//! on the blocking pool).
 
 use crate::command::{Revision, RevisionEvents};
 use crate::error::StoreError;
@@ -80,9 +83,9 @@ impl EventCursor {
         }
     }
 
-    /// A cursor reading `batch` revisions per step (tests of batching).
-    #[cfg(test)]
-    fn with_batch(mut self, batch: usize) -> Self {
+    /// A cursor reading at most `batch` revisions per step (at least one)
+    /// instead of [`EVENT_BATCH`].
+    pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
         self
     }
@@ -93,8 +96,17 @@ impl EventCursor {
         self.after
     }
 
-    /// The next step, read on tokio's blocking pool.
+    /// The next step: on this task when the ring of recent events holds
+    /// it ([`EventCursor::next_in_memory`]), else read on tokio's blocking
+    /// pool.
     pub async fn next(&mut self) -> Result<EventStep, StoreError> {
+        if let Some(step) = self.next_in_memory() {
+            // A follower far behind may take many steps from memory in a
+            // row without another await: it yields once its task has used
+            // up its turn, as it would on an I/O resource.
+            tokio::task::coop::consume_budget().await;
+            return step;
+        }
         let (after, batch) = (self.after, self.batch);
         let step = self
             .store
@@ -102,6 +114,22 @@ impl EventCursor {
             .await?;
         self.advance(&step);
         Ok(step)
+    }
+
+    /// The next step if it needs no storage read: the ring of recent
+    /// events holds every revision after the cursor up to the applied one
+    /// ([`Store::events_after_in_memory`]). Cheap enough for an async
+    /// worker; a follower that keeps up with the log is served here every
+    /// time. `None`, and the cursor does not move, when the step must read
+    /// RocksDB (it is behind the ring, or behind the compaction point).
+    pub fn next_in_memory(&mut self) -> Option<Result<EventStep, StoreError>> {
+        let applied = self.store.applied().revision;
+        let step = match self.store.events_after_in_memory(self.after, self.batch)? {
+            Ok(events) => found(self.after, applied, events),
+            Err(e) => return Some(Err(e)),
+        };
+        self.advance(&step);
+        Some(Ok(step))
     }
 
     /// The next step, read on this thread (blocking: a RocksDB scan).
@@ -131,10 +159,7 @@ fn step(store: &Store, after: Revision, batch: usize) -> Result<EventStep, Store
     // read takes, so an empty read proves there is nothing up to it.
     let applied = store.applied().revision;
     match store.events_after(after, batch) {
-        Ok(events) if events.is_empty() => Ok(EventStep::CaughtUp {
-            revision: after.max(applied),
-        }),
-        Ok(events) => Ok(EventStep::Events(events)),
+        Ok(events) => Ok(found(after, applied, events)),
         Err(StoreError::Compacted {
             requested,
             compacted,
@@ -143,6 +168,18 @@ fn step(store: &Store, after: Revision, batch: usize) -> Result<EventStep, Store
             compacted,
         }),
         Err(e) => Err(e),
+    }
+}
+
+/// The step that read `events` after `after`, `applied` being the applied
+/// revision taken before the read.
+fn found(after: Revision, applied: Revision, events: Vec<RevisionEvents>) -> EventStep {
+    if events.is_empty() {
+        EventStep::CaughtUp {
+            revision: after.max(applied),
+        }
+    } else {
+        EventStep::Events(events)
     }
 }
 
@@ -254,6 +291,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_step_the_ring_holds_is_read_from_memory_and_equals_the_log() {
+        let mut f = Fixture::new();
+        for i in 0..5 {
+            f.txn(vec![put(&format!("k{i}"), "v")]).await; // 1..=5
+        }
+        let mut memory = f.store.events(Revision(1)).with_batch(3);
+        let mut log = f.store.events(Revision(1)).with_batch(3);
+        let from_memory = memory.next_in_memory().expect("held").expect("step");
+        assert_eq!(from_memory, log.next_blocking().expect("step"));
+        assert_eq!(summary(&from_memory).len(), 3);
+        assert_eq!(memory.after(), Revision(4));
+        let rest = memory.next_in_memory().expect("held").expect("step");
+        assert_eq!(rest, log.next_blocking().expect("step"));
+        assert_eq!(
+            memory.next_in_memory().expect("held").expect("step"),
+            EventStep::CaughtUp {
+                revision: Revision(5)
+            }
+        );
+
+        // After a restart the ring starts empty: the step needs the log,
+        // and the cursor does not move until it is read there.
+        drop((memory, log)); // their store handles keep the database open
+        let mut f = f.reopen();
+        let mut behind = f.store.events(Revision(2));
+        assert!(behind.next_in_memory().is_none());
+        assert_eq!(behind.after(), Revision(2));
+        assert_eq!(
+            summary(&behind.next().await.expect("step")),
+            summary(&f.store.events(Revision(2)).next_blocking().expect("step"))
+        );
+        // From the first revision the ring holds again, memory serves.
+        f.txn(vec![put("k5", "v")]).await; // 6
+        let mut caught_up = f.store.events(Revision(5));
+        let step = caught_up.next_in_memory().expect("held").expect("step");
+        assert_eq!(summary(&step).first().map(|(r, _)| *r), Some(6));
+
+        // Below the compaction point memory never answers: the log's
+        // outcome is `Compacted`.
+        f.compact(4).await;
+        let mut compacted = f.store.events(Revision(2));
+        assert!(compacted.next_in_memory().is_none());
+        assert!(matches!(
+            compacted.next().await.expect("step"),
+            EventStep::Compacted { .. }
+        ));
+    }
+
+    #[tokio::test]
     async fn compaction_is_an_outcome_at_the_boundary_and_the_cursor_stays() {
         let mut f = Fixture::new();
         for i in 0..5 {
@@ -300,8 +386,11 @@ mod tests {
         );
     }
 
+    /// The ring holds every revision here, so `next` steps from memory;
+    /// `a_step_the_ring_holds_is_read_from_memory_and_equals_the_log`
+    /// covers its reads on the blocking pool after a restart.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn next_reads_on_the_blocking_pool_like_next_blocking() {
+    async fn next_steps_like_next_blocking() {
         let mut f = Fixture::new();
         f.txn(vec![put("a", "1")]).await; // 1
         f.txn(vec![put("b", "1")]).await; // 2

@@ -297,14 +297,33 @@ impl Store {
         self.consistent(|| {
             // The newest revisions come from memory when it holds them all
             // (see `recent_events`), anything else from the log.
-            let applied = self.applied();
-            if after.next() >= applied.compacted {
-                if let Some(events) = self.recent.after(after, limit.max(1), applied.revision) {
-                    return Ok(events);
-                }
+            match self.recent_events_after(after, limit) {
+                Some(events) => Ok(events),
+                None => self.with_reader(|reader| reader.events_after(after, limit)),
             }
-            self.with_reader(|reader| reader.events_after(after, limit))
         })
+    }
+
+    /// What [`Store::events_after`] reads, if the ring of recent events
+    /// holds all of it (see `recent_events`): read without storage, so an
+    /// async worker may call it. `None` when storage would have to be read
+    /// (the ring does not reach back to `after`, or `after + 1` is below
+    /// the compaction point).
+    pub fn events_after_in_memory(
+        &self,
+        after: Revision,
+        limit: usize,
+    ) -> Option<Result<Vec<RevisionEvents>, StoreError>> {
+        self.consistent(|| Ok(self.recent_events_after(after, limit)))
+            .transpose()
+    }
+
+    fn recent_events_after(&self, after: Revision, limit: usize) -> Option<Vec<RevisionEvents>> {
+        let applied = self.applied();
+        if after.next() < applied.compacted {
+            return None;
+        }
+        self.recent.after(after, limit.max(1), applied.revision)
     }
 
     /// Every lease, by id.

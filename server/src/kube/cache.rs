@@ -57,6 +57,32 @@ use crate::kube::selectors::{AttrReads, Attrs, Selectors};
 /// Every key the cache mirrors starts with this.
 const REGISTRY_PREFIX: &str = "/registry/";
 
+/// At most this many revisions are fed on the feed's own task per wake
+/// ([`WatchCache::run`]); the rest of a burst goes to the blocking pool,
+/// so rendering its objects never holds an async worker for long. An
+/// entry of writes from 64 clients is about 30 revisions.
+const MEMORY_FEED_REVISIONS: usize = 64;
+
+/// How a feed step of the cache may read the event log.
+#[derive(Debug, Clone, Copy)]
+enum Reads {
+    /// Storage, blocking: anything, rebuilding when it must.
+    Storage,
+    /// Storage's ring of recent events alone, for at most this many more
+    /// revisions.
+    Memory { revisions: usize },
+}
+
+/// Where a feed step left the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fed {
+    /// At the store's applied revision.
+    CaughtUp,
+    /// Behind it: the rest needs a storage read (or the revisions allowed
+    /// from memory are used up).
+    NeedsStorage,
+}
+
 /// One object as clients see it (`kind`, `apiVersion` and
 /// `metadata.resourceVersion` filled in), held as JSON alone: lists and
 /// watches write its bytes, selectors read its [`Attrs`], and whoever
@@ -914,10 +940,25 @@ impl WatchCache {
     }
 
     /// Feeds the cache from the store until `stop` turns true.
+    ///
+    /// What storage's ring of recent events holds is fed on this task, at
+    /// most [`MEMORY_FEED_REVISIONS`] revisions per wake: it reads no
+    /// storage, and handing each applied entry to the blocking pool woke
+    /// a pool thread per entry, which cost more than the feed itself
+    /// under 1 KiB puts (BENCHMARKS.md, "The watch cache feeds from memory
+    /// on its own task"). A rebuild, a longer burst and events the ring
+    /// no longer holds are read on the blocking pool.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut applied = self.store.subscribe();
         loop {
-            match self.catch_up_blocking().await {
+            let fed = match self.feed(Reads::Memory {
+                revisions: MEMORY_FEED_REVISIONS,
+            }) {
+                Ok(Fed::CaughtUp) => Ok(()),
+                Ok(Fed::NeedsStorage) => self.catch_up_blocking().await,
+                Err(e) => Err(e),
+            };
+            match fed {
                 Ok(()) => {}
                 Err(StoreError::Installing) => {
                     tracing::debug!("watch cache waits for a snapshot install to finish");
@@ -936,9 +977,16 @@ impl WatchCache {
     }
 
     /// Applies everything the store has applied beyond the cache; rebuilds
-    /// after a reset or when the history it needs is gone.
+    /// after a reset or when the history it needs is gone. Blocking: it
+    /// may read storage.
     #[tracing::instrument(level = "trace", skip(self))]
     pub fn catch_up(&self) -> Result<(), StoreError> {
+        self.feed(Reads::Storage).map(|_| ())
+    }
+
+    /// Applies what the store has applied beyond the cache, reading as
+    /// `reads` allows.
+    fn feed(&self, mut reads: Reads) -> Result<Fed, StoreError> {
         loop {
             let applied = self.store.applied();
             let (revision, resets) = {
@@ -946,10 +994,26 @@ impl WatchCache {
                 (s.revision, s.resets)
             };
             if resets != applied.resets {
-                self.rebuild(applied.resets)?;
-                continue;
+                match reads {
+                    Reads::Memory { .. } => return Ok(Fed::NeedsStorage),
+                    Reads::Storage => {
+                        self.rebuild(applied.resets)?;
+                        continue;
+                    }
+                }
             }
-            match self.store.events(Revision(revision)).next_blocking()? {
+            let mut cursor = self.store.events(Revision(revision));
+            let step = match reads {
+                Reads::Storage => cursor.next_blocking()?,
+                Reads::Memory { revisions: 0 } => return Ok(Fed::NeedsStorage),
+                Reads::Memory { revisions } => {
+                    match cursor.with_batch(revisions).next_in_memory() {
+                        Some(step) => step?,
+                        None => return Ok(Fed::NeedsStorage),
+                    }
+                }
+            };
+            match step {
                 // Every revision up to `applied` is in the log the cursor
                 // read (and belongs to the reset generation checked above).
                 EventStep::CaughtUp { .. } => {
@@ -957,10 +1021,18 @@ impl WatchCache {
                         self.write().revision = applied.revision.0;
                         self.revision.send_replace(applied.revision.0);
                     }
-                    return Ok(());
+                    return Ok(Fed::CaughtUp);
                 }
-                EventStep::Events(batch) => self.apply(batch),
-                EventStep::Compacted { .. } => self.rebuild(applied.resets)?,
+                EventStep::Events(batch) => {
+                    if let Reads::Memory { revisions } = &mut reads {
+                        *revisions = revisions.saturating_sub(batch.len());
+                    }
+                    self.apply(batch)
+                }
+                EventStep::Compacted { .. } => match reads {
+                    Reads::Memory { .. } => return Ok(Fed::NeedsStorage),
+                    Reads::Storage => self.rebuild(applied.resets)?,
+                },
             }
         }
     }
@@ -1404,6 +1476,42 @@ mod tests {
         );
         assert_eq!(f.events_after(cm, 2, 100).map(|(e, _)| e.len()), Ok(2));
         assert_eq!(f.events_after(cm, 4, 100), Ok((vec![], 4)));
+    }
+
+    #[tokio::test]
+    async fn a_feed_from_memory_stops_at_its_budget_and_where_storage_must_be_read() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        for name in ["a", "b", "c"] {
+            f.put(cm, name, serde_json::json!({})).await; // 1..=3
+        }
+        // Two revisions from memory, then the budget is spent.
+        assert_eq!(
+            f.cache.feed(Reads::Memory { revisions: 2 }).expect("feed"),
+            Fed::NeedsStorage
+        );
+        assert_eq!(f.cache.revision(), 2);
+        assert_eq!(
+            f.cache.feed(Reads::Memory { revisions: 64 }).expect("feed"),
+            Fed::CaughtUp
+        );
+        let (objects, revision) = f.cache.current(cm);
+        assert_eq!((names(&objects).len(), revision), (3, 3));
+
+        // The history after the cache's revision is compacted away:
+        // memory does not answer, and the cache stays where it was until
+        // a storage read rebuilds it.
+        f.put(cm, "d", serde_json::json!({})).await; // 4
+        f.put(cm, "e", serde_json::json!({})).await; // 5
+        f.compact(5).await;
+        assert_eq!(
+            f.cache.feed(Reads::Memory { revisions: 64 }).expect("feed"),
+            Fed::NeedsStorage
+        );
+        assert_eq!(f.cache.revision(), 3);
+        f.catch_up();
+        let (objects, revision) = f.cache.current(cm);
+        assert_eq!((names(&objects).len(), revision), (5, 5));
     }
 
     #[tokio::test]
