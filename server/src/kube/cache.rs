@@ -960,8 +960,8 @@ impl WatchCache {
     /// storage, and handing each applied entry to the blocking pool woke
     /// a pool thread per entry, which cost more than the feed itself
     /// under 1 KiB puts (BENCHMARKS.md, "The watch cache feeds from memory
-    /// on its own task"). A rebuild, a longer burst and events the ring
-    /// no longer holds are read on the blocking pool.
+    /// on its own task"). A rebuild, a step with more objects to render
+    /// and events the ring no longer holds are read on the blocking pool.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut applied = self.store.subscribe();
         loop {
