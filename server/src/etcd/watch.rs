@@ -3,8 +3,9 @@
 //! Each watcher is a task with an event cursor (`Store::events`) into the
 //! node's revision-ordered event log (the same on every node), woken by
 //! the applied-state channel; each step reads one batch of whole
-//! revisions on the blocking pool, and the cursor's `Compacted` outcome
-//! cancels the watcher.
+//! revisions, from storage's ring of recent events on the watcher's own
+//! task when the ring holds them, else on the blocking pool, and the
+//! cursor's `Compacted` outcome cancels the watcher.
 //! All of a stream's watchers send into one bounded channel, so responses
 //! are ordered per watcher, a slow client only holds back its own stream,
 //! and a watcher holds no more than one batch in memory.
