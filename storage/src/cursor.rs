@@ -83,9 +83,9 @@ impl EventCursor {
         }
     }
 
-    /// A cursor reading at most `batch` revisions per step (at least one)
-    /// instead of [`EVENT_BATCH`].
-    pub fn with_batch(mut self, batch: usize) -> Self {
+    /// A cursor reading `batch` revisions per step (tests of batching).
+    #[cfg(test)]
+    fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
         self
     }
