@@ -77,13 +77,19 @@ enum Reads {
     Memory { objects: usize },
 }
 
+/// Whether `event` is the registry's: a Kubernetes object the cache
+/// mirrors (the etcd API's own keys belong to no type).
+fn in_registry(event: &Event) -> bool {
+    event.kv.key.starts_with(REGISTRY_PREFIX.as_bytes())
+}
+
 /// How many of `batch`'s events are the registry's: the objects a feed of
 /// it renders.
 fn registry_events(batch: &[RevisionEvents]) -> usize {
     batch
         .iter()
         .flat_map(|(_, events)| events.iter())
-        .filter(|e| e.kv.key.starts_with(REGISTRY_PREFIX.as_bytes()))
+        .filter(|e| in_registry(e))
         .count()
 }
 
@@ -1068,9 +1074,7 @@ impl WatchCache {
                 let mut redefined = false;
                 // Keys outside the registry (the etcd API's own) belong to
                 // no type: only the revision moves for them.
-                let registry = events
-                    .iter()
-                    .filter(|e| e.kv.key.starts_with(REGISTRY_PREFIX.as_bytes()));
+                let registry = events.iter().filter(|e| in_registry(e));
                 for event in registry {
                     redefined |= event.kv.key.starts_with(definitions.as_bytes());
                     // Every version of a custom type shares its prefix.
