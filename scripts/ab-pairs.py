@@ -14,6 +14,11 @@ of one 1 KiB key) are `bench etcd`, `create` and `update` are `bench rest`.
 The load generator is BEFORE's binary in every run, so both builds are
 driven by the same client code.
 
+With `--vary load-generator` it is the other way round: BEFORE's servers in
+every run, driven by BEFORE's load generator and then AFTER's. That compares
+two builds of the load generator itself (the client's CPU per request, and
+what it leaves the servers of the shared cores).
+
 Per run it prints the servers' CPU per request (the three nodes' user and
 system time from /proc, over the workload alone), the load generator's CPU
 per request, their ratio, the nodes' voluntary context switches and minor
@@ -183,16 +188,29 @@ def main():
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--requests", type=int, default=40000)
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument(
+        "--vary",
+        choices=["servers", "load-generator"],
+        default="servers",
+        help="which side runs AFTER's binary in the second run of a pair",
+    )
     args = parser.parse_args()
     builds = {"before": args.before, "after": args.after}
     runs = {"before": [], "after": []}
     for pair in range(1, args.pairs + 1):
         for label, binary in builds.items():
-            r = run_once(binary, args.before, args.workload, args.requests, args.clients)
+            if args.vary == "servers":
+                servers, load_generator = binary, args.before
+            else:
+                servers, load_generator = args.before, binary
+            r = run_once(servers, load_generator, args.workload, args.requests, args.clients)
             runs[label].append(r)
             shown = " ".join(f"{k}={fmt.format(r[k])}" for k, _, fmt in MEASURES)
             print(f"pair {pair} {label:6s} {shown}", flush=True)
-    print(f"\n{args.workload}, {args.pairs} pairs of {args.requests} requests at {args.clients} clients")
+    print(
+        f"\n{args.workload}, {args.pairs} pairs of {args.requests} requests at {args.clients} clients,"
+        f" {args.vary} varied"
+    )
     print(f"{'':34s} {'before':>10s} {'after':>10s} {'change':>8s}")
     for key, name, fmt in MEASURES:
         b = statistics.mean(r[key] for r in runs["before"])

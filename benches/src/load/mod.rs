@@ -28,10 +28,12 @@
 mod args;
 mod compare;
 mod cpu;
+mod h2_channel;
 mod mixed;
 mod overload;
 mod plot;
 mod record;
+mod rest_conn;
 mod restart;
 mod scale;
 mod stages;

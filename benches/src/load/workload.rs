@@ -12,7 +12,10 @@ use serde_json::json;
 use tonic::transport::Channel;
 
 use super::args::LoadArgs;
+use super::h2_channel::H2Channel;
 use super::record::{progress, Recorder, RunResult, WORKLOAD_BAR};
+use super::rest_conn::{Answer, ConfigMapBody, ConfigMapData, Name, RestConn};
+use hyper::Method;
 
 /// Keys the put workload spreads over (etcd's benchmark default).
 const PUT_KEY_SPACE: u64 = 10_000;
@@ -156,7 +159,7 @@ pub async fn leader_endpoint(endpoints: &[String], wait: Duration) -> anyhow::Re
 }
 
 /// Runs an etcd-API workload with `clients` concurrent clients (one
-/// connection each), spread over `endpoints`.
+/// connection each, an [`H2Channel`]), spread over `endpoints`.
 pub async fn run_etcd(
     workload: &Workload,
     endpoints: &[String],
@@ -166,7 +169,7 @@ pub async fn run_etcd(
     let mut conns = Vec::new();
     for i in 0..clients.max(1) {
         conns.push(KvClient::new(
-            etcd_channel(&endpoints[i % endpoints.len()]).await?,
+            H2Channel::connect(&endpoints[i % endpoints.len()]).await?,
         ));
     }
     if let Workload::EtcdRange { .. } = workload {
@@ -184,7 +187,7 @@ pub async fn run_etcd(
         workload,
         conns,
         load,
-        move |mut kv: KvClient<Channel>, i| {
+        move |mut kv: KvClient<H2Channel>, i| {
             let (workload, value) = (workload_op.clone(), value.clone());
             async move {
                 match &workload {
@@ -297,18 +300,15 @@ pub async fn seed_rest(endpoints: &[String], objects: usize, size: usize) -> any
     Ok(())
 }
 
-/// Runs a REST workload with `clients` concurrent clients spread over
-/// `endpoints`.
+/// Runs a REST workload with `clients` concurrent clients (one
+/// keep-alive connection each, a [`RestConn`]) spread over `endpoints`.
 pub async fn run_rest(
     workload: &Workload,
     endpoints: &[String],
     clients: usize,
     load: &LoadArgs,
 ) -> anyhow::Result<RunResult> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(clients)
-        .tcp_nodelay(true)
-        .build()?;
+    let http = reqwest::Client::new();
     // Exact reads need a revision the store still has: the current one.
     let current: serde_json::Value = http
         .get(format!(
@@ -332,24 +332,21 @@ pub async fn run_rest(
             .map_or(0, |d| d.as_millis())
     );
     let payload = Arc::new("x".repeat(load.size));
-    let bases: Vec<String> = (0..clients.max(1))
-        .map(|c| {
-            format!(
-                "{}/api/v1/namespaces/{REST_NAMESPACE}/configmaps",
-                endpoints[c % endpoints.len()]
-            )
-        })
-        .collect();
+    let collection = format!("/api/v1/namespaces/{REST_NAMESPACE}/configmaps");
+    let mut conns = Vec::new();
+    for c in 0..clients.max(1) {
+        conns.push(RestConn::connect(&endpoints[c % endpoints.len()], &collection).await?);
+    }
     let workload_op = workload.clone();
-    closed_loop(workload, bases, load, move |base: String, i| {
-        let (http, workload, payload, current_rv, run_id) = (
-            http.clone(),
+    let (run_id, current_rv): (Arc<str>, Arc<str>) = (run_id.into(), current_rv.into());
+    closed_loop(workload, conns, load, move |conn: RestConn, i| {
+        let (workload, payload, current_rv, run_id) = (
             workload_op.clone(),
             payload.clone(),
             current_rv.clone(),
             run_id.clone(),
         );
-        async move { rest_once(&http, &base, &workload, i, &run_id, &payload, &current_rv).await }
+        async move { rest_once(&conn, &workload, i, &run_id, &payload, &current_rv).await }
     })
     .await
 }
@@ -357,72 +354,73 @@ pub async fn run_rest(
 /// One REST request (or, paginated, one whole traversal); how the server
 /// says it served it.
 async fn rest_once(
-    http: &reqwest::Client,
-    base: &str,
+    conn: &RestConn,
     workload: &Workload,
     i: u64,
     run_id: &str,
     payload: &str,
     current_rv: &str,
 ) -> anyhow::Result<Option<String>> {
-    let served = |r: &reqwest::Response| {
-        r.headers()
-            .get("x-kubestore-read")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let check = |r: reqwest::Response| -> anyhow::Result<reqwest::Response> {
-        if r.status().is_success() {
-            Ok(r)
+    let check = |answer: Answer| -> anyhow::Result<Answer> {
+        if answer.status.is_success() {
+            Ok(answer)
         } else {
-            bail!("HTTP {}", r.status())
+            bail!("HTTP {}", answer.status)
         }
     };
+    let base = &*conn.collection;
     match workload {
         Workload::RestCreate => {
-            let body = json!({
-                "metadata": { "name": format!("w-{run_id}-{i}") },
-                "data": { "value": payload },
-            });
-            check(http.post(base).json(&body).send().await?)?;
+            let name = format!("w-{run_id}-{i}");
+            let body = ConfigMapBody {
+                metadata: Name { name: &name },
+                data: ConfigMapData {
+                    value: payload,
+                    n: None,
+                },
+            };
+            check(
+                conn.request(Method::POST, base, Some(body.to_json()?))
+                    .await?,
+            )?;
             Ok(None)
         }
         Workload::RestUpdate { targets } => {
             let name = format!("cm-{:06}", i % targets);
-            let body = json!({
-                "metadata": { "name": name },
-                "data": { "value": payload, "n": i.to_string() },
-            });
+            let n = i.to_string();
+            let body = ConfigMapBody {
+                metadata: Name { name: &name },
+                data: ConfigMapData {
+                    value: payload,
+                    n: Some(&n),
+                },
+            };
+            let path = format!("{base}/{name}");
             check(
-                http.put(format!("{base}/{name}"))
-                    .json(&body)
-                    .send()
+                conn.request(Method::PUT, &path, Some(body.to_json()?))
                     .await?,
             )?;
             Ok(None)
         }
         Workload::RestRead { query, name } => {
-            let url = if *name == "list_exact" {
+            let path = if *name == "list_exact" {
                 format!("{base}{query}{current_rv}")
             } else {
                 format!("{base}{query}")
             };
-            let r = check(http.get(url).send().await?)?;
-            let how = served(&r);
-            r.bytes().await?;
-            Ok(how)
+            Ok(check(conn.request(Method::GET, &path, None).await?)?.served)
         }
         Workload::RestPaginated { limit } => {
             let mut token: Option<String> = None;
             let mut how = None;
             loop {
-                let url = match &token {
+                let path = match &token {
                     Some(t) => format!("{base}?limit={limit}&continue={t}"),
                     None => format!("{base}?limit={limit}"),
                 };
-                let r = check(http.get(url).send().await?)?;
-                how = how.or_else(|| served(&r));
-                let page: serde_json::Value = r.json().await?;
+                let answer = check(conn.request(Method::GET, &path, None).await?)?;
+                how = how.or(answer.served);
+                let page: serde_json::Value = serde_json::from_slice(&answer.body)?;
                 match page["metadata"]["continue"].as_str() {
                     Some(t) if !t.is_empty() => token = Some(t.to_string()),
                     _ => return Ok(how),

@@ -1,0 +1,95 @@
+//! [`H2Channel`]: the load generator's gRPC transport for its closed-loop
+//! etcd-API clients. One HTTP/2 connection, driven by hyper's connection
+//! task, that a client's calls go into directly.
+//!
+//! Why not tonic's `Channel`: it puts a `tower` buffer in front of the
+//! connection, whose worker is a task of its own, so every call wakes that
+//! worker on its way to hyper. A closed-loop client has one call in flight
+//! at a time and gains nothing from the buffer. The load generator shares
+//! the machine's two cores with the servers it measures, so every wake it
+//! saves is CPU the servers get back. Both stores of `bench compare` are
+//! driven through this same transport.
+//!
+//! This is a thin `tower::Service` over hyper's `SendRequest` (hand-written:
+//! no crate offers a gRPC transport without tonic's buffer). It does what
+//! tonic's channel does to each request besides buffering: give it the
+//! connection's origin, as HTTP/2's `:scheme` and `:authority`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use anyhow::Context as _;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tonic::body::Body;
+use tonic::codegen::http::uri::{Authority, PathAndQuery, Scheme};
+use tonic::codegen::http::{Request, Response, Uri};
+
+/// One HTTP/2 connection to a gRPC server, cloned into each call's client.
+#[derive(Clone)]
+pub(super) struct H2Channel {
+    send: SendRequest<Body>,
+    authority: Authority,
+}
+
+impl std::fmt::Debug for H2Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Channel")
+            .field("authority", &self.authority)
+            .finish()
+    }
+}
+
+impl H2Channel {
+    /// Connects to `endpoint` (`host:port`, or `http://host:port`) without
+    /// Nagle's delay, as tonic's channel is set up for the other workloads,
+    /// and spawns the connection's task.
+    pub(super) async fn connect(endpoint: &str) -> anyhow::Result<Self> {
+        let host_port = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+        let authority: Authority = host_port
+            .parse()
+            .with_context(|| format!("endpoint {endpoint:?} is not host:port"))?;
+        let tcp = tokio::net::TcpStream::connect(host_port)
+            .await
+            .with_context(|| format!("connecting to {endpoint}"))?;
+        tcp.set_nodelay(true)?;
+        let (send, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .with_context(|| format!("HTTP/2 handshake with {endpoint}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "load generator connection closed");
+            }
+        });
+        Ok(Self { send, authority })
+    }
+}
+
+type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<Response<hyper::body::Incoming>, hyper::Error>> + Send>>;
+
+impl tower::Service<Request<Body>> for H2Channel {
+    type Response = Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.send.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let mut parts = request.uri().clone().into_parts();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(PathAndQuery::from_static("/"));
+        }
+        // Scheme, authority and path are all set, so the parts make a URI.
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+        Box::pin(self.send.send_request(request))
+    }
+}
