@@ -33,6 +33,15 @@ pub const MEMORY_BUDGET_BYTES: usize = 128 << 20;
 /// several column families fit the budget at once.
 const MEMTABLE_BYTES: usize = 16 << 20;
 
+/// How many flushed tables `history` gathers in L0 before they are
+/// compacted into the level below (RocksDB's default is 4). Every write
+/// adds a row at its own key's place (the user key, then the revision), so
+/// each L0 table spans the whole key space and each compaction rewrites
+/// all of the level below: fewer, larger compactions rewrite it less
+/// often. Its reads are seeks of one key's rows, which look in each L0
+/// table's index and its blocks in the cache.
+const HISTORY_L0_COMPACTION_TRIGGER: i32 = 8;
+
 /// A shared handle on the one RocksDB instance of a node.
 #[derive(Clone)]
 pub struct Engine {
@@ -93,6 +102,9 @@ impl Engine {
                 cf_opts.set_memtable_whole_key_filtering(true);
             } else {
                 cf_opts.set_block_based_table_factory(&tables);
+            }
+            if *cf == Cf::History {
+                cf_opts.set_level_zero_file_num_compaction_trigger(HISTORY_L0_COMPACTION_TRIGGER);
             }
             ColumnFamilyDescriptor::new(cf.name(), cf_opts)
         });
