@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use hyper::Method;
 use kubestore_proto::etcd::etcdserverpb::kv_client::KvClient;
 use kubestore_proto::etcd::etcdserverpb::maintenance_client::MaintenanceClient;
 use kubestore_proto::etcd::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
@@ -15,7 +16,6 @@ use super::args::LoadArgs;
 use super::h2_channel::H2Channel;
 use super::record::{progress, Recorder, RunResult, WORKLOAD_BAR};
 use super::rest_conn::{Answer, ConfigMapBody, ConfigMapData, Name, RestConn};
-use hyper::Method;
 
 /// Keys the put workload spreads over (etcd's benchmark default).
 const PUT_KEY_SPACE: u64 = 10_000;
