@@ -21,8 +21,10 @@ use std::task::{Context, Poll};
 
 use anyhow::Context as _;
 use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use tonic::body::Body;
+
+use super::client_conn::{drive, tcp_nodelay};
 use tonic::codegen::http::uri::{Authority, PathAndQuery, Scheme};
 use tonic::codegen::http::{Request, Response, Uri};
 
@@ -50,19 +52,11 @@ impl H2Channel {
         let authority: Authority = host_port
             .parse()
             .with_context(|| format!("endpoint {endpoint:?} is not host:port"))?;
-        let tcp = tokio::net::TcpStream::connect(host_port)
+        let io = tcp_nodelay(host_port).await?;
+        let (send, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
-            .with_context(|| format!("connecting to {endpoint}"))?;
-        tcp.set_nodelay(true)?;
-        let (send, connection) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-                .await
-                .with_context(|| format!("HTTP/2 handshake with {endpoint}"))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "load generator connection closed");
-            }
-        });
+            .with_context(|| format!("HTTP/2 handshake with {endpoint}"))?;
+        drive(connection);
         Ok(Self { send, authority })
     }
 }

@@ -26,6 +26,7 @@
 //! plots (latency CDFs, latency against throughput).
 
 mod args;
+mod client_conn;
 mod compare;
 mod cpu;
 mod h2_channel;

@@ -22,9 +22,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::sync::Mutex;
+
+use super::client_conn::{drive, tcp_nodelay};
 
 /// A request body: a whole JSON document, or none.
 type Body = http_body_util::Either<Full<Bytes>, Empty<Bytes>>;
@@ -117,18 +118,10 @@ impl RestConn {
 
 /// A new connection to `host` (`host:port`), its task spawned.
 async fn open(host: &str) -> anyhow::Result<SendRequest<Body>> {
-    let tcp = tokio::net::TcpStream::connect(host)
-        .await
-        .with_context(|| format!("connecting to {host}"))?;
-    tcp.set_nodelay(true)?;
-    let (send, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+    let (send, connection) = hyper::client::conn::http1::handshake(tcp_nodelay(host).await?)
         .await
         .with_context(|| format!("HTTP/1.1 handshake with {host}"))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "load generator connection closed");
-        }
-    });
+    drive(connection);
     Ok(send)
 }
 
