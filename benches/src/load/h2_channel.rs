@@ -14,12 +14,24 @@
 //! no crate offers a gRPC transport without tonic's buffer). It does what
 //! tonic's channel does to each request besides buffering: give it the
 //! connection's origin, as HTTP/2's `:scheme` and `:authority`.
+//!
+//! And it sends each request's message as one body of known length, so
+//! hyper writes the request in one `writev`: HEADERS, then DATA with
+//! END_STREAM. tonic's request body is a stream that says it has ended
+//! only when polled past its one message, so hyper wrote HEADERS, DATA
+//! and an empty DATA frame that ends the stream, each in a `writev` of its
+//! own: three loopback sends per call, each waking the server, where
+//! grpc-go (etcd's own clients and benchmark tool) batches a unary call's
+//! frames into one write. Against either store that was about a quarter
+//! of the load generator's CPU per put (BENCHMARKS.md).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioExecutor;
 use tonic::body::Body;
@@ -31,7 +43,7 @@ use tonic::codegen::http::{Request, Response, Uri};
 /// One HTTP/2 connection to a gRPC server, cloned into each call's client.
 #[derive(Clone)]
 pub(super) struct H2Channel {
-    send: SendRequest<Body>,
+    send: SendRequest<Full<Bytes>>,
     authority: Authority,
 }
 
@@ -61,20 +73,25 @@ impl H2Channel {
     }
 }
 
+/// Whatever a call fails with: hyper's error, or the request body's
+/// (tonic's encoding of the message).
+type CallError = Box<dyn std::error::Error + Send + Sync>;
+
 type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<Response<hyper::body::Incoming>, hyper::Error>> + Send>>;
+    Pin<Box<dyn Future<Output = Result<Response<hyper::body::Incoming>, CallError>> + Send>>;
 
 impl tower::Service<Request<Body>> for H2Channel {
     type Response = Response<hyper::body::Incoming>;
-    type Error = hyper::Error;
+    type Error = CallError;
     type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.send.poll_ready(cx)
+        self.send.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        let mut parts = request.uri().clone().into_parts();
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let (mut head, body) = request.into_parts();
+        let mut parts = head.uri.clone().into_parts();
         parts.scheme = Some(Scheme::HTTP);
         parts.authority = Some(self.authority.clone());
         if parts.path_and_query.is_none() {
@@ -82,8 +99,15 @@ impl tower::Service<Request<Body>> for H2Channel {
         }
         // Scheme, authority and path are all set, so the parts make a URI.
         if let Ok(uri) = Uri::from_parts(parts) {
-            *request.uri_mut() = uri;
+            head.uri = uri;
         }
-        Box::pin(self.send.send_request(request))
+        // A clone shares the connection: the call's future owns its own.
+        let mut send = self.send.clone();
+        Box::pin(async move {
+            // A unary call's body is its one encoded message, ready at once.
+            let message = body.collect().await?.to_bytes();
+            let request = Request::from_parts(head, Full::new(message));
+            Ok(send.send_request(request).await?)
+        })
     }
 }
