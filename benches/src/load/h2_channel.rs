@@ -16,14 +16,14 @@
 //! connection's origin, as HTTP/2's `:scheme` and `:authority`.
 //!
 //! And it sends each request's message as one body of known length, so
-//! hyper writes the request in one `writev`: HEADERS, then DATA with
-//! END_STREAM. tonic's request body is a stream that says it has ended
-//! only when polled past its one message, so hyper wrote HEADERS, DATA
-//! and an empty DATA frame that ends the stream, each in a `writev` of its
-//! own: three loopback sends per call, each waking the server, where
-//! grpc-go (etcd's own clients and benchmark tool) batches a unary call's
-//! frames into one write. Against either store that was about a quarter
-//! of the load generator's CPU per put (BENCHMARKS.md).
+//! the DATA frame that carries it also ends the stream. tonic's request
+//! body is a stream that says it has ended only when polled past its one
+//! message, so hyper wrote HEADERS, DATA and then an empty DATA frame to
+//! end the stream, each in a `writev` of its own: three loopback sends per
+//! call, now two (HEADERS still go alone: hyper's HTTP/2 client gives a
+//! stream send capacity only once its HEADERS are out). That took 9.4% off
+//! the load generator's CPU per put (BENCHMARKS.md, stop 57). grpc-go,
+//! which etcd's own clients use, writes a unary call's frames together.
 
 use std::future::Future;
 use std::pin::Pin;
