@@ -17,6 +17,8 @@
 # stages.txt: the stages of all three nodes, of the leader and of the two
 # followers. `scripts/perf-stages.py --under FRAME` reads the text again.
 # KUBESTORE_BIN runs a given binary instead of building the release one.
+# PROFILE_ON_LEADER=1 points every client at the leader instead (no write
+# is forwarded), to compare with the spread profile stage by stage.
 # Run it as root, or with kernel.perf_event_paranoid at 1 or below: the
 # kernel's share (syscalls, loopback TCP, fsync) is a third of the samples.
 set -euo pipefail
@@ -69,13 +71,21 @@ rest=$(nodes rest_url)
 
 "$KUBESTORE_BIN" bench etcd --endpoints "$grpc" --workloads put --clients 64 --requests 5000 \
     --no-progress --out "$data/warm-up" >/dev/null
+if [ -n "${PROFILE_ON_LEADER:-}" ]; then
+    first_leader=$(curl -fsS "${rest%%,*}/debug/cluster" | python3 -c "import json,sys; print(json.load(sys.stdin)['leader_id'])")
+    grpc=$(nodes grpc_url leader "$first_leader")
+    rest_load=$(nodes rest_url leader "$first_leader")
+else
+    rest_load=$rest
+fi
 case "$workload" in
     put | range_*) load=(bench etcd --endpoints "$grpc" --workloads "$workload") ;;
-    *) load=(bench rest --endpoints "$rest" --workloads "$workload") ;;
+    *) load=(bench rest --endpoints "$rest_load" --workloads "$workload") ;;
 esac
 # Enough requests to outlast the recording on any machine we have seen.
+echo "kubestore ${load[*]} --clients $clients" >"$out/load.log"
 "$KUBESTORE_BIN" "${load[@]}" --clients "$clients" --requests 200000 --no-progress --out "$data/load" \
-    >"$out/load.log" 2>&1 &
+    >>"$out/load.log" 2>&1 &
 load_pid=$!
 # Sample the steady state, not the clients' connecting and first batches.
 sleep 3
