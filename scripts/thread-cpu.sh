@@ -10,7 +10,7 @@
 # thread's user and system time from /proc and prints them summed by thread
 # name over the three nodes, with the CPU per request: tokio's workers
 # (the servers, Raft, apply, the watch cache), the log's fsync thread
-# (`kubestore-log-f`), RocksDB's flushes (`rocksdb:high`) and compactions
+# (`kubestore-log-f`), the log's zero-fill thread (`kubestore-log-z`), RocksDB's flushes (`rocksdb:high`) and compactions
 # (`rocksdb:low`). The threads' totals include the cluster's start and,
 # for REST workloads, the seeding of the objects updated: with a few
 # thousand requests they weigh in (5,000 updates read 328 µs each against

@@ -64,8 +64,10 @@ impl Engine {
         opts.create_missing_column_families(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.increase_parallelism(2);
-        // The WAL is the durability mechanism of the Raft log: recover every
-        // write that was synced, drop a torn tail.
+        // The WAL carries the Raft metadata (vote, purge point) and the
+        // state machine's bookkeeping written with it: recover every write
+        // that was synced, drop a torn tail. The log itself is in segment
+        // files of its own (`crate::segment_log`).
         opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
         // The state machine's rows skip the WAL ([`Engine::write_unlogged`]):
         // they are durable once flushed, and every column family flushes
@@ -179,12 +181,6 @@ impl Engine {
         let mut opts = rocksdb::FlushOptions::default();
         opts.set_wait(true);
         self.db.flush_cfs_opt(&handles, &opts)?;
-        Ok(())
-    }
-
-    /// Fsyncs the WAL: every batch written before is durable afterwards.
-    pub fn sync_wal(&self) -> Result<(), StoreError> {
-        self.db.flush_wal(true)?;
         Ok(())
     }
 

@@ -1,6 +1,6 @@
-//! kubestore's storage: the MVCC revision store, the Raft log store and the
-//! replicated state machine, all in one RocksDB instance, whose WAL carries
-//! the Raft log alone (the log is the state machine's WAL).
+//! kubestore's storage: the MVCC revision store and the replicated state
+//! machine in one RocksDB instance, and the Raft log store in segment files
+//! beside it (the log is the state machine's WAL: its rows skip RocksDB's).
 //!
 //! Its one job is to turn an ordered stream of committed [`Command`]s into
 //! a revision history that can be read at any uncompacted revision. It knows
@@ -121,6 +121,7 @@ mod recent;
 mod recent_events;
 pub mod schema;
 mod sealed_state;
+mod segment_log;
 pub mod session;
 mod session_table;
 mod snapshot;
@@ -483,6 +484,8 @@ pub fn open_with_faults(
     faults: DiskFaults,
 ) -> Result<(LogStore, StateMachine, Store), StoreError> {
     let engine = engine::Engine::open(&dir.join("db"))?;
+    let purged = purge::read_last_purged(&engine)?;
+    let segments = segment_log::LogSegments::open(&dir.join("log"), purged.map(|p| p.index))?;
     let installs = state_machine::InstallGeneration::default();
     let sealed = std::sync::Arc::new(sealed_state::SealedState::default());
     let compactor = compactor::Compactor::open(&engine)?;
@@ -492,13 +495,18 @@ pub fn open_with_faults(
         installs.clone(),
         sealed.clone(),
         compactor.clone(),
+        segments.clone(),
     )?;
+    // The directory's format is known good now: a log still in RocksDB
+    // (formats 3 and 4) moves to the segments before anything reads it.
+    log_store::move_log_from_rocksdb(&engine, &segments, sm.purge_horizon().purged())?;
     let boot_epoch = session::raise_boot_epoch(&engine)?;
     let timings = std::sync::Arc::new(StageTimes::default());
     let recent = sm.recent_events();
     let current_rows = sm.current_rows();
     let log = LogStore::new(
         engine.clone(),
+        segments,
         faults.clone(),
         sm.purge_horizon(),
         timings.clone(),

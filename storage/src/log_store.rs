@@ -1,13 +1,13 @@
-//! The Raft log and vote, in the `raft_log` and `raft_meta` column families.
+//! The Raft log, in segment files of its own (`crate::segment_log`), and
+//! the vote, in the `raft_meta` column family.
 //!
-//! Group commit: an append writes its entries to the WAL without waiting
-//! and returns, so openraft goes on (replicating the same entries to the
-//! followers meanwhile); one flusher thread then fsyncs the WAL once for
-//! every append that queued up behind the previous fsync and only then
-//! tells openraft those entries are durable, in order. Under load many
-//! appends share one fsync. The WAL carries nothing but the log: the state
-//! machine's rows skip it (the log is their durable record; see
-//! `crate::purge`).
+//! Group commit: an append writes its entries to the active segment without
+//! waiting and returns, so openraft goes on (replicating the same entries
+//! to the followers meanwhile); one flusher thread then fsyncs the segments
+//! once for every append that queued up behind the previous fsync and only
+//! then tells openraft those entries are durable, in order. Under load many
+//! appends share one fsync. The log is the state machine's durable record:
+//! the state machine's rows skip RocksDB's WAL (see `crate::purge`).
 //!
 //! The leader's own entries are the exception: openraft 0.9 waits for an
 //! append's flush before it replicates, so for them the append reports
@@ -28,7 +28,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogId, StorageError, Vote};
 use tracing::instrument;
 
-use crate::engine::{Batch, Engine, RECORD_OVERHEAD};
+use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::faults::DiskFaults;
 use crate::ids::NodeId;
@@ -37,13 +37,18 @@ use crate::purge::PurgeHorizon;
 use crate::raft_types::{Entry, TypeConfig};
 use crate::recent::RecentRun;
 use crate::schema::{self, Cf};
+use crate::segment_log::{LogSegments, RecordBatch};
 use crate::timings::{Stage, StageTimes};
 
-/// openraft's log store over the shared engine. Cheap to clone: openraft
+/// openraft's log store over its segment files (the entries) and the
+/// shared engine (the vote). Cheap to clone: openraft
 /// takes one clone as the reader used by replication.
 #[derive(Debug, Clone)]
 pub struct LogStore {
+    /// The vote and the commit index, in `raft_meta`.
     engine: Engine,
+    /// The entries.
+    segments: LogSegments,
     flusher: Arc<Flusher>,
     /// Purges go through it: never past what the current snapshot covers.
     horizon: PurgeHorizon,
@@ -113,7 +118,7 @@ struct QueuedAppend {
 /// queued append with it, fsyncs once, and completes them all in order
 /// ([`complete_synced`]). It ends when every [`LogStore`] clone is dropped.
 fn run_flusher(
-    engine: Engine,
+    segments: LogSegments,
     faults: DiskFaults,
     timings: Arc<StageTimes>,
     durability: LogDurability,
@@ -127,7 +132,7 @@ fn run_flusher(
         if !slow_disk.is_zero() {
             std::thread::sleep(slow_disk);
         }
-        let synced = engine.sync_wal();
+        let synced = segments.sync();
         timings.record_since(Stage::LogFsync, started);
         tracing::trace!(appends = done.len(), ok = synced.is_ok(), "log fsync");
         complete_synced(&durability, done, synced.as_ref().err());
@@ -162,20 +167,22 @@ fn complete_synced(
 }
 
 impl LogStore {
-    /// The log store over `engine`; everything the log holds at open is on
-    /// disk (what a crash lost is not there to hold).
+    /// The log store over `segments`, its vote in `engine`; everything the
+    /// log holds at open is on disk (what a crash lost is not there to
+    /// hold).
     pub(crate) fn new(
         engine: Engine,
+        segments: LogSegments,
         faults: DiskFaults,
         horizon: PurgeHorizon,
         timings: Arc<StageTimes>,
     ) -> Result<Self, StoreError> {
-        let last = last_entry_id(&engine)?.or(horizon.purged());
+        let last = last_entry_id(&segments)?.or(horizon.purged());
         let durability = LogDurability::new(last);
         let vote = Arc::new(Mutex::new(None));
         let (tx, queue) = mpsc::channel();
         let (flushing, flush_timings, flush_durability) =
-            (engine.clone(), timings.clone(), durability.clone());
+            (segments.clone(), timings.clone(), durability.clone());
         // A plain thread: fsync blocks, and it must not hold an async worker.
         let thread = std::thread::Builder::new()
             .name("kubestore-log-fsync".into())
@@ -184,6 +191,7 @@ impl LogStore {
             .ok();
         let store = Self {
             engine,
+            segments,
             flusher: Arc::new(Flusher {
                 queue: Some(tx),
                 thread,
@@ -261,6 +269,13 @@ impl LogStore {
             Bound::Excluded(&n) => n.saturating_add(1),
             Bound::Unbounded => 0,
         };
+        // What the purge point covers is gone, though a segment holding
+        // later entries too may still hold it.
+        let floor = self
+            .horizon
+            .purged()
+            .map_or(0, |p| p.index.saturating_add(1));
+        let start = start.max(floor);
         let end = match range.end_bound() {
             Bound::Included(&n) => n.checked_add(1),
             Bound::Excluded(&n) => Some(n),
@@ -269,23 +284,14 @@ impl LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
-        let above_purged = self.horizon.purged().is_none_or(|p| p.index < start);
-        if above_purged {
-            if let Some(entries) = self.recent().range(start, end) {
-                return Ok(entries.map(|(_, e)| e.clone()).collect());
-            }
+        if let Some(entries) = self.recent().range(start, end) {
+            return Ok(entries.map(|(_, e)| e.clone()).collect());
         }
-        let end_key = end.map(schema::u64_key);
-        let mut out = Vec::new();
-        for row in self.engine.scan(
-            Cf::RaftLog,
-            &schema::u64_key(start),
-            end_key.as_ref().map(|k| k.as_slice()),
-        )? {
-            let (_, v) = row?;
-            out.push(bincode::deserialize(&v)?);
-        }
-        Ok(out)
+        self.segments
+            .read(start, end)?
+            .iter()
+            .map(|bytes| Ok(bincode::deserialize(bytes)?))
+            .collect()
     }
 
     /// Appends `entries` and syncs, outside openraft (tests build logs
@@ -294,7 +300,8 @@ impl LogStore {
     pub(crate) fn append_synced(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
         let (batch, appended) = self.stage_entries(entries)?;
         let generation = self.durability.generation();
-        self.engine.write(batch, true)?;
+        self.segments.append(&batch)?;
+        self.segments.sync()?;
         if let Some((last, _)) = appended.last() {
             self.durability.synced(*last.get_log_id(), generation, None);
         }
@@ -302,28 +309,25 @@ impl LogStore {
         Ok(())
     }
 
-    /// A batch of `entries`' rows, each entry encoded once and the batch
-    /// allocated once for all of them, and the entries with their encoded
-    /// sizes, for [`LogStore::remember`] once it is written.
+    /// `entries`' records, each entry encoded once, straight into the
+    /// buffer the segment is written from, and the entries with their
+    /// encoded sizes, for [`LogStore::remember`] once it is written.
     fn stage_entries(
         &self,
         entries: impl IntoIterator<Item = Entry>,
-    ) -> Result<StagedEntries<'_>, StoreError> {
-        let encoded = entries
-            .into_iter()
-            .map(|entry| Ok((bincode::serialize(&entry)?, entry)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let rows: usize = encoded
+    ) -> Result<StagedEntries, StoreError> {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let bytes = entries
             .iter()
-            .map(|(bytes, _)| bytes.len() + 8 + RECORD_OVERHEAD)
-            .sum();
-        // RocksDB's batch header is 12 bytes.
-        let mut batch = self.engine.batch_with_capacity(rows + 16);
-        let mut appended = Vec::with_capacity(encoded.len());
-        for (bytes, entry) in encoded {
-            let index = entry.get_log_id().index;
-            batch.put(Cf::RaftLog, &schema::u64_key(index), &bytes)?;
-            appended.push((entry, bytes.len()));
+            .map(|e| bincode::serialized_size(e).map(|n| n as usize))
+            .sum::<Result<usize, _>>()?;
+        let mut batch = RecordBatch::with_capacity(entries.len(), bytes);
+        let mut appended = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let size = batch.push(index(&entry), |buf| {
+                Ok(bincode::serialize_into(buf, &entry)?)
+            })?;
+            appended.push((entry, size));
         }
         Ok((batch, appended))
     }
@@ -350,26 +354,79 @@ impl LogStore {
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId<NodeId>>, StoreError> {
-        last_entry_id(&self.engine)
+        last_entry_id(&self.segments)
     }
 }
 
-/// The log id of the last entry in `engine`'s log.
-fn last_entry_id(engine: &Engine) -> Result<Option<LogId<NodeId>>, StoreError> {
-    match engine.last(Cf::RaftLog)? {
-        Some((_, v)) => {
-            let entry: Entry = bincode::deserialize(&v)?;
+/// Moves the log of a directory of format 3 or 4 out of the `raft_log`
+/// column family into `segments`, skipping what `purged` covers; how many
+/// entries moved. The rows go only once the segments holding them are
+/// synced, so a crash in between leaves the rows, and the next open moves
+/// them again over whatever segments the first try wrote.
+pub(crate) fn move_log_from_rocksdb(
+    engine: &Engine,
+    segments: &LogSegments,
+    purged: Option<LogId<NodeId>>,
+) -> Result<u64, StoreError> {
+    let Some((last_key, _)) = engine.last(Cf::RaftLog)? else {
+        return Ok(0);
+    };
+    segments.truncate_from(0)?;
+    let floor = purged.map_or(0, |p| p.index.saturating_add(1));
+    let mut moved = 0;
+    let mut batch = RecordBatch::with_capacity(0, 0);
+    let mut previous: Option<u64> = None;
+    let mut batched_bytes = 0;
+    for row in engine.scan(Cf::RaftLog, &schema::u64_key(floor), None)? {
+        let (key, value) = row?;
+        let index = schema::decode_u64(&key)
+            .ok_or_else(|| StoreError::Corrupt(format!("raft_log key {key:?}")))?;
+        // A batch's records follow one another; a gap starts another.
+        if previous.is_some_and(|p| p.checked_add(1) != Some(index)) || batched_bytes > 8 << 20 {
+            segments.append(&batch)?;
+            batch = RecordBatch::with_capacity(0, 0);
+            batched_bytes = 0;
+        }
+        batched_bytes += batch.push(index, |buf| {
+            buf.extend_from_slice(&value);
+            Ok(())
+        })?;
+        previous = Some(index);
+        moved += 1;
+    }
+    segments.append(&batch)?;
+    segments.sync()?;
+    let mut end = last_key.to_vec();
+    end.push(0);
+    let mut rows = engine.batch();
+    rows.delete_range(Cf::RaftLog, &schema::u64_key(0), &end)?;
+    engine.write(rows, true)?;
+    tracing::info!(moved, "moved the Raft log from RocksDB into segment files");
+    Ok(moved)
+}
+
+/// The log id of the last entry in `segments`.
+fn last_entry_id(segments: &LogSegments) -> Result<Option<LogId<NodeId>>, StoreError> {
+    let Some((_, last)) = segments.bounds() else {
+        return Ok(None);
+    };
+    match segments.read(last, last.checked_add(1))?.first() {
+        Some(bytes) => {
+            let entry: Entry = bincode::deserialize(bytes)?;
             Ok(Some(*entry.get_log_id()))
         }
-        None => Ok(None),
+        None => Err(StoreError::Corrupt(format!(
+            "the log's last entry {last} does not read back"
+        ))),
     }
 }
 
 /// The first and last log ids of an append.
 type AppendedSpan = (LogId<NodeId>, LogId<NodeId>);
 
-/// A batch of log entries' rows, and the entries with their encoded sizes.
-type StagedEntries<'a> = (Batch<'a>, Vec<(Entry, usize)>);
+/// A batch of log entries' records, and the entries with their encoded
+/// sizes.
+type StagedEntries = (RecordBatch, Vec<(Entry, usize)>);
 
 fn log_err(e: StoreError, verb: ErrorVerb) -> StorageError<NodeId> {
     e.into_raft(ErrorSubject::Logs, verb)
@@ -405,8 +462,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     #[instrument(level = "debug", skip(self))]
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
-        // Synced, so every append written before it is on disk too: when a
-        // node stops leading (or starts), every entry it reported early is.
+        // Every append written before it is synced first: when a node stops
+        // leading (or starts), every entry it reported early is on disk.
+        self.segments
+            .sync()
+            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))?;
         self.put_meta(schema::RAFT_VOTE, vote, true)
             .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))?;
         *self.vote.lock().unwrap_or_else(PoisonError::into_inner) = Some(*vote);
@@ -426,7 +486,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
         // Not synced: losing it only means re-learning the commit index from
-        // the leader; the next synced append persists it anyway.
+        // the leader.
         self.put_meta(schema::RAFT_COMMITTED, &committed, false)
             .map_err(|e| log_err(e, ErrorVerb::Write))
     }
@@ -457,7 +517,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .zip(appended.last())
                 .map(|((first, _), (last, _))| (*first.get_log_id(), *last.get_log_id()));
             // Not synced here: the flusher's fsync makes it durable.
-            self.engine.write(batch, false)?;
+            self.segments.append(&batch)?;
             self.remember(appended);
             Ok(span)
         };
@@ -484,7 +544,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 };
                 if let Err(mpsc::SendError(append)) = queued {
                     // No flusher (it could not start): sync here instead.
-                    let synced = self.engine.sync_wal();
+                    let synced = self.segments.sync();
                     complete_synced(&self.durability, vec![append], synced.as_ref().err());
                     synced.map_err(|e| log_err(e, ErrorVerb::Write))?;
                 }
@@ -506,21 +566,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     #[instrument(level = "debug", skip(self))]
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
         self.recent().truncate_from(log_id.index);
-        let mut batch = self.engine.batch();
-        let end = self
-            .engine
-            .last(Cf::RaftLog)
-            .map_err(|e| log_err(e, ErrorVerb::Read))?
-            .map(|(k, _)| k);
-        let start = schema::u64_key(log_id.index);
-        if let Some(mut end) = end.filter(|last| last.as_slice() >= start.as_slice()) {
-            end.push(0);
-            batch
-                .delete_range(Cf::RaftLog, &start, &end)
-                .map_err(|e| log_err(e, ErrorVerb::Delete))?;
-        }
-        self.engine
-            .write(batch, true)
+        // Durable before anything is appended over it.
+        self.segments
+            .truncate_from(log_id.index)
             .map_err(|e| log_err(e, ErrorVerb::Delete))?;
         let last = self
             .last_entry_id()
@@ -586,6 +634,55 @@ mod tests {
         recent.push(20, entry(20), 10);
         assert_eq!(get(&recent, 5, None), None);
         assert_eq!(get(&recent, 20, None), Some(vec![20]));
+    }
+
+    /// A directory of format 4 keeps its log in the `raft_log` column
+    /// family: opening it moves the entries into segment files, empties
+    /// the column family and marks the directory 5.
+    #[tokio::test]
+    async fn a_log_in_rocksdb_moves_to_segments_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (log, _sm, _store) = crate::open(dir.path()).expect("open");
+            let mut batch = log.engine.batch();
+            for i in 1..=5 {
+                let bytes = bincode::serialize(&entry(i)).expect("encode");
+                batch
+                    .put(Cf::RaftLog, &schema::u64_key(i), &bytes)
+                    .expect("stage");
+            }
+            batch
+                .put(
+                    Cf::SmMeta,
+                    schema::SM_FORMAT_VERSION,
+                    &bincode::serialize(&4u32).expect("encode"),
+                )
+                .expect("stage");
+            log.engine.write(batch, true).expect("write");
+        }
+        let (mut log, sm, store) = crate::open(dir.path()).expect("format 4 opens");
+        assert_eq!(log.engine.last(Cf::RaftLog).expect("read"), None);
+        let state = log.get_log_state().await.expect("log state");
+        assert_eq!(state.last_log_id.map(|id| id.index), Some(5));
+        let moved = log.try_get_log_entries(1..=5).await.expect("read");
+        assert_eq!(
+            moved.iter().map(index).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5]
+        );
+        let format = log
+            .engine
+            .get(Cf::SmMeta, schema::SM_FORMAT_VERSION)
+            .expect("read")
+            .expect("a format row");
+        assert_eq!(
+            bincode::deserialize::<u32>(&format).expect("decode"),
+            schema::FORMAT_VERSION
+        );
+        drop((log, sm, store));
+        // Reopened, nothing moves again and the entries stay.
+        let (mut log, _sm, _store) = crate::open(dir.path()).expect("reopen");
+        let kept = log.try_get_log_entries(1..=5).await.expect("read");
+        assert_eq!(kept.len(), 5);
     }
 
     #[test]

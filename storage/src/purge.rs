@@ -40,12 +40,15 @@ use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::ids::NodeId;
 use crate::schema::{self, Cf};
+use crate::segment_log::LogSegments;
 
 /// Shared by the log store (which asks for purges) and the state machine
 /// (which says what the current snapshot covers). Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct PurgeHorizon {
     engine: Engine,
+    /// The log's entries, whose segments a purge removes.
+    log: LogSegments,
     state: Arc<Mutex<Horizon>>,
 }
 
@@ -63,10 +66,15 @@ struct Horizon {
 
 impl PurgeHorizon {
     /// The horizon of a store whose current snapshot covers `covered`.
-    pub(crate) fn open(engine: Engine, covered: Option<LogId<NodeId>>) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        engine: Engine,
+        log: LogSegments,
+        covered: Option<LogId<NodeId>>,
+    ) -> Result<Self, StoreError> {
         let purged = read_last_purged(&engine)?;
         Ok(Self {
             engine,
+            log,
             state: Arc::new(Mutex::new(Horizon {
                 covered,
                 wanted: purged,
@@ -147,13 +155,10 @@ impl PurgeHorizon {
             schema::RAFT_LAST_PURGED,
             &bincode::serialize(&target)?,
         )?;
-        batch.delete_range(
-            Cf::RaftLog,
-            &schema::u64_key(0),
-            &schema::u64_key(target.index.saturating_add(1)),
-        )?;
-        // Not synced: a lost purge only keeps entries a little longer.
-        self.engine.write(batch, false)?;
+        // Synced before any segment goes: at open, the segments the purge
+        // point covers are removed unread, and the log starts after it.
+        self.engine.write(batch, true)?;
+        self.log.purge_upto(target.index)?;
         h.purged = Some(target);
         Ok(())
     }

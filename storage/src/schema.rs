@@ -7,7 +7,7 @@
 //!
 //! | column family | key | value |
 //! |---|---|---|
-//! | `raft_log` | log index (u64) | `Entry<TypeConfig>` |
+//! | `raft_log` | log index (u64) | `Entry<TypeConfig>`: format 3 and 4 only; format 5 keeps the log in segment files (`crate::segment_log`), and opening an older directory moves these rows there |
 //! | `raft_meta` | [`RAFT_VOTE`], [`RAFT_COMMITTED`], [`RAFT_LAST_PURGED`] | `Vote`, `LogId` |
 //! | `raft_meta` | [`RAFT_LIVENESS_PROBE`] | anything: overwritten by every liveness probe |
 //! | `raft_meta` | [`RAFT_BOOT_EPOCH`] | this node's boot epoch (u64): local, never replicated |
@@ -21,22 +21,33 @@
 //! | `sessions` | [`session_group_key`]: origin node (u64) ++ its smallest seq (u64) ++ `G` | `Vec<(u64, Recorded)>`: the answers of the origin's proposals one log entry applied |
 //! | `sessions` | [`session_record_key`]: origin node (u64) ++ seq (u64) | [`Recorded`](crate::session::Recorded): the answer of that proposal (format 3; read, no longer written) |
 
-/// Bumped whenever an encoding below changes incompatibly. A data directory
-/// written with another version is refused at open.
-/// Format 3 added the `sessions` column family (exactly-once proposals):
-/// a build of format 2 could neither open such a directory nor install
-/// such a snapshot. Format 4 keeps the records one log entry makes for an
-/// origin in one row ([`session_group_key`]) instead of a row per
-/// proposal; it still reads format 3's rows ([`READABLE_FORMATS`]), so a
-/// format-3 directory opens (and is marked 4) and a format-3 snapshot
-/// installs, while a build of format 3 refuses format 4.
-pub const FORMAT_VERSION: u32 = 4;
+/// The data directory's format, bumped whenever what it holds changes
+/// incompatibly. A directory written with another version is refused at
+/// open.
+/// Format 3 added the `sessions` column family (exactly-once proposals).
+/// Format 4 keeps the records one log entry makes for an origin in one row
+/// ([`session_group_key`]) instead of a row per proposal. Format 5 keeps the
+/// Raft log in segment files of its own (`crate::segment_log`) instead of
+/// the `raft_log` column family; a directory of format 3 or 4 opens, its
+/// log is moved into segment files, and it is marked 5, while builds of
+/// format 4 refuse it (they would find its log empty).
+pub const FORMAT_VERSION: u32 = 5;
 
-/// The formats this build opens and installs: its own, and format 3,
-/// whose rows are a subset of format 4's.
-pub const READABLE_FORMATS: [u32; 2] = [3, FORMAT_VERSION];
+/// The directory formats this build opens: its own, and the two before,
+/// whose rows are a subset of its own and whose log it moves.
+pub const READABLE_FORMATS: [u32; 3] = [3, 4, FORMAT_VERSION];
 
-/// RocksDB name of [`Cf::RaftLog`]: the Raft log entries by index.
+/// The format of the snapshot files this build writes: the state
+/// machine's rows, which format 5 left as format 4 wrote them, so a node
+/// of format 4 installs a snapshot of format 5's.
+pub const SNAPSHOT_FORMAT: u32 = 4;
+
+/// The snapshot formats this build installs: format 3's rows are format
+/// 4's less its grouped session records.
+pub const READABLE_SNAPSHOT_FORMATS: [u32; 2] = [3, SNAPSHOT_FORMAT];
+
+/// RocksDB name of [`Cf::RaftLog`]: the Raft log entries by index, in
+/// directories of format 3 and 4.
 pub const CF_RAFT_LOG: &str = "raft_log";
 /// RocksDB name of [`Cf::RaftMeta`]: vote, commit, purge point, boot epoch.
 pub const CF_RAFT_META: &str = "raft_meta";
@@ -58,7 +69,9 @@ use crate::ids::LeaseId;
 /// A column family. The engine maps each to its RocksDB handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cf {
-    /// Raft log entries, keyed by index (local: not in snapshots).
+    /// Raft log entries, keyed by index, in directories of format 3 and 4
+    /// (local: not in snapshots). Empty once such a directory is opened:
+    /// the log moves to segment files.
     RaftLog,
     /// openraft's vote, committed and purged log ids, and the node's local
     /// rows (liveness probe, boot epoch); not in snapshots.

@@ -5,8 +5,8 @@
 //! nothing here knows openraft's storage traits.
 //!
 //! Snapshot file format (`<data>/snapshots/current.snap`): the magic
-//! `KSSNAPSH`, the storage format version (u32, big-endian; see
-//! [`schema::FORMAT_VERSION`]), a length-prefixed bincode `SnapshotMeta`,
+//! `KSSNAPSH`, the snapshot format version (u32, big-endian; see
+//! [`schema::SNAPSHOT_FORMAT`]), a length-prefixed bincode `SnapshotMeta`,
 //! then records
 //! `(cf tag u8, key len u32, key, value len u32, value)` of the state
 //! machine's column families ([`Cf::STATE_MACHINE`]: MVCC, leases,
@@ -49,6 +49,7 @@ use crate::ids::NodeId;
 use crate::purge::PurgeHorizon;
 use crate::raft_types::{Node, SmMembership};
 use crate::schema::{self, Cf};
+use crate::segment_log::LogSegments;
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"KSSNAPSH";
 /// The magic of snapshots of storage format 1, which had no version field.
@@ -102,7 +103,7 @@ pub(crate) fn build_snapshot_file(
         let mut out = BufWriter::new(file);
         let meta_bytes = bincode::serialize(&meta)?;
         out.write_all(SNAPSHOT_MAGIC).map_err(io_err(&tmp))?;
-        out.write_all(&schema::FORMAT_VERSION.to_be_bytes())
+        out.write_all(&schema::SNAPSHOT_FORMAT.to_be_bytes())
             .map_err(io_err(&tmp))?;
         out.write_all(&(meta_bytes.len() as u32).to_be_bytes())
             .map_err(io_err(&tmp))?;
@@ -198,11 +199,11 @@ pub(crate) fn snapshot_header(
     // rows this build misreads (an events row of format 1 holds whole
     // values where format 2 expects pointers into history). Format 3's
     // rows are format 4's less its grouped session records.
-    if !schema::READABLE_FORMATS.contains(&found) {
+    if !schema::READABLE_SNAPSHOT_FORMATS.contains(&found) {
         return Err(StoreError::SnapshotFormatVersion {
             path: path.display().to_string(),
             found,
-            expected: schema::FORMAT_VERSION,
+            expected: schema::SNAPSHOT_FORMAT,
         });
     }
     let meta_bytes = read_chunk(&mut input).map_err(io_err(path))?;
@@ -386,6 +387,7 @@ pub(crate) fn remove_incoming(dir: &Path) -> Result<(), StoreError> {
 /// and only a fresh join can bring it back, which the error says.
 pub(crate) fn open_horizon(
     engine: &Engine,
+    log: LogSegments,
     dir: &Path,
     files: &SnapshotFiles,
     last_applied: Option<LogId<NodeId>>,
@@ -395,7 +397,7 @@ pub(crate) fn open_horizon(
         true => read_snapshot_meta(&current)?.last_log_id,
         false => None,
     };
-    let horizon = PurgeHorizon::open(engine.clone(), covered)?;
+    let horizon = PurgeHorizon::open(engine.clone(), log, covered)?;
     let purged = horizon.purged();
     if purged > covered {
         if last_applied < purged {

@@ -37,6 +37,7 @@ use crate::raft_types::{Entry, Node, TypeConfig};
 use crate::recent_events::RecentEvents;
 use crate::schema::{self, Cf};
 use crate::sealed_state::SealedState;
+use crate::segment_log::LogSegments;
 use crate::session_table::{MirroredView, SessionTable};
 use crate::snapshot::{
     build_snapshot_file, finish_install, install_from_file, io_err, open_horizon,
@@ -130,6 +131,7 @@ impl StateMachine {
         installs: InstallGeneration,
         sealed: Arc<SealedState>,
         compactor: Compactor,
+        log: LogSegments,
     ) -> Result<(Self, watch::Receiver<AppliedState>), StoreError> {
         std::fs::create_dir_all(&snapshot_dir)
             .map_err(|e| StoreError::Io(snapshot_dir.display().to_string(), e))?;
@@ -174,7 +176,7 @@ impl StateMachine {
         }
         remove_incoming(&snapshot_dir)?;
         let last_applied = get_bincode(&engine, schema::SM_LAST_APPLIED)?.flatten();
-        let horizon = open_horizon(&engine, &snapshot_dir, &files, last_applied)?;
+        let horizon = open_horizon(&engine, log, &snapshot_dir, &files, last_applied)?;
         let membership = get_bincode(&engine, schema::SM_MEMBERSHIP)?.unwrap_or_default();
         let state = read_applied_state(&engine, last_applied, 0)?;
         sealed.open();
