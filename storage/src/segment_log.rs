@@ -23,7 +23,9 @@
 //!   first, then the active one, then the directory when it gained a
 //!   file), so at open the first torn or corrupt record, or the first break
 //!   in the order, ends the log: that file is cut there and every later
-//!   segment removed. What is cut was never reported durable.
+//!   segment removed. What is cut was never reported durable. (A segment
+//!   that lost its last records whole, leaving zeros, is caught by the
+//!   next segment, which then does not start where it ended.)
 //! - **A truncation is durable before anything is appended over it**: the
 //!   segment is cut and synced, the later ones removed and the directory
 //!   synced, so a crash never brings back an entry a truncation removed
@@ -33,15 +35,17 @@
 //!   record, so an append writes over blocks the file already has and its
 //!   `fdatasync` commits no new size or block to the journal: on ext4 here
 //!   that is about a third less CPU and half again the rate (see
-//!   BENCHMARKS.md). The filler never writes below a record: it starts at
-//!   the zero-filled mark, which an append past it moves first. A
-//!   segment's log therefore ends at its first record that is not the next
-//!   entry; zeros after it are the filled space.
+//!   BENCHMARKS.md, "The Raft log in segment files of its own"). The
+//!   filler never writes below a record: it starts at the zero-filled
+//!   mark, which an append past it moves first. A segment's log therefore
+//!   ends at its first record that is not the next entry; zeros after it
+//!   are the filled space.
 //! - **A purge removes whole segments** whose entries are all at or below
-//!   the purge point, never the active one; the purge point itself is
-//!   recorded elsewhere (`crate::purge`) before any file goes, and at open
-//!   the segments it covers are removed, so a purge a crash interrupted is
-//!   finished then.
+//!   the purge point; the purge point itself is recorded elsewhere
+//!   (`crate::purge`), synced, before any file goes, and at open the
+//!   segments it covers are removed, so a purge a crash interrupted is
+//!   finished then. Reads below the purge point are the log store's to
+//!   refuse: a segment that also holds later entries stays whole.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
