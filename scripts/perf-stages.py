@@ -36,7 +36,7 @@ STAGES = [
     ("apply: the state's RocksDB write", ["write_unlogged"]),
     ("apply: encoding the rows", ["mvcc::stage_applied"]),
     ("apply: the rest", ["StateMachine::apply_entry", "state_machine::"]),
-    ("log append (openraft core to RocksDB WAL)", ["LogStore", "log_store::"]),
+    ("log append (openraft core to the segment files)", ["LogStore", "log_store::"]),
     ("watch cache: rendering objects", ["CachedObject::decode"]),
     ("watch cache: reading events", ["EventCursor"]),
     ("watch cache: the rest", ["kube::cache", "WatchCache", "recent_events"]),
