@@ -954,4 +954,82 @@ mod tests {
         let log = LogSegments::open_with(dir.path(), None, 200).expect("reopen");
         assert_eq!(log.bounds(), Some((1, 12)));
     }
+
+    /// Where [`child_appends_until_killed`] keeps its log; set only in the
+    /// child process [`a_log_killed_mid_append_keeps_every_synced_entry`]
+    /// starts.
+    const CRASH_DIR: &str = "KUBESTORE_TEST_SEGMENT_CRASH_DIR";
+
+    /// The child of the kill test: appends to the log in `CRASH_DIR` (small
+    /// segments, so it rotates often) and prints each index once synced,
+    /// until killed. Does nothing in a normal test run.
+    #[test]
+    fn child_appends_until_killed() {
+        let Ok(dir) = std::env::var(CRASH_DIR) else {
+            return;
+        };
+        let log = LogSegments::open_with(Path::new(&dir), None, 4 << 10).expect("open");
+        let mut next = log.bounds().map_or(1, |(_, last)| last + 1);
+        loop {
+            log.append(&records(next..=next + 4)).expect("append");
+            log.sync().expect("sync");
+            println!("synced {}", next + 4);
+            next += 5;
+        }
+    }
+
+    /// A process killed with SIGKILL anywhere in an append, a rotation, a
+    /// sync or a fill leaves a log that opens with every entry it reported
+    /// synced, each intact and in order, and takes appends after them.
+    #[test]
+    fn a_log_killed_mid_append_keeps_every_synced_entry() {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        if std::env::var(CRASH_DIR).is_ok() {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        for round in 0..3 {
+            let mut child = Command::new(std::env::current_exe().expect("exe"))
+                .args([
+                    "--exact",
+                    "segment_log::tests::child_appends_until_killed",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CRASH_DIR, dir.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn the child");
+            let stdout = child.stdout.take().expect("stdout");
+            let mut reported = 0;
+            let mut seen = 0;
+            for line in BufReader::new(stdout).lines() {
+                let line = line.expect("a line");
+                if let Some(index) = line.strip_prefix("synced ") {
+                    reported = index.parse::<u64>().expect("an index");
+                    seen += 1;
+                    if seen == 300 + round * 37 {
+                        break;
+                    }
+                }
+            }
+            child.kill().expect("kill");
+            child.wait().expect("wait");
+            assert!(reported > 0, "round {round}: the child reported nothing");
+
+            let log = LogSegments::open_with(dir.path(), None, 4 << 10).expect("reopen");
+            let (first, last) = log.bounds().expect("a log");
+            assert_eq!(first, 1);
+            assert!(
+                last >= reported,
+                "round {round}: {reported} was synced before the kill, the log ends at {last}"
+            );
+            assert_eq!(read_all(&log, 1), expect(1..=last), "round {round}");
+            log.append(&records(last + 1..=last + 1))
+                .expect("append after the kill");
+            assert_eq!(log.bounds(), Some((1, last + 1)));
+        }
+    }
 }
