@@ -746,6 +746,23 @@ mod tests {
         batch_of(range.map(|i| (i, payload(i))))
     }
 
+    /// A log of 200-byte segments holding entries `1..=last`, appended one
+    /// at a time (so it rotates every few entries).
+    fn small_segments_holding(dir: &Path, last: u64) -> LogSegments {
+        let log = LogSegments::open_with(dir, None, 200).expect("open");
+        for i in 1..=last {
+            log.append(&records(i..=i)).expect("append");
+        }
+        log
+    }
+
+    /// The active segment's file and where its records end.
+    fn active_segment_end(log: &LogSegments) -> (PathBuf, u64) {
+        let s = log.lock();
+        let active = s.files.values().next_back().expect("a segment");
+        (active.path.clone(), active.end)
+    }
+
     fn read_all(log: &LogSegments, start: u64) -> Vec<Vec<u8>> {
         log.read(start, None).expect("read")
     }
@@ -771,10 +788,7 @@ mod tests {
     #[test]
     fn appends_read_back_across_segments_and_after_reopening() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = LogSegments::open_with(dir.path(), None, 200).expect("open");
-        for i in 1..=40 {
-            log.append(&records(i..=i)).expect("append");
-        }
+        let log = small_segments_holding(dir.path(), 40);
         log.append(&records(41..=45)).expect("append");
         log.sync().expect("sync");
         assert!(segment_files(dir.path()).len() > 3, "small segments rotate");
@@ -794,10 +808,7 @@ mod tests {
     #[test]
     fn a_truncation_cuts_across_segments_and_stays_cut() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = LogSegments::open_with(dir.path(), None, 200).expect("open");
-        for i in 1..=30 {
-            log.append(&records(i..=i)).expect("append");
-        }
+        let log = small_segments_holding(dir.path(), 30);
         log.truncate_from(12).expect("truncate");
         assert_eq!(log.bounds(), Some((1, 11)));
         let rewritten = batch_of((12..=14).map(|i| (i, b"new".to_vec())));
@@ -820,10 +831,7 @@ mod tests {
     #[test]
     fn a_purge_removes_whole_segments_below_it_and_reopening_finishes_it() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = LogSegments::open_with(dir.path(), None, 200).expect("open");
-        for i in 1..=30 {
-            log.append(&records(i..=i)).expect("append");
-        }
+        let log = small_segments_holding(dir.path(), 30);
         let before = segment_files(dir.path()).len();
         log.purge_upto(20).expect("purge");
         let after = segment_files(dir.path()).len();
@@ -881,11 +889,7 @@ mod tests {
         let log = LogSegments::open_with(dir.path(), None, 1 << 20).expect("open");
         log.append(&records(1..=3)).expect("append");
         log.sync().expect("sync");
-        let (path, end) = {
-            let s = log.lock();
-            let active = s.files.values().next_back().expect("a segment");
-            (active.path.clone(), active.end)
-        };
+        let (path, end) = active_segment_end(&log);
         drop(log);
         let file = OpenOptions::new().write(true).open(&path).expect("open");
         file.set_len(end + 10_000).expect("extend with zeros");
@@ -908,10 +912,7 @@ mod tests {
     #[test]
     fn a_torn_tail_is_cut_and_later_segments_removed() {
         let dir = tempfile::tempdir().expect("dir");
-        let log = LogSegments::open_with(dir.path(), None, 200).expect("open");
-        for i in 1..=30 {
-            log.append(&records(i..=i)).expect("append");
-        }
+        let log = small_segments_holding(dir.path(), 30);
         log.sync().expect("sync");
         drop(log);
         // Corrupt one byte of entry 12's payload, in whichever segment holds it.
@@ -943,11 +944,7 @@ mod tests {
         assert_eq!(read_all(&log, 10), expect(10..=13));
 
         // A half-written record at the end is cut the same way.
-        let (path, end) = {
-            let s = log.lock();
-            let active = s.files.values().next_back().expect("a segment");
-            (active.path.clone(), active.end)
-        };
+        let (path, end) = active_segment_end(&log);
         drop(log);
         let file = OpenOptions::new().write(true).open(&path).expect("open");
         file.set_len(end - 3).expect("tear");
