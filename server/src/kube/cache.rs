@@ -52,27 +52,29 @@ use tokio::sync::watch;
 use crate::kube::crd;
 use crate::kube::object;
 use crate::kube::resources::{self, ResourceType, TypeSet};
-use crate::kube::selectors::{AttrReads, Attrs, Selectors};
+use crate::kube::selectors::{Attrs, Selectors};
 
 /// Every key the cache mirrors starts with this.
 const REGISTRY_PREFIX: &str = "/registry/";
 
-/// At most this many objects are rendered on the feed's own task per wake
+/// At most this many objects are fed on the feed's own task per wake
 /// ([`WatchCache::run`]); a step with more goes to the blocking pool, so
-/// rendering never holds an async worker for long. Events outside the
-/// registry (the etcd API's keys) render nothing and do not count. A
-/// light load's entries fit (a `kubectl apply` writes a few objects);
-/// an entry of REST writes from 64 clients holds about 30, and rendering
-/// those on a worker raised the updates' p99 by 7% in pairs
-/// (BENCHMARKS.md, "The watch cache feeds from memory on its own task").
-const MEMORY_FEED_OBJECTS: usize = 8;
+/// the feed never holds an async worker for long. Events outside the
+/// registry (the etcd API's keys) feed nothing and do not count. Feeding
+/// an object copies its stored bytes and inserts it (its render waits for
+/// a reader, [`CachedObject`]), about a microsecond: a few entries of REST
+/// writes from 64 clients (about 30 objects each) fit, where rendering on
+/// the feed allowed 8 (BENCHMARKS.md, "The watch cache feeds from memory
+/// on its own task", and "The watch cache renders an object when it is
+/// first read").
+const MEMORY_FEED_OBJECTS: usize = 256;
 
 /// How a feed step of the cache may read the event log.
 #[derive(Debug, Clone, Copy)]
 enum Reads {
     /// Storage, blocking: anything, rebuilding when it must.
     Storage,
-    /// Storage's ring of recent events alone, rendering at most this many
+    /// Storage's ring of recent events alone, feeding at most this many
     /// more objects.
     Memory { objects: usize },
 }
@@ -84,7 +86,7 @@ fn in_registry(event: &Event) -> bool {
 }
 
 /// How many of `batch`'s events are the registry's: the objects a feed of
-/// it renders.
+/// it adds.
 fn registry_events(batch: &[RevisionEvents]) -> usize {
     batch
         .iter()
@@ -121,22 +123,42 @@ enum Fed {
 /// the cache with (`ADDED` for a create or a load, `MODIFIED` for an
 /// update, `DELETED` for a tombstone): the line every watcher sends for
 /// that event is shared, and costs no second copy of the object.
+///
+/// An object decoded from storage is rendered lazily, as kube's
+/// `cachingObject` serializes an object for watchers on first use: it
+/// enters the cache as its stored bytes, and the first reader of its JSON,
+/// its attributes or its tree renders the line (once; the stored bytes
+/// are then dropped). Every node feeds every write into its cache, and
+/// most writes are read on few nodes or none: a write nobody lists or
+/// watches on a node costs that node a copy of its bytes, not a render.
 #[derive(Debug)]
 pub struct CachedObject {
     /// Its etcd key, shared with the cache's maps that index it.
     pub key: Arc<str>,
     /// The revision that last modified it (its resourceVersion).
     pub revision: u64,
-    /// The watch event line of `line_type`; the JSON is what lies between
-    /// its prefix and [`LINE_SUFFIX`] ([`CachedObject::json`]).
-    line: Bytes,
+    /// Its type, which the render reads.
+    rt: &'static ResourceType,
     line_type: WatchEventType,
-    /// Its labels and field label values, for selectors.
-    attrs: Attrs,
+    /// The value as stored, until the object is rendered (then `None`:
+    /// the line holds it).
+    stored: Mutex<Option<Bytes>>,
+    /// The line and attributes, made on first use.
+    rendered: std::sync::OnceLock<Rendered>,
     /// Its message in a binary wire form (protobuf), made by the front end
     /// that first needs it ([`CachedObject::encoded_with`]) and kept, so
     /// every later list splices the bytes instead of encoding it again.
     encoded: std::sync::OnceLock<Bytes>,
+}
+
+/// What rendering an object makes.
+#[derive(Debug)]
+struct Rendered {
+    /// The watch event line of the object's `line_type`; the JSON is what
+    /// lies between its prefix and [`LINE_SUFFIX`] ([`CachedObject::json`]).
+    line: Bytes,
+    /// Its labels and field label values, for selectors.
+    attrs: Attrs,
 }
 
 /// The type of a watch event carrying an object.
@@ -170,8 +192,12 @@ impl WatchEventType {
 const LINE_SUFFIX: &[u8] = b"}\n";
 
 impl CachedObject {
-    /// Decodes a stored value (`None`, logged, when it is not an object)
-    /// into an object whose shared line is a `line_type` event.
+    /// An object of type `rt` from its stored value, rendered on first
+    /// use (`None`, logged, when the value is not a JSON object: one
+    /// that does not start with `{`). A value that starts like an object
+    /// but does not parse as one renders as an object with its name and
+    /// namespace alone (logged): only a write through the etcd API can
+    /// store one, and the cache serves every key it holds.
     pub fn decode(
         rt: &'static ResourceType,
         key: &[u8],
@@ -179,51 +205,21 @@ impl CachedObject {
         revision: u64,
         line_type: WatchEventType,
     ) -> Option<Self> {
-        Self::decode_reading(
-            rt,
-            Attrs::reads(rt).as_ref(),
-            key,
-            value,
-            revision,
-            line_type,
-        )
-    }
-
-    /// [`CachedObject::decode`] with the members its selectors read
-    /// ([`Attrs::reads`] of `rt`) already known: the watch cache's feed
-    /// finds them once per type, not once per write.
-    fn decode_reading(
-        rt: &'static ResourceType,
-        reads: Option<&AttrReads>,
-        key: &[u8],
-        value: &[u8],
-        revision: u64,
-        line_type: WatchEventType,
-    ) -> Option<Self> {
-        let shared_key: Arc<str> = Arc::from(String::from_utf8_lossy(key));
-        // The line straight from the stored bytes, parsing only what the
-        // selectors read; what cannot be copied is parsed whole.
-        if let Some((members, metadata)) = reads {
-            let prefix = line_type.line_prefix();
-            let mut line = Vec::with_capacity(prefix.len() + value.len() + 96);
-            line.extend_from_slice(prefix);
-            let wanted = object::Wanted { members, metadata };
-            if let Some(read) = object::write_client_json(rt, value, revision, wanted, &mut line) {
-                line.extend_from_slice(LINE_SUFFIX);
-                let attrs = Attrs::of(rt, &read);
-                return Some(Self::with_line(
-                    shared_key, revision, line, attrs, line_type,
-                ));
-            }
+        if value.trim_ascii_start().first() != Some(&b'{') {
+            object::not_an_object(key);
+            return None;
         }
-        let object = object::from_stored(rt, key, value, revision)?;
-        Self::build(
-            shared_key,
+        Some(Self {
+            key: Arc::from(String::from_utf8_lossy(key)),
             revision,
-            &object,
-            Attrs::of(rt, &object),
+            rt,
             line_type,
-        )
+            // A copy, not a share of `value`'s buffer: a value decoded
+            // from a log entry may share the whole entry's.
+            stored: Mutex::new(Some(Bytes::copy_from_slice(value))),
+            rendered: std::sync::OnceLock::new(),
+            encoded: std::sync::OnceLock::new(),
+        })
     }
 
     /// Wraps an object already in client form (e.g. a delete's last state)
@@ -241,63 +237,136 @@ impl CachedObject {
             .map(|name| rt.key(meta("namespace"), name))
             .unwrap_or_default()
             .into();
-        Self::build(
-            key,
-            revision,
-            object,
-            Attrs::of(rt, object),
-            WatchEventType::Added,
-        )
+        Self::build(key, rt, revision, object, WatchEventType::Added)
     }
 
+    /// The object of type `rt` at `revision` whose client form is
+    /// `object`, rendered now.
     fn build(
         key: Arc<str>,
+        rt: &'static ResourceType,
         revision: u64,
         object: &Value,
-        attrs: Attrs,
         line_type: WatchEventType,
     ) -> Option<Self> {
+        let line = Self::line_of(object, line_type)?;
+        let rendered = std::sync::OnceLock::new();
+        let _ = rendered.set(Rendered {
+            line,
+            attrs: Attrs::of(rt, object),
+        });
+        Some(Self {
+            key,
+            revision,
+            rt,
+            line_type,
+            stored: Mutex::new(None),
+            rendered,
+            encoded: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The watch event line of `line_type` for `object`.
+    fn line_of(object: &Value, line_type: WatchEventType) -> Option<Bytes> {
         let prefix = line_type.line_prefix();
         let mut line = Vec::with_capacity(1024);
         line.extend_from_slice(prefix);
         serde_json::to_writer(&mut line, object).ok()?;
         line.extend_from_slice(LINE_SUFFIX);
-        Some(Self::with_line(key, revision, line, attrs, line_type))
-    }
-
-    /// The object whose watch event line of `line_type` is `line`.
-    fn with_line(
-        key: Arc<str>,
-        revision: u64,
-        mut line: Vec<u8>,
-        attrs: Attrs,
-        line_type: WatchEventType,
-    ) -> Self {
         // Exactly the bytes: the cache holds one of these per object.
         line.shrink_to_fit();
-        Self {
-            key,
-            revision,
-            line: Bytes::from(line),
-            line_type,
-            attrs,
-            encoded: std::sync::OnceLock::new(),
+        Some(Bytes::from(line))
+    }
+
+    /// Whether the object has been rendered.
+    #[cfg(test)]
+    fn is_rendered(&self) -> bool {
+        self.rendered.get().is_some()
+    }
+
+    /// The stored value, while the object is not rendered.
+    fn stored(&self) -> Option<Bytes> {
+        self.stored
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The line and attributes, rendered from the stored bytes on the
+    /// first call.
+    fn rendered(&self) -> &Rendered {
+        self.rendered.get_or_init(|| {
+            // The one initialisation takes the stored bytes: the line
+            // holds the object from now on.
+            let stored = self
+                .stored
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+                .unwrap_or_default();
+            self.render(&stored)
+        })
+    }
+
+    /// Renders `value`, the stored bytes: the line straight from them,
+    /// parsing only what the selectors read; what cannot be copied is
+    /// parsed whole; what does not parse as an object is rendered as its
+    /// name and namespace alone.
+    fn render(&self, value: &[u8]) -> Rendered {
+        let rt = self.rt;
+        if let Some((members, metadata)) = Attrs::reads(rt) {
+            let prefix = self.line_type.line_prefix();
+            let mut line = Vec::with_capacity(prefix.len() + value.len() + 96);
+            line.extend_from_slice(prefix);
+            let wanted = object::Wanted {
+                members: &members,
+                metadata: &metadata,
+            };
+            if let Some(read) =
+                object::write_client_json(rt, value, self.revision, wanted, &mut line)
+            {
+                line.extend_from_slice(LINE_SUFFIX);
+                line.shrink_to_fit();
+                return Rendered {
+                    line: Bytes::from(line),
+                    attrs: Attrs::of(rt, &read),
+                };
+            }
+        }
+        let object = object::from_stored(rt, self.key.as_bytes(), value, self.revision)
+            .unwrap_or_else(|| object::named_only(rt, &self.key, self.revision));
+        let line = Self::line_of(&object, self.line_type).unwrap_or_else(|| {
+            // Printing a tree of JSON values into memory does not fail;
+            // an empty object keeps the line well formed if it ever did.
+            let mut line = self.line_type.line_prefix().to_vec();
+            line.extend_from_slice(b"{}");
+            line.extend_from_slice(LINE_SUFFIX);
+            Bytes::from(line)
+        });
+        Rendered {
+            line,
+            attrs: Attrs::of(rt, &object),
         }
     }
 
     /// Where the JSON lies in the line.
     fn json_range(&self) -> std::ops::Range<usize> {
-        self.line_type.line_prefix().len()..self.line.len() - LINE_SUFFIX.len()
+        self.line_type.line_prefix().len()..self.line().len() - LINE_SUFFIX.len()
+    }
+
+    /// The watch event line of the type the object entered with.
+    fn line(&self) -> &Bytes {
+        &self.rendered().line
     }
 
     /// The object as JSON.
     pub fn json(&self) -> &[u8] {
-        &self.line[self.json_range()]
+        &self.line()[self.json_range()]
     }
 
     /// The object as JSON, sharing the cache's bytes.
     pub fn json_bytes(&self) -> Bytes {
-        self.line.slice(self.json_range())
+        self.line().slice(self.json_range())
     }
 
     /// The object as a tree, parsed from its JSON on every call: a few
@@ -316,13 +385,31 @@ impl CachedObject {
         struct MetadataOnly {
             metadata: Option<UnmanagedMetadata>,
         }
+        let wrap = |metadata| {
+            Value::Object(serde_json::Map::from_iter([(
+                "metadata".to_string(),
+                Value::Object(metadata),
+            )]))
+        };
+        // Not rendered yet: the stored metadata is the client's but for
+        // the resourceVersion, so the leader's controllers, which read
+        // every write, render nothing.
+        if self.rendered.get().is_none() {
+            if let Some(stored) = self.stored() {
+                if let Ok(MetadataOnly { metadata }) = serde_json::from_slice(&stored) {
+                    let UnmanagedMetadata(mut metadata) = metadata.unwrap_or_default();
+                    metadata.insert(
+                        "resourceVersion".into(),
+                        Value::String(self.revision.to_string()),
+                    );
+                    return wrap(metadata);
+                }
+            }
+        }
         match serde_json::from_slice::<MetadataOnly>(self.json()) {
             Ok(MetadataOnly {
                 metadata: Some(UnmanagedMetadata(metadata)),
-            }) => Value::Object(serde_json::Map::from_iter([(
-                "metadata".to_string(),
-                Value::Object(metadata),
-            )])),
+            }) => wrap(metadata),
             _ => Value::Null,
         }
     }
@@ -335,7 +422,7 @@ impl CachedObject {
             return true;
         }
         selectors
-            .matches_attrs(&self.attrs)
+            .matches_attrs(&self.rendered().attrs)
             .unwrap_or_else(|| selectors.matches(&self.to_value()))
     }
 
@@ -345,9 +432,9 @@ impl CachedObject {
     /// when it stops matching a selector).
     pub fn watch_line(&self, event: WatchEventType) -> Bytes {
         if event == self.line_type {
-            return self.line.clone();
+            return self.line().clone();
         }
-        let mut line = Vec::with_capacity(self.line.len() + 3);
+        let mut line = Vec::with_capacity(self.line().len() + 3);
         self.write_watch_line(event, &mut line);
         Bytes::from(line)
     }
@@ -360,10 +447,15 @@ impl CachedObject {
         out.extend_from_slice(LINE_SUFFIX);
     }
 
-    /// The heap bytes this object holds (its line and its attributes; not
-    /// the protobuf form some front ends keep beside it).
+    /// The heap bytes this object holds (its stored bytes, or once
+    /// rendered its line and its attributes; not the protobuf form some
+    /// front ends keep beside it).
     pub fn heap_bytes(&self) -> usize {
-        self.key.len() + self.line.len() + self.attrs.heap_bytes()
+        let held = match self.rendered.get() {
+            Some(r) => r.line.len() + r.attrs.heap_bytes(),
+            None => self.stored().map_or(0, |b| b.len()),
+        };
+        self.key.len() + held
     }
 
     /// The object in a binary wire form: `encode`'s bytes, made on the
@@ -385,6 +477,21 @@ impl CachedObject {
     /// deletion (or an object leaving a selector) shows the last state
     /// with the revision that removed it.
     pub fn at_revision(&self, revision: u64) -> Option<Self> {
+        if self.rendered.get().is_none() {
+            if let Some(stored) = self.stored() {
+                // Not rendered: the same stored bytes, rendered at
+                // `revision` when someone reads them.
+                return Some(Self {
+                    key: self.key.clone(),
+                    revision,
+                    rt: self.rt,
+                    line_type: WatchEventType::Deleted,
+                    stored: Mutex::new(Some(stored)),
+                    rendered: std::sync::OnceLock::new(),
+                    encoded: std::sync::OnceLock::new(),
+                });
+            }
+        }
         let mut object = self.to_value();
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert(
@@ -394,9 +501,9 @@ impl CachedObject {
         }
         Self::build(
             self.key.clone(),
+            self.rt,
             revision,
             &object,
-            self.attrs.clone(),
             WatchEventType::Deleted,
         )
     }
@@ -405,6 +512,7 @@ impl CachedObject {
 /// An object's `metadata` without `managedFields`, which is skipped
 /// unparsed: the larger part of the metadata of an object written by
 /// kubectl or any client that applies, and read by no controller.
+#[derive(Default)]
 struct UnmanagedMetadata(serde_json::Map<String, Value>);
 
 impl<'de> serde::Deserialize<'de> for UnmanagedMetadata {
@@ -557,8 +665,6 @@ pub struct BehindRing {
 struct TypeCache {
     rt: &'static ResourceType,
     prefix: String,
-    /// What its objects' selectors read ([`Attrs::reads`]).
-    reads: Option<AttrReads>,
     objects: Objects,
     /// The oldest revision a snapshot is retained for.
     base: u64,
@@ -573,7 +679,6 @@ impl TypeCache {
         Self {
             rt,
             prefix: rt.collection_prefix(None),
-            reads: Attrs::reads(rt),
             objects: objects.clone(),
             base: revision,
             snapshots: VecDeque::from([(revision, objects)]),
@@ -593,15 +698,7 @@ impl TypeCache {
                     WatchEventType::Added
                 };
                 let (key, value) = (&event.kv.key, &event.kv.value);
-                CachedObject::decode_reading(
-                    self.rt,
-                    self.reads.as_ref(),
-                    key,
-                    value,
-                    revision,
-                    line,
-                )
-                .map(Arc::new)
+                CachedObject::decode(self.rt, key, value, revision, line).map(Arc::new)
             }
             EventKind::Delete => None,
         };
@@ -962,11 +1059,11 @@ impl WatchCache {
     /// Feeds the cache from the store until `stop` turns true.
     ///
     /// What storage's ring of recent events holds is fed on this task, up
-    /// to [`MEMORY_FEED_OBJECTS`] rendered objects per wake: it reads no
+    /// to [`MEMORY_FEED_OBJECTS`] objects per wake: it reads no
     /// storage, and handing each applied entry to the blocking pool woke
     /// a pool thread per entry, which cost more than the feed itself
     /// under 1 KiB puts (BENCHMARKS.md, "The watch cache feeds from memory
-    /// on its own task"). A rebuild, a step with more objects to render
+    /// on its own task"). A rebuild, a step with more objects to feed
     /// and events the ring no longer holds are read on the blocking pool.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut applied = self.store.subscribe();
@@ -1044,11 +1141,11 @@ impl WatchCache {
                     if let Reads::Memory { objects } = &mut reads {
                         // The blocking catch-up reads the same step again,
                         // from the ring (shared events, not copies).
-                        let rendered = registry_events(&batch);
-                        if rendered > *objects {
+                        let fed = registry_events(&batch);
+                        if fed > *objects {
                             return Ok(Fed::NeedsStorage);
                         }
-                        *objects -= rendered;
+                        *objects -= fed;
                     }
                     self.apply(batch)
                 }
@@ -1513,7 +1610,7 @@ mod tests {
         );
         assert_eq!(f.cache.revision(), 2);
 
-        // Three objects to render: a budget of two leaves them to storage.
+        // Three objects to feed: a budget of two leaves them to storage.
         for name in ["a", "b", "c"] {
             f.put(cm, name, serde_json::json!({})).await; // 3..=5
         }
@@ -1980,5 +2077,114 @@ mod tests {
         );
         assert_eq!(whole["metadata"]["uid"], "u1");
         assert!(whole.get("data").is_some());
+    }
+
+    #[test]
+    fn an_object_is_rendered_on_first_read_and_reads_the_same_either_way() {
+        let rt = configmaps();
+        let key = b"/registry/configmaps/default/c";
+        let stored = serde_json::json!({
+            "metadata": {"name": "c", "namespace": "default", "uid": "u1",
+                "labels": {"app": "a"},
+                "managedFields": [{"manager": "m", "operation": "Update",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:k": {}}}}]},
+            "data": {"k": "v"},
+        })
+        .to_string();
+        let lazy = CachedObject::decode(rt, key, stored.as_bytes(), 9, WatchEventType::Modified)
+            .expect("an object");
+        assert!(!lazy.is_rendered());
+        assert_eq!(lazy.heap_bytes(), key.len() + stored.len());
+
+        // What the controllers read, and a tombstone, render nothing.
+        let metadata = lazy.to_metadata_value();
+        let tombstone = lazy.at_revision(12).expect("a tombstone");
+        assert!(!lazy.is_rendered() && !tombstone.is_rendered());
+        assert_eq!(metadata["metadata"]["resourceVersion"], "9");
+        assert!(metadata["metadata"].get("managedFields").is_none());
+
+        // A selector renders it, once; the stored bytes go.
+        let app_a = Selectors::parse(rt, Some("app=a"), None).expect("valid");
+        let app_b = Selectors::parse(rt, Some("app=b"), None).expect("valid");
+        assert!(lazy.matches(&app_a) && !lazy.matches(&app_b));
+        assert!(lazy.is_rendered());
+        assert!(lazy.stored().is_none(), "the line holds the object now");
+        let line = lazy.watch_line(WatchEventType::Modified);
+        assert_eq!(
+            lazy.heap_bytes(),
+            key.len() + line.len() + lazy.rendered().attrs.heap_bytes()
+        );
+
+        // The same object, JSON and metadata as an eager render gives.
+        let eager = object::from_stored(rt, key, stored.as_bytes(), 9).expect("an object");
+        assert_eq!(lazy.to_value(), eager);
+        assert_eq!(lazy.json(), serde_json::to_vec(&eager).expect("json"));
+        assert_eq!(lazy.to_metadata_value(), metadata);
+        let parsed: Value = serde_json::from_slice(&line).expect("a json line");
+        assert_eq!(parsed["type"], "MODIFIED");
+        assert_eq!(parsed["object"], eager);
+
+        // The tombstone made before the render and one made after it.
+        let after = lazy.at_revision(12).expect("a tombstone");
+        assert!(after.is_rendered());
+        assert_eq!(tombstone.json(), after.json());
+        assert_eq!(
+            tombstone.watch_line(WatchEventType::Deleted),
+            after.watch_line(WatchEventType::Deleted)
+        );
+        assert_eq!(tombstone.to_value()["metadata"]["resourceVersion"], "12");
+    }
+
+    #[test]
+    fn a_value_that_starts_like_an_object_and_does_not_parse_shows_its_name_alone() {
+        let rt = configmaps();
+        let key = b"/registry/configmaps/default/junk";
+        assert!(CachedObject::decode(rt, key, b"not json", 3, WatchEventType::Added).is_none());
+        let junk = CachedObject::decode(rt, key, br#" {"metadata": "#, 3, WatchEventType::Added)
+            .expect("kept: it starts like an object");
+        assert_eq!(
+            junk.to_value(),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "junk", "namespace": "default", "resourceVersion": "3"}})
+        );
+        let by_name = Selectors::parse(rt, None, Some("metadata.name=junk")).expect("valid");
+        assert!(junk.matches(&by_name));
+    }
+
+    #[tokio::test]
+    async fn the_feed_renders_nothing_until_a_reader_does() {
+        let mut f = Fixture::new(100);
+        let cm = configmaps();
+        f.put(cm, "a", serde_json::json!({"app": "x"})).await; // 1
+        f.put(cm, "a", serde_json::json!({"app": "y"})).await; // 2
+        f.delete(cm, "a").await; // 3
+        f.put(cm, "b", serde_json::json!({})).await; // 4
+        assert_eq!(
+            f.cache
+                .feed(Reads::Memory {
+                    objects: MEMORY_FEED_OBJECTS
+                })
+                .expect("feed"),
+            Fed::CaughtUp
+        );
+        let (objects, revision) = f.cache.current(cm);
+        assert_eq!(revision, 4);
+        let events = f.cache.events_after(cm, 0, 100).expect("in the ring").0;
+        assert_eq!(events.len(), 4);
+        let held = || {
+            events
+                .iter()
+                .flat_map(|e| [&e.object, &e.prev])
+                .flatten()
+                .chain(objects.values())
+        };
+        assert!(held().all(|o| !o.is_rendered()));
+        // The deletion shows the last state at its own revision.
+        let tombstone = events[2].object.as_ref().expect("the last state");
+        let shown = tombstone.to_value();
+        assert_eq!(shown["metadata"]["resourceVersion"], "3");
+        assert_eq!(shown["metadata"]["labels"]["app"], "y");
+        assert_eq!(names(&objects), ["b"]);
+        assert!(held().any(|o| o.is_rendered()));
     }
 }

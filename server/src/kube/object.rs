@@ -118,6 +118,33 @@ pub fn not_an_object(key: &[u8]) {
     tracing::warn!(key = %String::from_utf8_lossy(key), "skipping a stored value that is not a JSON object");
 }
 
+/// The client form of an object of type `rt` under `key` that holds its
+/// name, namespace and `resourceVersion` alone: what the watch cache shows
+/// for a stored value that starts like a JSON object and does not parse
+/// as one (written through the etcd API; logged here).
+pub fn named_only(rt: &ResourceType, key: &str, revision: u64) -> Value {
+    tracing::warn!(%key, "a stored value that does not parse as a JSON object is shown with its name alone");
+    let rest = key
+        .strip_prefix(rt.etcd_prefix)
+        .and_then(|k| k.strip_prefix('/'))
+        .unwrap_or(key);
+    let mut metadata = Map::new();
+    match rest.split_once('/').filter(|_| rt.namespaced) {
+        Some((namespace, name)) => {
+            metadata.insert("name".into(), json!(name));
+            metadata.insert("namespace".into(), json!(namespace));
+        }
+        None => {
+            metadata.insert("name".into(), json!(rest));
+        }
+    }
+    to_client(
+        rt,
+        Map::from_iter([("metadata".into(), Value::Object(metadata))]),
+        revision,
+    )
+}
+
 /// The members of a stored object that [`write_client_json`] parses for
 /// its caller: top-level ones, and `metadata`'s own.
 #[derive(Debug, Clone, Copy)]
