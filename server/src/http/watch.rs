@@ -431,11 +431,16 @@ impl Watcher {
                 }
                 let (objects, revision) = kube.cache().current(self.scope.rt);
                 let prefix = String::from_utf8_lossy(&self.scope.prefix).into_owned();
-                let matching = objects
-                    .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
-                    .take_while(|(k, _)| k.starts_with(&prefix))
-                    .map(|(_, o)| o)
-                    .filter(|o| o.matches(&self.scope.selectors));
+                let in_scope = || {
+                    objects
+                        .range::<_, str>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .map(|(_, o)| o)
+                };
+                // Every object in scope is written or matched: rendered
+                // off the worker if many are not yet.
+                CachedObject::render_all(in_scope()).await;
+                let matching = in_scope().filter(|o| o.matches(&self.scope.selectors));
                 let mut lines = Vec::new();
                 for obj in matching {
                     lines.push(self.object_line(WatchEventType::Added, obj));

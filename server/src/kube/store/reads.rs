@@ -252,8 +252,18 @@ impl KubeStore {
                         .remaining
                         .map_or(CollectionSize::Unknown, CollectionSize::From),
                 };
+                if !selectors.is_empty() {
+                    // The selectors read every object from the start on.
+                    let from = (Bound::Included(start.as_str()), Bound::Unbounded);
+                    let scanned = objects
+                        .range::<_, str>(from)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .map(|(_, o)| o);
+                    CachedObject::render_all(scanned).await;
+                }
                 let (items, next, remaining) =
                     page_of(&objects, &prefix, &start, selectors, page.limit, size);
+                CachedObject::render_all(&items).await;
                 (items, next, remaining, revision, served)
             }
             View::History(rv) => {
