@@ -37,7 +37,7 @@ STAGES = [
     ("apply: encoding the rows", ["mvcc::stage_applied"]),
     ("apply: the rest", ["StateMachine::apply_entry", "state_machine::"]),
     ("log append (openraft core to the segment files)", ["LogStore", "log_store::"]),
-    ("watch cache: rendering objects", ["CachedObject::decode"]),
+    ("watch cache: rendering objects", ["CachedObject::render"]),
     ("watch cache: reading events", ["EventCursor"]),
     ("watch cache: the rest", ["kube::cache", "WatchCache", "recent_events"]),
     ("peer call streams (replication, forwards, read indexes)", ["call_stream::", "peer_port::"]),

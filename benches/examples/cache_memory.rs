@@ -1,7 +1,9 @@
 //! What one object costs in the watch cache, in-process and without a
 //! cluster: decodes 100,000 stored ConfigMaps of about 1 KiB of JSON (the
 //! shape a REST create stores, managed fields included) into the cache's
-//! `Objects` map and reads the growth of this process's RSS, then does the
+//! `Objects` map and reads the growth of this process's RSS, as fed (each
+//! object its stored bytes) and once every object is rendered (as the first
+//! list renders them), then does the
 //! same for the parsed `serde_json::Value`s alone: what each object would
 //! cost again if the cache kept its tree beside its JSON (it did until
 //! 2026-11-26).
@@ -58,7 +60,7 @@ fn main() -> anyhow::Result<()> {
 
     let before = rss_bytes()?;
     let mut objects = Objects::new();
-    let (mut json_bytes, mut counted) = (0, 0);
+    let mut stored_counted = 0;
     for (i, value) in stored.iter().enumerate() {
         let key = format!("/registry/configmaps/scale/configmap-{i:07}");
         let object = CachedObject::decode(
@@ -69,9 +71,18 @@ fn main() -> anyhow::Result<()> {
             WatchEventType::Added,
         )
         .context("a stored object decodes")?;
+        stored_counted += object.heap_bytes();
+        objects.insert(Arc::new(object));
+    }
+    // As fed: each object its stored bytes, not rendered yet.
+    let fed = (rss_bytes()? - before) / n;
+
+    // As read: the first reader renders each object, which then drops its
+    // stored bytes (the allocator may keep those: the RSS is an upper bound).
+    let (mut json_bytes, mut counted) = (0, 0);
+    for object in objects.values() {
         json_bytes += object.json().len();
         counted += object.heap_bytes();
-        objects.insert(Arc::new(object));
     }
     let cache = (rss_bytes()? - before) / n;
 
@@ -83,11 +94,14 @@ fn main() -> anyhow::Result<()> {
     let values = (rss_bytes()? - before) / n;
 
     let json = json_bytes as f64 / n;
-    let counted = counted as f64 / n;
+    let (stored_counted, counted) = (stored_counted as f64 / n, counted as f64 / n);
     println!(
-        "{OBJECTS} ConfigMaps of {json:.0} bytes of JSON: the watch cache holds each in {cache:.0} bytes \
-         ({:.1}x its JSON; {counted:.0} of them its key, line and selector attributes); a parsed \
-         serde_json::Value of one, which the cache no longer keeps, is about {values:.0} bytes",
+        "{OBJECTS} ConfigMaps of {json:.0} bytes of JSON: the watch cache holds each, as fed, in \
+         {fed:.0} bytes ({:.1}x its JSON; {stored_counted:.0} of them its key and stored bytes) and, \
+         rendered, in at most {cache:.0} bytes ({:.1}x; {counted:.0} of them its key, line and \
+         selector attributes); a parsed serde_json::Value of one, which the cache does not keep, \
+         is about {values:.0} bytes",
+        fed / json,
         cache / json
     );
     drop((objects, parsed));
