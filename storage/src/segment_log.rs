@@ -71,6 +71,9 @@ const RECORD_HEADER_BYTES: usize = 16;
 const AFTER_GAP: u64 = 1;
 const SUFFIX: &str = ".seg";
 
+/// A read of the log reads at most about this much in one `pread`.
+const READ_SPAN_BYTES: u64 = 1 << 20;
+
 /// How far past its last record the active segment is kept zero-filled.
 pub(crate) const ZERO_AHEAD: u64 = 4 << 20;
 /// What the filler writes, and syncs, at a time: small, because the log's
@@ -151,6 +154,9 @@ struct Segments {
     unsynced: Vec<Arc<File>>,
     /// The directory gained or lost a file since its last sync.
     dir_unsynced: bool,
+    /// Bumped by every truncation, the one change to what lies at an
+    /// offset a read may have planned ([`LogSegments::read`]).
+    generation: u64,
     segment_bytes: u64,
     /// The filler thread's queue.
     filler: Option<mpsc::Sender<Fill>>,
@@ -308,6 +314,7 @@ impl LogSegments {
             files: BTreeMap::new(),
             unsynced: Vec::new(),
             dir_unsynced: false,
+            generation: 0,
             segment_bytes,
             filler: filler_thread.as_ref().map(|_| tx),
             filler_thread,
@@ -392,49 +399,33 @@ impl LogSegments {
     /// The encoded entries the log holds in `start..end` (`None`: to the
     /// last), in order; a range reaching below the first entry, or across
     /// a gap, gets those there are.
+    ///
+    /// The lock is held only to find where the records lie, not for the
+    /// reads, so a lagging follower's catch-up does not hold appends for
+    /// its reads: records below a segment's end never change, and a purge
+    /// removes files the reads keep open. Only a truncation changes what
+    /// lies at an offset; it bumps the segments' generation, and a read
+    /// that a truncation overlapped is read again holding the lock, so
+    /// every read returns what one read under the lock would.
     pub(crate) fn read(&self, start: u64, end: Option<u64>) -> Result<Vec<Vec<u8>>, StoreError> {
+        let (spans, generation) = {
+            let s = self.lock();
+            (s.spans(start, end), s.generation)
+        };
+        let unlocked = read_spans(&spans);
         let s = self.lock();
-        let mut out = Vec::new();
-        let from = s
-            .files
-            .range(..=start)
-            .next_back()
-            .map_or(start, |(k, _)| *k);
-        for segment in s.files.range(from..).map(|(_, seg)| seg) {
-            if end.is_some_and(|e| segment.first >= e) {
-                break;
-            }
-            let lo = start.max(segment.first);
-            let hi = end.map_or(segment.next(), |e| e.min(segment.next()));
-            for index in lo..hi {
-                let Some(&(offset, len)) = usize::try_from(index - segment.first)
-                    .ok()
-                    .and_then(|i| segment.records.get(i))
-                else {
-                    break;
-                };
-                let mut record = vec![0; len as usize];
-                segment
-                    .file
-                    .read_exact_at(&mut record, offset)
-                    .map_err(|e| io_err(&segment.path, e))?;
-                match parse_record(&record) {
-                    Some((found, payload)) if found == index => out.push(payload.to_vec()),
-                    _ => {
-                        return Err(StoreError::Corrupt(format!(
-                            "log entry {index} in {} does not read back",
-                            segment.path.display()
-                        )))
-                    }
-                }
-            }
+        match unlocked {
+            Ok(out) if s.generation == generation => Ok(out),
+            // Overlapped by a truncation, or failed: again, under the lock.
+            _ => read_spans(&s.spans(start, end)),
         }
-        Ok(out)
     }
 
     /// Removes every entry from `index` on, durably (see the module).
     pub(crate) fn truncate_from(&self, index: u64) -> Result<(), StoreError> {
         let mut s = self.lock();
+        // Before anything moves: reads planned earlier are read again.
+        s.generation += 1;
         let doomed: Vec<u64> = s.files.range(index..).map(|(k, _)| *k).collect();
         for first in doomed {
             if let Some(segment) = s.files.remove(&first) {
@@ -493,6 +484,55 @@ impl LogSegments {
 }
 
 impl Segments {
+    /// Where the records of the entries in `start..end` lie: runs of
+    /// consecutive records, each within one segment and at most
+    /// [`READ_SPAN_BYTES`] long (one more record when a single one is
+    /// longer).
+    fn spans(&self, start: u64, end: Option<u64>) -> Vec<Span> {
+        let mut spans = Vec::new();
+        let from = self
+            .files
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(k, _)| *k);
+        for segment in self.files.range(from..).map(|(_, seg)| seg) {
+            if end.is_some_and(|e| segment.first >= e) {
+                break;
+            }
+            let lo = start.max(segment.first);
+            let hi = end.map_or(segment.next(), |e| e.min(segment.next()));
+            let (Ok(lo_at), Ok(hi_at)) = (
+                usize::try_from(lo.saturating_sub(segment.first)),
+                usize::try_from(hi.saturating_sub(segment.first)),
+            ) else {
+                continue;
+            };
+            let Some(records) = segment.records.get(lo_at..hi_at.max(lo_at)) else {
+                continue;
+            };
+            let (mut first, mut run_start) = (lo, 0);
+            for i in 1..=records.len() {
+                let ends_run = records.get(i).is_none_or(|&(offset, len)| {
+                    let (prev_offset, prev_len) = records[i - 1];
+                    let contiguous = offset == prev_offset + u64::from(prev_len);
+                    let span = offset + u64::from(len) - records[run_start].0;
+                    !contiguous || span > READ_SPAN_BYTES
+                });
+                if ends_run {
+                    spans.push(Span {
+                        file: segment.file.clone(),
+                        path: segment.path.clone(),
+                        first,
+                        records: records[run_start..i].to_vec(),
+                    });
+                    first += (i - run_start) as u64;
+                    run_start = i;
+                }
+            }
+        }
+        spans
+    }
+
     /// Makes the active segment the one an append starting at `first` goes
     /// to: a new one if there is none, if `first` does not follow its last
     /// entry, or if it is full.
@@ -620,6 +660,48 @@ impl Segments {
         }
         sync_dir(&self.dir)
     }
+}
+
+/// A run of consecutive records of one segment, to read in one `pread`.
+struct Span {
+    file: Arc<File>,
+    path: PathBuf,
+    /// The index of the first record.
+    first: u64,
+    /// Each record's offset and length, in order.
+    records: Vec<(u64, u32)>,
+}
+
+/// The payloads of `spans`' records, in order: one read per span, each
+/// record's index and CRC checked.
+fn read_spans(spans: &[Span]) -> Result<Vec<Vec<u8>>, StoreError> {
+    let mut out = Vec::with_capacity(spans.iter().map(|s| s.records.len()).sum());
+    for span in spans {
+        let (Some(&(from, _)), Some(&(last, last_len))) =
+            (span.records.first(), span.records.last())
+        else {
+            continue;
+        };
+        let mut bytes = vec![0; (last + u64::from(last_len) - from) as usize];
+        span.file
+            .read_exact_at(&mut bytes, from)
+            .map_err(|e| io_err(&span.path, e))?;
+        for (i, &(offset, len)) in span.records.iter().enumerate() {
+            let index = span.first + i as u64;
+            let at = (offset - from) as usize;
+            let record = bytes.get(at..at + len as usize);
+            match record.and_then(parse_record) {
+                Some((found, payload)) if found == index => out.push(payload.to_vec()),
+                _ => {
+                    return Err(StoreError::Corrupt(format!(
+                        "log entry {index} in {} does not read back",
+                        span.path.display()
+                    )))
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn remove_file(path: &Path) -> Result<(), StoreError> {
@@ -783,6 +865,75 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn a_long_read_goes_in_spans_of_at_most_a_mebibyte_and_reads_every_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = LogSegments::open(dir.path(), None).expect("open");
+        let big = |i: u64| format!("{i:08}").repeat(2_000).into_bytes(); // 16 KB
+        log.append(&batch_of((1..=200).map(|i| (i, big(i)))))
+            .expect("append");
+        let spans = log.lock().spans(3, Some(190));
+        assert!(
+            spans.len() > 2,
+            "3.0 MB of records in {} spans",
+            spans.len()
+        );
+        for span in &spans {
+            let (first, last) = (span.records[0], span.records[span.records.len() - 1]);
+            assert!(last.0 + u64::from(last.1) - first.0 <= READ_SPAN_BYTES);
+        }
+        let read = log.read(3, Some(190)).expect("read");
+        assert_eq!(read, (3..190).map(big).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn reads_racing_appends_and_truncations_see_one_state_of_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = LogSegments::open_with(dir.path(), None, 4 << 10).expect("open");
+        // Entry `i` written in round `round`; a truncation rewrites the
+        // tail in the next round.
+        let entry = |i: u64, round: u64| format!("{i}:{round}:{}", "y".repeat(64)).into_bytes();
+        log.append(&batch_of((1..=20).map(|i| (i, entry(i, 0)))))
+            .expect("append");
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (log, done) = (log.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut reads = 0;
+                while !done.load(Ordering::Acquire) || reads < 10 {
+                    let read = log.read(1, None).expect("a read never fails");
+                    let rounds: Vec<u64> = read
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| {
+                            let text = String::from_utf8_lossy(e);
+                            let mut parts = text.split(':');
+                            let index: u64 =
+                                parts.next().and_then(|p| p.parse().ok()).expect("index");
+                            assert_eq!(index, i as u64 + 1, "entries in order, none missing");
+                            parts.next().and_then(|p| p.parse().ok()).expect("round")
+                        })
+                        .collect();
+                    // Every state of the log has its rounds non-decreasing
+                    // along the entries (a truncation rewrites a tail).
+                    assert!(rounds.windows(2).all(|w| w[0] <= w[1]), "{rounds:?}");
+                    reads += 1;
+                }
+            })
+        };
+        let mut last = 20;
+        for round in 1..=400u64 {
+            let cut = last - 5;
+            log.truncate_from(cut).expect("truncate");
+            last = cut + 9;
+            log.append(&batch_of((cut..=last).map(|i| (i, entry(i, round)))))
+                .expect("append");
+        }
+        done.store(true, Ordering::Release);
+        reader.join().expect("the reader's checks hold");
+        assert_eq!(read_all(&log, 1).len() as u64, last);
     }
 
     #[test]
