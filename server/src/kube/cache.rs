@@ -371,8 +371,10 @@ impl CachedObject {
                 };
             }
         }
-        let object = object::from_stored(rt, self.key.as_bytes(), value, self.revision)
-            .unwrap_or_else(|| object::named_only(rt, &self.key, self.revision));
+        let object = match serde_json::from_slice::<Value>(value) {
+            Ok(Value::Object(stored)) => object::to_client(rt, stored, self.revision),
+            _ => object::named_only(rt, &self.key, self.revision),
+        };
         let line = Self::line_of(&object, self.line_type).unwrap_or_else(|| {
             // Printing a tree of JSON values into memory does not fail;
             // an empty object keeps the line well formed if it ever did.

@@ -252,8 +252,9 @@ impl KubeStore {
                         .remaining
                         .map_or(CollectionSize::Unknown, CollectionSize::From),
                 };
-                if !selectors.is_empty() {
-                    // The selectors read every object from the start on.
+                if !selectors.is_empty() && page.limit == 0 {
+                    // The selectors read every object from the start on (a
+                    // page renders those it scans, up to its limit).
                     let from = (Bound::Included(start.as_str()), Bound::Unbounded);
                     let scanned = objects
                         .range::<_, str>(from)
