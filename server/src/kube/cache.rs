@@ -210,12 +210,25 @@ impl CachedObject {
         revision: u64,
         line_type: WatchEventType,
     ) -> Option<Self> {
+        let key = Arc::from(String::from_utf8_lossy(key));
+        Self::decode_keyed(rt, key, value, revision, line_type)
+    }
+
+    /// [`CachedObject::decode`] under a key already decoded (the feed has
+    /// it, often as the previous state's).
+    fn decode_keyed(
+        rt: &'static ResourceType,
+        key: Arc<str>,
+        value: &[u8],
+        revision: u64,
+        line_type: WatchEventType,
+    ) -> Option<Self> {
         if value.trim_ascii_start().first() != Some(&b'{') {
-            object::not_an_object(key);
+            object::not_an_object(key.as_bytes());
             return None;
         }
         Some(Self {
-            key: Arc::from(String::from_utf8_lossy(key)),
+            key,
             revision,
             rt,
             line_type,
@@ -737,8 +750,13 @@ impl TypeCache {
                 } else {
                     WatchEventType::Added
                 };
-                let (key, value) = (&event.kv.key, &event.kv.value);
-                CachedObject::decode(self.rt, key, value, revision, line).map(Arc::new)
+                // The key decoded above, shared with the previous state's
+                // object when there is one.
+                let shared = prev
+                    .as_ref()
+                    .map_or_else(|| Arc::from(&*key), |p| p.key.clone());
+                CachedObject::decode_keyed(self.rt, shared, &event.kv.value, revision, line)
+                    .map(Arc::new)
             }
             EventKind::Delete => None,
         };
