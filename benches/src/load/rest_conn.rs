@@ -25,7 +25,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use super::client_conn::{drive, tcp_nodelay};
+use super::client_conn::{drive, hyper_tcp_nodelay};
 
 /// A request body: a whole JSON document, or none.
 type Body = http_body_util::Either<Full<Bytes>, Empty<Bytes>>;
@@ -118,7 +118,7 @@ impl RestConn {
 
 /// A new connection to `host` (`host:port`), its task spawned.
 async fn open(host: &str) -> anyhow::Result<SendRequest<Body>> {
-    let (send, connection) = hyper::client::conn::http1::handshake(tcp_nodelay(host).await?)
+    let (send, connection) = hyper::client::conn::http1::handshake(hyper_tcp_nodelay(host).await?)
         .await
         .with_context(|| format!("HTTP/1.1 handshake with {host}"))?;
     drive(connection);
