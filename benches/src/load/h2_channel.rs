@@ -204,3 +204,95 @@ impl hyper::body::Body for ResponseBody {
         matches!(self.state, BodyState::Done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::Full;
+    use tokio::net::TcpListener;
+    use tower::Service as _;
+
+    use super::*;
+
+    /// What the server of [`a_call_arrives_whole_and_its_status_comes_back_in_trailers`]
+    /// saw of the call.
+    struct Seen {
+        uri: Uri,
+        message: Vec<u8>,
+        ended: bool,
+    }
+
+    /// Answers one call the way a gRPC server does: HEADERS, one DATA
+    /// frame, then the status in trailers.
+    async fn answer_one_call(listener: TcpListener) -> Seen {
+        let (tcp, _) = listener.accept().await.expect("accept");
+        let mut connection = h2::server::handshake(tcp).await.expect("h2 handshake");
+        let (request, mut respond) = connection
+            .accept()
+            .await
+            .expect("a call")
+            .expect("a well-formed call");
+        tokio::spawn(async move { while connection.accept().await.is_some() {} });
+        let (head, mut body) = request.into_parts();
+        let mut message = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("the call's DATA");
+            body.flow_control()
+                .release_capacity(chunk.len())
+                .expect("release");
+            message.extend_from_slice(&chunk);
+        }
+        let ended = body.is_end_stream();
+        let response = Response::builder()
+            .status(200)
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("response head");
+        let mut send = respond
+            .send_response(response, false)
+            .expect("response HEADERS");
+        send.send_data(Bytes::from_static(b"answer"), false)
+            .expect("response DATA");
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "5".parse().expect("header value"));
+        send.send_trailers(trailers).expect("trailers");
+        Seen {
+            uri: head.uri,
+            message,
+            ended,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_arrives_whole_and_its_status_comes_back_in_trailers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let server = tokio::spawn(answer_one_call(listener));
+
+        let mut channel = H2Channel::connect(&addr.to_string())
+            .await
+            .expect("connect");
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
+            .await
+            .expect("ready");
+        let request = Request::builder()
+            .uri("/etcdserverpb.KV/Put")
+            .body(Body::new(Full::new(Bytes::from_static(b"message"))))
+            .expect("request");
+        let response = channel.call(request).await.expect("the call");
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.expect("the body");
+        let trailers = body.trailers().cloned().expect("trailers");
+        assert_eq!(body.to_bytes(), Bytes::from_static(b"answer"));
+        assert_eq!(trailers.get("grpc-status").expect("grpc-status"), "5");
+
+        let seen = server.await.expect("server task");
+        assert_eq!(seen.message, b"message");
+        assert!(seen.ended, "the message's DATA frame ends the stream");
+        assert_eq!(seen.uri.scheme(), Some(&Scheme::HTTP));
+        assert_eq!(
+            seen.uri.authority().map(|a| a.as_str()),
+            Some(addr.to_string().as_str())
+        );
+        assert_eq!(seen.uri.path(), "/etcdserverpb.KV/Put");
+    }
+}
