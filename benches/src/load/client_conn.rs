@@ -8,7 +8,6 @@
 use std::future::Future;
 
 use anyhow::Context as _;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// A TCP connection to `host` (`host:port`) with `TCP_NODELAY` set: the
@@ -19,11 +18,6 @@ pub(super) async fn tcp_nodelay(host: &str) -> anyhow::Result<TcpStream> {
         .with_context(|| format!("connecting to {host}"))?;
     tcp.set_nodelay(true)?;
     Ok(tcp)
-}
-
-/// [`tcp_nodelay`], wrapped for hyper's connection API.
-pub(super) async fn hyper_tcp_nodelay(host: &str) -> anyhow::Result<TokioIo<TcpStream>> {
-    Ok(TokioIo::new(tcp_nodelay(host).await?))
 }
 
 /// Spawns the task that drives a client `connection` (hyper's or h2's)

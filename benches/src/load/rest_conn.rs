@@ -22,10 +22,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use super::client_conn::{drive, hyper_tcp_nodelay};
+use super::client_conn::{drive, tcp_nodelay};
 
 /// A request body: a whole JSON document, or none.
 type Body = http_body_util::Either<Full<Bytes>, Empty<Bytes>>;
@@ -118,9 +119,10 @@ impl RestConn {
 
 /// A new connection to `host` (`host:port`), its task spawned.
 async fn open(host: &str) -> anyhow::Result<SendRequest<Body>> {
-    let (send, connection) = hyper::client::conn::http1::handshake(hyper_tcp_nodelay(host).await?)
-        .await
-        .with_context(|| format!("HTTP/1.1 handshake with {host}"))?;
+    let (send, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tcp_nodelay(host).await?))
+            .await
+            .with_context(|| format!("HTTP/1.1 handshake with {host}"))?;
     drive(connection);
     Ok(send)
 }
