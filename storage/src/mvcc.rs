@@ -22,6 +22,7 @@
 //! below the compaction point is [`StoreError::Compacted`]. A read exactly at
 //! the compaction point is allowed (compaction keeps it whole).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
@@ -327,48 +328,51 @@ impl<S: Source + ?Sized> MvccReader<'_, S> {
     }
 }
 
-/// A state an [`Event`] carries, as its `events` row stores it.
+/// A state an [`Event`] carries, as its `events` row stores it. Borrowed
+/// from the applied event when staged (nothing is copied to encode it),
+/// owned when read back.
 #[derive(Debug, Serialize, Deserialize)]
-enum StoredState {
+enum StoredState<'a> {
     /// The event key's `history` row at this revision.
     History(u64),
     /// The state itself: `history` keeps only a key's last state per
     /// revision, so a state a transaction overwrote is kept here.
-    Inline(KeyValue),
+    Inline(Cow<'a, KeyValue>),
 }
 
-/// One [`Event`] of an `events` row.
+/// One [`Event`] of an `events` row; its key borrowed where it can be (from
+/// the applied event when staged, from the row when read).
 #[derive(Debug, Serialize, Deserialize)]
-struct StoredEvent {
+struct StoredEvent<'a> {
     kind: EventKind,
-    #[serde(with = "serde_bytes")]
-    key: Vec<u8>,
+    #[serde(borrow, with = "serde_bytes")]
+    key: Cow<'a, [u8]>,
     /// A put's new state; `None` for a deletion, whose `kv` is only the key
     /// and the revision.
-    kv: Option<StoredState>,
-    prev_kv: Option<StoredState>,
+    kv: Option<StoredState<'a>>,
+    prev_kv: Option<StoredState<'a>>,
 }
 
-impl StoredEvent {
+impl<'a> StoredEvent<'a> {
     /// How `event`, one of the events of `revision`, is stored. `last` says
     /// whether it is the last event of its key in that revision (so the
     /// key's `history` row at `revision` is its `kv`).
-    fn new(event: &Event, revision: Revision, last: bool) -> Self {
+    fn new(event: &'a Event, revision: Revision, last: bool) -> Self {
         let kv = match event.kind {
             EventKind::Delete => None,
             EventKind::Put if last => Some(StoredState::History(revision.0)),
-            EventKind::Put => Some(StoredState::Inline(event.kv.clone())),
+            EventKind::Put => Some(StoredState::Inline(Cow::Borrowed(&event.kv))),
         };
         let prev_kv = event.prev_kv.as_ref().map(|prev| {
             if prev.mod_revision < revision {
                 StoredState::History(prev.mod_revision.0)
             } else {
-                StoredState::Inline(prev.clone())
+                StoredState::Inline(Cow::Borrowed(prev))
             }
         });
         Self {
             kind: event.kind,
-            key: event.kv.key.clone(),
+            key: Cow::Borrowed(&event.kv.key),
             kv,
             prev_kv,
         }
@@ -378,7 +382,7 @@ impl StoredEvent {
     fn load<S: Source + ?Sized>(self, src: &S, revision: u64) -> Result<Event, StoreError> {
         let kv = match self.kv {
             Some(state) => state.load(src, &self.key)?,
-            None => KeyValue::deleted(self.key.clone(), Revision(revision)),
+            None => KeyValue::deleted(self.key.to_vec(), Revision(revision)),
         };
         let prev_kv = match self.prev_kv {
             Some(state) => Some(state.load(src, &self.key)?),
@@ -400,10 +404,10 @@ impl StoredEvent {
     }
 }
 
-impl StoredState {
+impl StoredState<'_> {
     fn load<S: Source + ?Sized>(self, src: &S, key: &[u8]) -> Result<KeyValue, StoreError> {
         let revision = match self {
-            StoredState::Inline(kv) => return Ok(kv),
+            StoredState::Inline(kv) => return Ok(kv.into_owned()),
             StoredState::History(revision) => revision,
         };
         let row = src
@@ -421,22 +425,33 @@ impl StoredState {
     }
 }
 
-/// The `events` row of `revision`.
-fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
+/// Encodes the `events` row of `revision` (a `Vec<StoredEvent>`) into
+/// `out`, replacing what it held.
+fn encode_events(
+    events: &[Event],
+    revision: Revision,
+    out: &mut Vec<u8>,
+) -> Result<(), StoreError> {
+    out.clear();
     if let [event] = events {
-        return vec![StoredEvent::new(event, revision, true)];
+        // bincode encodes a one-element slice as it does the `Vec`.
+        let one = StoredEvent::new(event, revision, true);
+        bincode::serialize_into(&mut *out, std::slice::from_ref(&one))?;
+        return Ok(());
     }
     let mut last_of_key: HashMap<&[u8], usize> = HashMap::with_capacity(events.len());
     for (i, event) in events.iter().enumerate() {
         last_of_key.insert(&event.kv.key, i);
     }
-    events
+    let stored: Vec<StoredEvent<'_>> = events
         .iter()
         .enumerate()
         .map(|(i, event)| {
             StoredEvent::new(event, revision, last_of_key[event.kv.key.as_slice()] == i)
         })
-        .collect()
+        .collect();
+    bincode::serialize_into(&mut *out, &stored)?;
+    Ok(())
 }
 
 /// Stages what one log entry's commands did to the MVCC store and the
@@ -452,11 +467,11 @@ fn stored_events(events: &[Event], revision: Revision) -> Vec<StoredEvent> {
 pub(crate) fn stage_applied(batch: &mut Batch<'_>, entry: &[Applied]) -> Result<(), StoreError> {
     let mut revision = None;
     let mut compact_to = None;
-    // One buffer for every key's encoded state: it grows to the largest
-    // once, instead of from empty for every command.
-    let mut row = Vec::new();
+    // Buffers for every command's rows: each grows to the largest once,
+    // instead of from empty for every command.
+    let mut scratch = RowScratch::default();
     for applied in entry {
-        stage_rows(batch, applied, &mut row)?;
+        stage_rows(batch, applied, &mut scratch)?;
         if !applied.writes.is_empty() {
             revision = Some(applied.response.revision);
         }
@@ -523,14 +538,28 @@ fn encode_state(state: &Option<KeyValue>, out: &mut Vec<u8>) -> Result<(), Store
     Ok(())
 }
 
+/// The buffers [`stage_rows`] encodes rows and keys into: a write batch
+/// copies what it is given, so one set serves an entry's every command.
+#[derive(Default)]
+struct RowScratch {
+    /// A key's encoded state, then a revision's events.
+    row: Vec<u8>,
+    /// A `history` row's key.
+    key: Vec<u8>,
+}
+
 /// One command's own rows: its keys' current state and history, its
-/// revision's events, its lease changes. `row` is scratch space.
+/// revision's events, its lease changes.
 fn stage_rows(
     batch: &mut Batch<'_>,
     applied: &Applied,
-    row: &mut Vec<u8>,
+    scratch: &mut RowScratch,
 ) -> Result<(), StoreError> {
     let revision = applied.response.revision;
+    let RowScratch {
+        row,
+        key: history_key,
+    } = scratch;
     if !applied.writes.is_empty() {
         for (key, state) in &applied.writes {
             encode_state(state, row)?;
@@ -539,13 +568,11 @@ fn stage_rows(
                 Some(_) => batch.put(Cf::Kv, key, &row[1..])?,
                 None => batch.delete(Cf::Kv, key)?,
             }
-            batch.put(Cf::History, &schema::history_key(key, revision.0), row)?;
+            schema::history_key_into(key, revision.0, history_key);
+            batch.put(Cf::History, history_key, row)?;
         }
-        batch.put(
-            Cf::Events,
-            &schema::u64_key(revision.0),
-            &bincode::serialize(&stored_events(&applied.events, revision))?,
-        )?;
+        encode_events(&applied.events, revision, row)?;
+        batch.put(Cf::Events, &schema::u64_key(revision.0), row)?;
     }
     for (id, lease) in &applied.leases {
         match lease {
@@ -599,7 +626,7 @@ pub(crate) fn stage_purge(
                 }
             }
         } else {
-            touched.extend(events.into_iter().map(|e| e.key));
+            touched.extend(events.into_iter().map(|e| e.key.into_owned()));
         }
     }
     let mut history = engine.cursor(Cf::History)?;
@@ -951,5 +978,103 @@ mod tests {
         f.txn(vec![put("d", "1")]).await; // 7
         f.compact(7).await;
         assert!(f.history_of("c").is_empty(), "both rows of c go next time");
+    }
+
+    /// An `events` row as format 5 stored it: owned keys and states. The
+    /// borrowed form the apply encodes must give the same bytes, so rows
+    /// written before and after read alike, and it must read back whole.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum OwnedState {
+        History(u64),
+        Inline(KeyValue),
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct OwnedEvent {
+        kind: EventKind,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        kv: Option<OwnedState>,
+        prev_kv: Option<OwnedState>,
+    }
+
+    #[test]
+    fn an_events_row_is_encoded_as_format_5_encoded_it() {
+        let state = |key: &str, value: &str, rev: u64| KeyValue {
+            key: key.into(),
+            create_revision: Revision(2),
+            mod_revision: Revision(rev),
+            version: 3,
+            value: value.to_owned().into(),
+            lease: LeaseId(7),
+        };
+        let put = |key: &str, value: &str, prev: Option<KeyValue>| Event {
+            kind: EventKind::Put,
+            kv: state(key, value, 9),
+            prev_kv: prev,
+        };
+        // A put over an older state; a transaction that puts a key twice
+        // (the first state inline, the second in `history`) and deletes
+        // another.
+        let one = vec![put("a", "1", Some(state("a", "0", 4)))];
+        let several = vec![
+            put("b", "1", None),
+            put("b", "2", Some(state("b", "1", 9))),
+            Event {
+                kind: EventKind::Delete,
+                kv: KeyValue::deleted(b"c".to_vec(), Revision(9)),
+                prev_kv: Some(state("c", "x", 5)),
+            },
+        ];
+        let expected = [
+            vec![OwnedEvent {
+                kind: EventKind::Put,
+                key: b"a".to_vec(),
+                kv: Some(OwnedState::History(9)),
+                prev_kv: Some(OwnedState::History(4)),
+            }],
+            vec![
+                OwnedEvent {
+                    kind: EventKind::Put,
+                    key: b"b".to_vec(),
+                    kv: Some(OwnedState::Inline(state("b", "1", 9))),
+                    prev_kv: None,
+                },
+                OwnedEvent {
+                    kind: EventKind::Put,
+                    key: b"b".to_vec(),
+                    kv: Some(OwnedState::History(9)),
+                    prev_kv: Some(OwnedState::Inline(state("b", "1", 9))),
+                },
+                OwnedEvent {
+                    kind: EventKind::Delete,
+                    key: b"c".to_vec(),
+                    kv: None,
+                    prev_kv: Some(OwnedState::History(5)),
+                },
+            ],
+        ];
+        let mut row = vec![0xAA; 3];
+        for (events, expected) in [one, several].iter().zip(expected) {
+            encode_events(events, Revision(9), &mut row).expect("encode");
+            assert_eq!(row, bincode::serialize(&expected).expect("encode owned"));
+            let back: Vec<StoredEvent<'_>> = bincode::deserialize(&row).expect("decode");
+            let back: Vec<OwnedEvent> = back
+                .into_iter()
+                .map(|e| {
+                    let owned = |s: StoredState<'_>| match s {
+                        StoredState::History(r) => OwnedState::History(r),
+                        StoredState::Inline(kv) => OwnedState::Inline(kv.into_owned()),
+                    };
+                    OwnedEvent {
+                        kind: e.kind,
+                        key: e.key.into_owned(),
+                        kv: e.kv.map(owned),
+                        prev_kv: e.prev_kv.map(owned),
+                    }
+                })
+                .collect();
+            assert_eq!(back, expected);
+        }
     }
 }

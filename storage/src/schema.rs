@@ -327,9 +327,15 @@ pub fn escape_user_key(key: &[u8], out: &mut Vec<u8>) {
 /// The `history` row of `key` at `revision`.
 pub fn history_key(key: &[u8], revision: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(key.len() + 10);
-    escape_user_key(key, &mut out);
-    out.extend_from_slice(&revision.to_be_bytes());
+    history_key_into(key, revision, &mut out);
     out
+}
+
+/// [`history_key`] into `out`, replacing what it held.
+pub fn history_key_into(key: &[u8], revision: u64, out: &mut Vec<u8>) {
+    out.clear();
+    escape_user_key(key, out);
+    out.extend_from_slice(&revision.to_be_bytes());
 }
 
 /// The first `history` row of `key` (any revision).

@@ -42,13 +42,13 @@ pub(super) fn apply_entry_within(
     mut entry_budget: usize,
 ) -> Result<(Response, Vec<Applied>), StoreError> {
     let Command::Batch(cmds) = cmd else {
-        let applied = apply_within(view, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
-        return Ok((applied.response.clone(), vec![applied]));
+        let mut applied = apply_within(view, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
+        return Ok((take_answer(&mut applied), vec![applied]));
     };
     let mut overlay = BatchView::new(view, cmds.len());
     let mut responses = Vec::with_capacity(cmds.len());
     for cmd in cmds {
-        let applied = if cmd.is_batchable() {
+        let mut applied = if cmd.is_batchable() {
             let one = apply_within(&overlay, cmd, entry_budget.min(MAX_TXN_RANGE_BYTES))?;
             entry_budget = entry_budget.saturating_sub(one.range_bytes);
             one
@@ -61,7 +61,7 @@ pub(super) fn apply_entry_within(
                 ..Applied::default()
             }
         };
-        responses.push(applied.response.clone());
+        responses.push(take_answer(&mut applied));
         overlay.absorb(applied);
     }
     let response = Response {
@@ -69,6 +69,18 @@ pub(super) fn apply_entry_within(
         result: Ok(CommandResult::Batch(responses)),
     };
     Ok((response, overlay.applied))
+}
+
+/// Moves `applied`'s answer out for the entry's response, leaving its
+/// revision (all that the staging of its rows and the batch view read
+/// after this) and [`CommandResult::None`] in its place: the answer is not
+/// copied once more on every node (a put's answer carries its previous
+/// key-value, when asked for).
+fn take_answer(applied: &mut Applied) -> Response {
+    Response {
+        revision: applied.response.revision,
+        result: std::mem::replace(&mut applied.response.result, Ok(CommandResult::None)),
+    }
 }
 
 /// The store as the next command of a batch sees it: the base view with

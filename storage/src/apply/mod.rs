@@ -55,7 +55,8 @@ pub const MAX_ENTRY_RANGE_BYTES: usize = 64 << 20;
 #[derive(Debug, Default)]
 pub struct Applied {
     /// The answer to the command (its revision, and what it did or why it
-    /// was refused).
+    /// was refused). [`apply_entry`] moves the answer into the entry's
+    /// response and leaves the revision here, with [`CommandResult::None`].
     pub response: Response,
     /// Final state of each written key (`None` = deleted), in key order.
     pub writes: BTreeMap<Vec<u8>, Option<KeyValue>>,

@@ -700,15 +700,18 @@ fn the_commands_of_one_entry_share_the_entry_budget_in_log_order() {
     let one = 4 * (100_000 + 6 + 32);
     // Room for two full reads in this entry: the third is refused, and
     // so would it be on every node, since the entry is the same.
-    let (_, applied) = apply_entry_within(
+    let (response, applied) = apply_entry_within(
         &view,
         &Command::Batch(vec![read_all(), read_all(), read_all()]),
         2 * one + one / 2,
     )
     .expect("apply");
-    let verdicts: Vec<_> = applied
+    let Ok(CommandResult::Batch(answers)) = response.result else {
+        panic!("a batch's answer is the batch's answers: {response:?}");
+    };
+    let verdicts: Vec<_> = answers
         .iter()
-        .map(|a| a.response.result.as_ref().map(|_| ()).map_err(Clone::clone))
+        .map(|a| a.result.as_ref().map(|_| ()).map_err(Clone::clone))
         .collect();
     assert_eq!(
         verdicts,
