@@ -24,9 +24,10 @@ pub use crate::ids::{LeaseId, Revision};
 /// One key's state as of its last modification (etcd's `mvccpb.KeyValue`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
-    /// The key, as the client wrote it (any bytes).
-    #[serde(with = "serde_bytes")]
-    pub key: Vec<u8>,
+    /// The key, as the client wrote it (any bytes). Shared, not copied,
+    /// between the write that wrote it, its pending write, its event and
+    /// the current rows; encoded as `serde_bytes` encodes a `Vec<u8>`.
+    pub key: Bytes,
     /// The revision that created the key (reset when it is deleted and re-created).
     pub create_revision: Revision,
     /// The revision that last modified the key.
@@ -45,7 +46,7 @@ pub struct KeyValue {
 impl KeyValue {
     /// The state a deletion event carries (as etcd's does): only the key
     /// and the deleting revision.
-    pub fn deleted(key: Vec<u8>, revision: Revision) -> Self {
+    pub fn deleted(key: Bytes, revision: Revision) -> Self {
         Self {
             key,
             create_revision: Revision::ZERO,
@@ -255,9 +256,9 @@ impl Compare {
 /// Write one key (etcd's `PutRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutRequest {
-    /// The key to write.
-    #[serde(with = "serde_bytes")]
-    pub key: Vec<u8>,
+    /// The key to write. Shared with the key's new state, as the value
+    /// is; encoded as `serde_bytes` encodes a `Vec<u8>`.
+    pub key: Bytes,
     /// The new value (ignored with `ignore_value`). Shared with the
     /// key's new state; encoded as `serde_bytes` encodes a `Vec<u8>`.
     pub value: Bytes,
@@ -276,7 +277,7 @@ impl PutRequest {
     /// A plain put of `value` at `key`: no lease, no previous state asked.
     pub fn new(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
         Self {
-            key: key.into(),
+            key: Bytes::from(key.into()),
             value: Bytes::from(value.into()),
             lease: LeaseId::NONE,
             prev_kv: false,
@@ -773,9 +774,9 @@ mod tests {
         );
     }
 
-    /// `serde_bytes` and `Bytes` change how byte strings are visited and
-    /// held, not how they are encoded: rows and log entries written before
-    /// either read the same.
+    /// `serde_bytes` and `Bytes` (keys and values alike) change how byte
+    /// strings are visited and held, not how they are encoded: rows and
+    /// log entries written before either read the same.
     #[test]
     fn byte_strings_encode_as_before() {
         #[derive(Serialize)]
@@ -788,7 +789,7 @@ mod tests {
             lease: i64,
         }
         let kv = KeyValue {
-            key: b"/registry/pods/default/web".to_vec(),
+            key: Bytes::from_static(b"/registry/pods/default/web"),
             create_revision: Revision(3),
             mod_revision: Revision(9),
             version: 4,
@@ -796,7 +797,7 @@ mod tests {
             lease: LeaseId(7),
         };
         let plain = PlainKeyValue {
-            key: kv.key.clone(),
+            key: kv.key.to_vec(),
             create_revision: kv.create_revision,
             mod_revision: kv.mod_revision,
             version: kv.version,
@@ -825,7 +826,7 @@ mod tests {
             ..PutRequest::new("/registry/pods/default/web", vec![0, 1, 2, 255, 128])
         };
         let plain = PlainPutRequest {
-            key: put.key.clone(),
+            key: put.key.to_vec(),
             value: put.value.to_vec(),
             lease: put.lease.0,
             prev_kv: put.prev_kv,

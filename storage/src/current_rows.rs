@@ -37,6 +37,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use bytes::Bytes;
+
 use crate::command::KeyValue;
 use crate::error::StoreError;
 
@@ -54,8 +56,8 @@ const ENTRY_OVERHEAD: usize = 96;
 /// The current state of recently written keys.
 #[derive(Debug)]
 pub(crate) struct CurrentRows {
-    young: HashMap<Vec<u8>, Option<KeyValue>>,
-    old: HashMap<Vec<u8>, Option<KeyValue>>,
+    young: HashMap<Bytes, Option<KeyValue>>,
+    old: HashMap<Bytes, Option<KeyValue>>,
     /// What `young` holds, counted as [`CurrentRows::cost`] counts.
     young_bytes: usize,
     /// Cap on a generation's bytes: [`GENERATION_BYTES`] but in tests.
@@ -84,7 +86,7 @@ impl CurrentRows {
 
     /// Holds the states an entry's apply has just written, in the order it
     /// wrote them (a later state of a key replaces an earlier one).
-    pub(crate) fn record(&mut self, writes: impl IntoIterator<Item = (Vec<u8>, Option<KeyValue>)>) {
+    pub(crate) fn record(&mut self, writes: impl IntoIterator<Item = (Bytes, Option<KeyValue>)>) {
         for (key, state) in writes {
             let key_len = key.len();
             self.young_bytes += Self::cost(&key, &state);
@@ -112,9 +114,10 @@ impl CurrentRows {
         key.len() + Self::cost_of_state(state) + ENTRY_OVERHEAD
     }
 
-    /// A state's own bytes: its copy of the key and its value.
+    /// A state's own bytes: its value. Its key shares the map key's bytes
+    /// (apply builds both from one [`Bytes`]).
     fn cost_of_state(state: &Option<KeyValue>) -> usize {
-        state.as_ref().map_or(0, |kv| kv.key.len() + kv.value.len())
+        state.as_ref().map_or(0, |kv| kv.value.len())
     }
 
     #[cfg(test)]
@@ -174,7 +177,7 @@ mod tests {
 
     fn kv(key: &str, revision: u64, value: &str) -> KeyValue {
         KeyValue {
-            key: key.as_bytes().to_vec(),
+            key: Bytes::copy_from_slice(key.as_bytes()),
             create_revision: Revision(1),
             mod_revision: Revision(revision),
             version: revision as i64,
@@ -184,7 +187,7 @@ mod tests {
     }
 
     fn write(rows: &mut CurrentRows, key: &str, state: Option<KeyValue>) {
-        rows.record([(key.as_bytes().to_vec(), state)]);
+        rows.record([(Bytes::copy_from_slice(key.as_bytes()), state)]);
     }
 
     #[test]
@@ -192,8 +195,8 @@ mod tests {
         let mut rows = CurrentRows::new();
         assert_eq!(rows.get(b"a"), None, "nothing written: read the store");
         rows.record([
-            (b"a".to_vec(), Some(kv("a", 2, "one"))),
-            (b"a".to_vec(), Some(kv("a", 3, "two"))),
+            (Bytes::from_static(b"a"), Some(kv("a", 2, "one"))),
+            (Bytes::from_static(b"a"), Some(kv("a", 3, "two"))),
         ]);
         assert_eq!(rows.get(b"a"), Some(&Some(kv("a", 3, "two"))));
         write(&mut rows, "a", None);

@@ -25,6 +25,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::apply::Applied;
@@ -382,7 +383,7 @@ impl<'a> StoredEvent<'a> {
     fn load<S: Source + ?Sized>(self, src: &S, revision: u64) -> Result<Event, StoreError> {
         let kv = match self.kv {
             Some(state) => state.load(src, &self.key)?,
-            None => KeyValue::deleted(self.key.to_vec(), Revision(revision)),
+            None => KeyValue::deleted(Bytes::copy_from_slice(&self.key), Revision(revision)),
         };
         let prev_kv = match self.prev_kv {
             Some(state) => Some(state.load(src, &self.key)?),
@@ -446,9 +447,7 @@ fn encode_events(
     let stored: Vec<StoredEvent<'_>> = events
         .iter()
         .enumerate()
-        .map(|(i, event)| {
-            StoredEvent::new(event, revision, last_of_key[event.kv.key.as_slice()] == i)
-        })
+        .map(|(i, event)| StoredEvent::new(event, revision, last_of_key[&event.kv.key[..]] == i))
         .collect();
     bincode::serialize_into(&mut *out, &stored)?;
     Ok(())
@@ -516,7 +515,7 @@ pub(crate) fn staged_bytes(entry: &[Applied]) -> usize {
             0
         } else {
             applied.events.len() * EVENT
-                + applied.writes.keys().map(Vec::len).sum::<usize>()
+                + applied.writes.keys().map(Bytes::len).sum::<usize>()
                 + RECORD_OVERHEAD
                 + 8
         };
@@ -1001,7 +1000,7 @@ mod tests {
     #[test]
     fn an_events_row_is_encoded_as_format_5_encoded_it() {
         let state = |key: &str, value: &str, rev: u64| KeyValue {
-            key: key.into(),
+            key: Bytes::copy_from_slice(key.as_bytes()),
             create_revision: Revision(2),
             mod_revision: Revision(rev),
             version: 3,
@@ -1022,7 +1021,7 @@ mod tests {
             put("b", "2", Some(state("b", "1", 9))),
             Event {
                 kind: EventKind::Delete,
-                kv: KeyValue::deleted(b"c".to_vec(), Revision(9)),
+                kv: KeyValue::deleted(Bytes::from_static(b"c"), Revision(9)),
                 prev_kv: Some(state("c", "x", 5)),
             },
         ];

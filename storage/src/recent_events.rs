@@ -104,7 +104,7 @@ mod tests {
                 value: vec![b'v'; bytes].into(),
                 create_revision: Revision(1),
                 version: 1,
-                ..KeyValue::deleted(b"k".to_vec(), Revision(revision))
+                ..KeyValue::deleted(bytes::Bytes::from_static(b"k"), Revision(revision))
             },
             prev_kv: None,
         }]

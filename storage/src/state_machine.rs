@@ -899,10 +899,14 @@ mod tests {
             ..RangeRequest::default()
         };
         let stop = Arc::new(AtomicBool::new(false));
+        // The writes start once the reader has read: on a loaded machine
+        // the thread may otherwise start after the last of them.
+        let (first_read, reading) = tokio::sync::oneshot::channel();
         let reader = {
             let (store, stop, all) = (store.clone(), stop.clone(), all.clone());
             std::thread::spawn(move || {
                 let (mut reads, mut last) = (0u64, Revision::ZERO);
+                let mut first_read = Some(first_read);
                 while !stop.load(Ordering::SeqCst) {
                     let read = store.range(&all).expect("range");
                     let newest = read.kvs.iter().map(|kv| kv.mod_revision).max();
@@ -914,10 +918,14 @@ mod tests {
                     assert!(read.revision >= last, "{:?} after {last:?}", read.revision);
                     last = read.revision;
                     reads += 1;
+                    if let Some(first_read) = first_read.take() {
+                        let _ = first_read.send(());
+                    }
                 }
                 reads
             })
         };
+        reading.await.expect("the reader read");
         let writes = 300u64;
         for i in 0..writes {
             let put = Command::Txn(Txn {

@@ -17,7 +17,7 @@ use super::status;
 
 pub fn kv(kv: KeyValue) -> mvccpb::KeyValue {
     mvccpb::KeyValue {
-        key: kv.key,
+        key: kv.key.into(),
         create_revision: kv.create_revision.0 as i64,
         mod_revision: kv.mod_revision.0 as i64,
         version: kv.version,
@@ -143,7 +143,7 @@ pub fn range_response(resp: RangeResponse) -> pb::RangeResponse {
 
 pub fn put_request(r: pb::PutRequest) -> PutRequest {
     PutRequest {
-        key: r.key,
+        key: r.key.into(),
         value: r.value.into(),
         lease: LeaseId(r.lease),
         prev_kv: r.prev_kv,
@@ -507,7 +507,7 @@ mod proptests {
     fn stored_kv() -> impl Strategy<Value = KeyValue> {
         (key(), key(), 0..50u64, 0..50u64, fuzz::edge_i64()).prop_map(
             |(key, value, c, m, version)| KeyValue {
-                key,
+                key: key.into(),
                 create_revision: Revision(c),
                 mod_revision: Revision(m),
                 version,
@@ -545,7 +545,7 @@ mod proptests {
         // The whole range is read, then filtered: the store gets no limit.
         assert!(matches!(super::range_request(&r), Ok(read) if read.limit == 0));
         let kv = |k: &[u8], m: u64| KeyValue {
-            key: k.to_vec(),
+            key: bytes::Bytes::copy_from_slice(k),
             create_revision: Revision(m),
             mod_revision: Revision(m),
             version: 1,

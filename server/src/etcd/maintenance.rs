@@ -416,7 +416,7 @@ mod tests {
 
     fn kv(i: usize, value_len: usize) -> KeyValue {
         KeyValue {
-            key: format!("key/{i:05}").into_bytes(),
+            key: format!("key/{i:05}").into_bytes().into(),
             create_revision: Revision(i as u64 + 1),
             mod_revision: Revision(i as u64 + 2),
             version: 3,

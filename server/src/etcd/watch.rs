@@ -446,7 +446,7 @@ mod tests {
         Event {
             kind,
             kv: KeyValue {
-                key: key.as_bytes().to_vec(),
+                key: bytes::Bytes::copy_from_slice(key.as_bytes()),
                 create_revision: Revision(1),
                 mod_revision: Revision(2),
                 version: 1,

@@ -674,7 +674,7 @@ mod tests {
 
     fn stored_kv(ns: &str, name: &str, app: &str, revision: u64) -> KeyValue {
         KeyValue {
-            key: configmaps().key(Some(ns), name).into_bytes(),
+            key: configmaps().key(Some(ns), name).into_bytes().into(),
             create_revision: Revision(3),
             mod_revision: Revision(revision),
             version: 1,

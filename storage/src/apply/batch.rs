@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use super::txn::merge_scan;
 use super::{apply_within, Applied, MAX_ENTRY_RANGE_BYTES, MAX_TXN_RANGE_BYTES};
 use crate::command::{
@@ -93,7 +95,7 @@ struct BatchView<'v, V> {
     applied: Vec<Applied>,
     /// Every key the batch wrote, and the command of `applied` whose
     /// writes hold its latest state.
-    writes: BTreeMap<Vec<u8>, usize>,
+    writes: BTreeMap<Bytes, usize>,
     /// Each writing command's revision and place in `applied`, in order,
     /// for reads at a revision inside the batch.
     history: Vec<(Revision, usize)>,
@@ -209,7 +211,7 @@ impl<V: MvccRead> MvccRead for BatchView<'_, V> {
         }
         // The base's current keys with the batch's writes up to `upto` on
         // top (the overlay holds only keys the batch wrote).
-        let mut overlay: BTreeMap<&Vec<u8>, &Option<KeyValue>> = BTreeMap::new();
+        let mut overlay: BTreeMap<&Bytes, &Option<KeyValue>> = BTreeMap::new();
         for (_, index) in self.history.iter().take_while(|(rev, _)| *rev <= upto) {
             for (key, state) in &self.applied[*index].writes {
                 if range.contains(key) {

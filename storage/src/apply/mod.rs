@@ -16,6 +16,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use crate::command::{
     ApplyError, Command, CommandResult, DeleteRequest, Event, KeyRange, KeyValue, LeaseRecord,
     ProposalId, Response, Revision,
@@ -59,7 +61,7 @@ pub struct Applied {
     /// response and leaves the revision here, with [`CommandResult::None`].
     pub response: Response,
     /// Final state of each written key (`None` = deleted), in key order.
-    pub writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    pub writes: BTreeMap<Bytes, Option<KeyValue>>,
     /// The watch events, in the order the operations ran.
     pub events: Vec<Event>,
     /// Set when the command compacts history to this revision.

@@ -31,8 +31,8 @@ impl MemView {
     fn commit(&mut self, applied: &Applied) {
         for (k, v) in &applied.writes {
             match v {
-                Some(kv) => self.kvs.insert(k.clone(), kv.clone()),
-                None => self.kvs.remove(k),
+                Some(kv) => self.kvs.insert(k.to_vec(), kv.clone()),
+                None => self.kvs.remove(&k[..]),
             };
         }
         if !applied.writes.is_empty() {
@@ -277,7 +277,7 @@ fn one_txn_is_one_revision_and_sees_its_own_writes() {
     let resp = txn_result(&applied);
     match &resp.responses[2] {
         OpResponse::Range(r) => {
-            let keys: Vec<_> = r.kvs.iter().map(|kv| kv.key.clone()).collect();
+            let keys: Vec<_> = r.kvs.iter().map(|kv| kv.key.to_vec()).collect();
             assert_eq!(keys, vec![b"p/2".to_vec()]);
         }
         other => panic!("unexpected {other:?}"),
@@ -665,7 +665,7 @@ fn a_txn_range_past_the_budget_is_refused_whole_and_a_limited_one_is_served() {
     let limited = view.run(read_and_mark(KeyRange::prefix("big/"), 2, "marker"));
     let r = range_of(&limited, 1);
     assert_eq!((r.kvs.len(), r.count, r.more), (2, 9, true));
-    assert_eq!(r.kvs[0].key, b"big/00");
+    assert_eq!(r.kvs[0].key, &b"big/00"[..]);
     assert_eq!(limited.range_bytes, 2 * ((1 << 20) + 6 + 32));
 
     // Counting and keys-only reads cost (almost) nothing.
@@ -765,7 +765,7 @@ fn ranges_compares_and_deletes_in_a_txn_stream_over_its_own_writes() {
     let resp = txn_result(&applied);
     assert!(resp.succeeded);
     let keys =
-        |r: &RangeResponse| -> Vec<Vec<u8>> { r.kvs.iter().map(|kv| kv.key.clone()).collect() };
+        |r: &RangeResponse| -> Vec<Vec<u8>> { r.kvs.iter().map(|kv| kv.key.to_vec()).collect() };
     let limited = range_of(&applied, 2);
     assert_eq!(
         keys(limited),
@@ -840,7 +840,7 @@ mod proptests {
                 })),
             (key(), key(), number(), any::<[bool; 3]>()).prop_map(|(key, value, lease, f)| {
                 Op::Put(PutRequest {
-                    key,
+                    key: key.into(),
                     value: value.into(),
                     lease: LeaseId(lease),
                     prev_kv: f[0],

@@ -8,6 +8,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
+use bytes::Bytes;
+
 use crate::command::{
     ApplyError, Compare, CompareOp, CompareTarget, DeleteRequest, DeleteResponse, Event, EventKind,
     KeyRange, KeyValue, Op, OpResponse, PutRequest, RangeRequest, RangeResponse, Revision, Txn,
@@ -22,13 +24,13 @@ use crate::view::{MvccRead, RangeShaper, Visit};
 /// order. Holds nothing but the overlay's iterator.
 pub(super) fn merge_scan<'o>(
     base: impl FnOnce(Visit<'_>) -> Result<Revision, StoreError>,
-    overlay: impl Iterator<Item = (&'o Vec<u8>, &'o Option<KeyValue>)>,
+    overlay: impl Iterator<Item = (&'o Bytes, &'o Option<KeyValue>)>,
     visit: Visit<'_>,
 ) -> Result<(), StoreError> {
     let mut pending = overlay.peekable();
     let mut stopped = false;
     base(&mut |kv: KeyValue| {
-        while let Some((_, state)) = pending.next_if(|(k, _)| k.as_slice() < kv.key.as_slice()) {
+        while let Some((_, state)) = pending.next_if(|(k, _)| k[..] < kv.key[..]) {
             if let Some(state) = state {
                 if visit(state.clone())?.is_break() {
                     stopped = true;
@@ -36,7 +38,7 @@ pub(super) fn merge_scan<'o>(
                 }
             }
         }
-        let kv = match pending.next_if(|(k, _)| k.as_slice() == kv.key.as_slice()) {
+        let kv = match pending.next_if(|(k, _)| k[..] == kv.key[..]) {
             Some((_, None)) => return Ok(ControlFlow::Continue(())),
             Some((_, Some(state))) => state.clone(),
             None => kv,
@@ -74,7 +76,7 @@ impl From<StoreError> for TxnError {
 pub(super) struct TxnRun<'v, V> {
     view: &'v V,
     pub(super) revision: Revision,
-    pub(super) writes: BTreeMap<Vec<u8>, Option<KeyValue>>,
+    pub(super) writes: BTreeMap<Bytes, Option<KeyValue>>,
     pub(super) events: Vec<Event>,
     pub(super) attachments: BTreeMap<(LeaseId, Vec<u8>), bool>,
     /// Bytes of range results it may still return.
@@ -172,7 +174,7 @@ impl<'v, V: MvccRead> TxnRun<'v, V> {
         if cmp.range.is_single() {
             let state = self.get(&cmp.range.key)?;
             let passed = compare_one(state.as_ref(), cmp);
-            if !self.writes.contains_key(&cmp.range.key) {
+            if !self.writes.contains_key(cmp.range.key.as_slice()) {
                 *self.compared.borrow_mut() = Some((cmp.range.key.clone(), state));
             }
             return Ok(passed);
@@ -302,7 +304,7 @@ fn check_duplicate_puts(ops: &[Op]) -> Result<(), TxnError> {
         for op in ops {
             match op {
                 Op::Put(p) => {
-                    if seen.contains(&p.key.as_slice()) {
+                    if seen.contains(&&p.key[..]) {
                         return Err(TxnError::Refused(ApplyError::DuplicateKey));
                     }
                     seen.push(&p.key);

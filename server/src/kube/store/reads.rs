@@ -364,7 +364,7 @@ impl KubeStore {
             }
             match resp.kvs.last() {
                 Some(last) if resp.more => {
-                    start = last.key.clone();
+                    start = last.key.to_vec();
                     start.push(0);
                 }
                 _ => break,
