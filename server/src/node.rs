@@ -115,21 +115,19 @@ impl RunningNode {
         // Streams per client connection are bounded as on the REST port
         // (kube-apiserver's 1,000): beyond them an HTTP/2 client waits for
         // a stream on its side instead of queueing requests in the node.
-        let etcd_server = Server::builder()
-            .max_concurrent_streams(crate::http::serve::HTTP2_MAX_STREAMS_PER_CONNECTION)
-            .add_service(etcd_api.kv)
-            .add_service(etcd_api.watch)
-            .add_service(etcd_api.lease)
-            .add_service(etcd_api.maintenance)
-            .add_service(etcd_api.cluster);
-        // No Nagle: etcd requests are small and latency-bound.
-        let grpc = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
-        tasks.push(tokio::spawn(serve_grpc(
-            "etcd",
-            etcd_server,
-            grpc,
-            shutdown.subscribe(),
-        )));
+        // gRPC is HTTP/2 alone, as tonic's server serves it.
+        let mut etcd_port =
+            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .http2_only();
+        etcd_port
+            .http2()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .max_concurrent_streams(http::serve::HTTP2_MAX_STREAMS_PER_CONNECTION);
+        let dispatch = crate::etcd::EtcdDispatch::new(etcd_api);
+        let stop = shutdown.subscribe();
+        tasks.push(tokio::spawn(async move {
+            http::serve::serve_connections("etcd", grpc, &etcd_port, dispatch, stop).await;
+        }));
 
         let cache = WatchCache::new(
             raft.store().clone(),

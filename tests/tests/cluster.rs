@@ -1401,3 +1401,94 @@ async fn guard_conflicts(node: &KubeClient, write: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{}", metrics.text))
 }
+
+/// A call carries its deadline in `grpc-timeout`: one that cannot be
+/// answered in time (a write with no quorum to commit it) is answered
+/// `DeadlineExceeded` when the deadline passes, as etcd answers it, not
+/// when the node gives up on the write (10 s on); and a call to a service
+/// the etcd port does not serve is `Unimplemented`. Over a plain HTTP/2
+/// connection: tonic's client would give up at the deadline itself and
+/// never read the node's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_grpc_timeout_is_answered_deadline_exceeded() {
+    use kubestore_proto::etcd::etcdserverpb::PutRequest;
+    use prost::Message as _;
+
+    let mut c = TestCluster::new(3).await.expect("cluster");
+    let leader = c.leader().await.expect("leader");
+    let addr = c
+        .etcd_endpoint(leader)
+        .trim_start_matches("http://")
+        .to_string();
+    for id in c.ids().into_iter().filter(|id| *id != leader) {
+        c.kill(id).await.expect("kill a follower");
+    }
+    let put = PutRequest {
+        key: b"no-quorum".to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let status = grpc_status(&addr, "/etcdserverpb.KV/Put", &put.encode_to_vec(), "300m").await;
+    let took = started.elapsed();
+    assert_eq!(
+        status,
+        tonic::Code::DeadlineExceeded as i32,
+        "a put without a quorum"
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "answered before its deadline: {took:?}"
+    );
+
+    let status = grpc_status(&addr, "/raft.RaftService/Vote", &[], "5S").await;
+    assert_eq!(
+        status,
+        tonic::Code::Unimplemented as i32,
+        "Vote on the etcd port"
+    );
+    c.shutdown().await;
+}
+
+/// Calls `path` on the gRPC server at `addr` with one message and a
+/// `grpc-timeout` of `timeout`, over one HTTP/2 connection of its own, and
+/// returns the answer's `grpc-status` (from its headers or its trailers).
+async fn grpc_status(addr: &str, path: &str, message: &[u8], timeout: &str) -> i32 {
+    use tonic::codegen::http;
+
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut client, connection) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(connection);
+    let request = http::Request::post(format!("http://{addr}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", timeout)
+        .body(())
+        .expect("request");
+    let (answer, mut body) = client.send_request(request, false).expect("send");
+    // A gRPC message: no compression, its length, its bytes.
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+    frame.extend_from_slice(message);
+    body.send_data(frame.into(), true)
+        .expect("send the message");
+    let answer = answer.await.expect("an answer");
+    let status_of = |headers: &http::HeaderMap| {
+        headers
+            .get("grpc-status")
+            .map(|s| s.to_str().expect("ascii").parse::<i32>().expect("a number"))
+    };
+    if let Some(status) = status_of(answer.headers()) {
+        return status;
+    }
+    let mut body = answer.into_body();
+    while let Some(data) = body.data().await {
+        data.expect("the answer's data");
+    }
+    let trailers = body
+        .trailers()
+        .await
+        .expect("trailers")
+        .expect("some trailers");
+    status_of(&trailers).expect("grpc-status in the trailers")
+}

@@ -16,6 +16,7 @@
 mod cluster;
 mod context;
 mod convert;
+mod dispatch;
 mod kv;
 mod lease;
 mod maintenance;
@@ -31,6 +32,7 @@ use kubestore_raft::RaftNode;
 
 use context::Context;
 pub use context::{EtcdOptions, ETCD_CLUSTER_VERSION, ETCD_VERSION, MAX_REQUEST_BYTES};
+pub use dispatch::EtcdDispatch;
 
 /// The etcd front end of a node: the services' shared [`Context`], the
 /// lease keeper, and the slots of the keyspace-wide Maintenance calls.
