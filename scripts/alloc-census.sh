@@ -2,8 +2,8 @@
 # Counts the heap allocations a put costs the three nodes of a local
 # cluster: uprobes on mimalloc's two allocation paths
 # (`_mi_page_malloc_zero`, the fast path, and `_mi_malloc_generic`, the
-# slow one) in BIN, counted with `perf stat` on the nodes' processes (not
-# the load generator) over PUTS puts from 64 clients, after 5,000 puts to
+# slow one) in BIN, counted with `perf stat` in the nodes' processes (not
+# the load generator's) over PUTS puts from 64 clients, after 5,000 puts to
 # warm the cluster up. Prints the counts and the allocations per put.
 #
 #   scripts/alloc-census.sh BIN [PUTS]
@@ -32,22 +32,28 @@ cleanup() {
 }
 trap cleanup EXIT
 
-perf probe -q -x "$bin" -a "$group:fast=_mi_page_malloc_zero" -a "$group:slow=_mi_malloc_generic"
-start_local_cluster "$bin" "$data" "$data/cluster.log"
+# The nodes run a private copy of BIN with the probes on it: a uprobe is
+# set on a file, so the load generator (BIN itself) and any other process
+# of BIN are not counted, and the count can be taken system-wide (perf's
+# `-p` races with the nodes' threads coming and going).
+nodes_bin="$data/kubestore-census"
+cp "$bin" "$nodes_bin"
+perf probe -q -x "$nodes_bin" -a "$group:fast=_mi_page_malloc_zero" -a "$group:slow=_mi_malloc_generic"
+start_local_cluster "$nodes_bin" "$data" "$data/cluster.log"
 endpoints=$(local_cluster_nodes grpc_url , "$data")
-pids=$(local_cluster_nodes pid , "$data")
+load="$bin"
 bench() {
-    "$bin" bench etcd --no-progress --endpoints "$endpoints" --workloads put \
+    "$load" bench etcd --no-progress --endpoints "$endpoints" --workloads put \
         --clients 64 --requests "$1" --out "$data/bench-$1" >"$data/bench-$1.log" 2>&1
 }
 bench 5000
-perf stat -x, -o "$data/stat.csv" -e "$group:fast,$group:slow" -p "$pids" -- \
-    bash -c "$(declare -f bench); bin=$bin endpoints=$endpoints data=$data; bench $puts"
+perf stat -x, -o "$data/stat.csv" -e "$group:fast,$group:slow" -a -- \
+    bash -c "$(declare -f bench); load=$load endpoints=$endpoints data=$data; bench $puts"
 if [ -n "${CENSUS_RECORD:-}" ]; then
     mkdir -p "$CENSUS_RECORD"
     perf record -q -o "$CENSUS_RECORD/perf.data" -e "$group:fast,$group:slow" -c 20 \
-        --call-graph dwarf,16384 -p "$pids" -- \
-        bash -c "$(declare -f bench); bin=$bin endpoints=$endpoints data=$data; bench $puts"
+        --call-graph dwarf,16384 -a -- \
+        bash -c "$(declare -f bench); load=$load endpoints=$endpoints data=$data; bench $puts"
 fi
 python3 - "$data/stat.csv" "$puts" <<'EOF'
 import sys
