@@ -10,6 +10,7 @@
 //! [`crate::http::routing`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -54,7 +55,10 @@ async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
     // barrier: another node may have applied its CustomResourceDefinition.
     let route =
         or_after_barrier(&state, &state.kube.cache().types(), |t| resolve(&path, t)).await?;
-    let types = state.kube.cache().types();
+    let types = match route {
+        Route::GroupList => listed_types(&state).await,
+        _ => state.kube.cache().types(),
+    };
     if let Route::ApiVersions | Route::GroupList = route {
         if let Some(version) = discovery::aggregated_version(req.headers()) {
             let core = matches!(route, Route::ApiVersions);
@@ -76,6 +80,19 @@ async fn route(state: AppState, req: Request) -> Result<Response, ApiError> {
         }
         Route::Resource(target) => verb(state, target, rendering, req).await,
     }
+}
+
+/// The types a list of every group (`/apis`, legacy or aggregated) names:
+/// those the node serves once it has applied everything committed before
+/// the request, so a CustomResourceDefinition created through another node
+/// is listed as soon as its creation was acknowledged. Without a quorum
+/// the list is answered from what the node has applied, as a
+/// stale-tolerant read: discovery stays up on a partitioned node.
+async fn listed_types(state: &AppState) -> Arc<TypeSet> {
+    if let Err(e) = state.kube.quorum_revision().await {
+        tracing::warn!(error = %e, "group list answered without a read barrier");
+    }
+    state.kube.cache().types()
 }
 
 /// `answer` on the node's served `types`; a `404` (a group or version
