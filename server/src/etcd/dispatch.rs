@@ -14,6 +14,9 @@
 //! a service does not have is its generated server's to refuse, as
 //! before).
 //!
+//! The KV service's unary calls skip tonic's per-call decoding and
+//! encoding too ([`super::unary`]).
+//!
 //! A call whose deadline passes before its answer is ready is answered
 //! `DeadlineExceeded`, as etcd's gRPC server (grpc-go) answers it, and its
 //! handler is dropped; a stream's deadline covers its opening, not the
@@ -35,6 +38,7 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tower::Service;
 
+use super::unary::{self, KvMethod};
 use super::{cluster, kv, lease, maintenance, watch, EtcdServices};
 
 /// A call's answer in the making: what tonic's generated services return.
@@ -70,16 +74,17 @@ enum Target {
 impl Target {
     /// The service a call's path names (`/etcdserverpb.KV/Put`: the KV
     /// service), if the port serves it.
-    fn of(path: &str) -> Option<Self> {
-        let (service, _method) = path.strip_prefix('/')?.split_once('/')?;
-        Some(match service {
+    fn of(path: &str) -> Option<(Self, &str)> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        let target = match service {
             KvServer::<kv::KvService>::NAME => Self::Kv,
             WatchServer::<watch::WatchService>::NAME => Self::Watch,
             LeaseServer::<lease::LeaseService>::NAME => Self::Lease,
             MaintenanceServer::<maintenance::MaintenanceService>::NAME => Self::Maintenance,
             ClusterServer::<cluster::ClusterService>::NAME => Self::Cluster,
             _ => return None,
-        })
+        };
+        Some((target, method))
     }
 }
 
@@ -90,7 +95,7 @@ impl hyper::service::Service<Request<Incoming>> for EtcdDispatch {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let deadline = grpc_timeout(req.headers());
-        let Some(target) = Target::of(req.uri().path()) else {
+        let Some((target, method)) = Target::of(req.uri().path()) else {
             let status =
                 tonic::Status::unimplemented(format!("unknown service {}", req.uri().path()));
             return Box::pin(std::future::ready(Ok(status.into_http())));
@@ -99,7 +104,16 @@ impl hyper::service::Service<Request<Incoming>> for EtcdDispatch {
         // an `Arc` of the handler: each call takes a clone to call.
         let s = &self.services;
         let call = match target {
-            Target::Kv => s.kv.clone().call(req),
+            Target::Kv => match KvMethod::of(method) {
+                Some(method) => Box::pin(unary::serve_kv(
+                    s.kv_handler.clone(),
+                    s.kv.clone(),
+                    method,
+                    req,
+                    s.kv_limit,
+                )),
+                None => s.kv.clone().call(req),
+            },
             Target::Watch => s.watch.clone().call(req),
             Target::Lease => s.lease.clone().call(req),
             Target::Maintenance => s.maintenance.clone().call(req),

@@ -21,6 +21,7 @@ mod kv;
 mod lease;
 mod maintenance;
 mod status;
+mod unary;
 mod watch;
 
 use kubestore_proto::etcd::etcdserverpb::cluster_server::ClusterServer;
@@ -74,6 +75,8 @@ impl EtcdContext {
             kv: KvServer::new(kv::KvService(ctx.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
+            kv_handler: kv::KvService(ctx.clone()),
+            kv_limit: limit,
             watch: WatchServer::new(watch::WatchService(ctx.clone()))
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
@@ -95,6 +98,10 @@ impl EtcdContext {
 #[derive(Debug)]
 pub struct EtcdServices {
     pub kv: KvServer<kv::KvService>,
+    /// The KV service's handler, for the unary calls answered without
+    /// tonic's codec ([`unary`]), and the largest message it takes.
+    kv_handler: kv::KvService,
+    kv_limit: usize,
     pub watch: WatchServer<watch::WatchService>,
     pub lease: LeaseServer<lease::LeaseService>,
     pub maintenance: MaintenanceServer<maintenance::MaintenanceService>,
