@@ -98,6 +98,8 @@ pub struct KubeStore {
     names: NameGenerator,
     /// Guarded writes whose guard failed, shared by every clone.
     guard_failures: Arc<GuardFailures>,
+    /// The namespaces creates last found usable, shared by every clone.
+    usable_namespaces: Arc<writes::UsableNamespaces>,
 }
 
 /// The kinds of guarded write, as `/metrics` labels them.
@@ -144,6 +146,7 @@ impl KubeStore {
             cache,
             names: NameGenerator::random(),
             guard_failures: Arc::default(),
+            usable_namespaces: Arc::default(),
         }
     }
 

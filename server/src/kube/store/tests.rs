@@ -197,6 +197,59 @@ async fn a_create_is_read_back_at_its_revision_and_guarded_by_absence_and_namesp
     n.shutdown().await;
 }
 
+/// A create guards on the revision its namespace was last found usable
+/// at, without reading it again; a namespace deleted and created again
+/// since fails that guard, and the create is decided on the namespace as
+/// it is now: refused while it is gone, written once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_in_a_namespace_changed_since_the_last_is_decided_on_it_now() {
+    let n = OneNode::start(100).await;
+    let rt = configmaps();
+    let ns = resources::namespaces();
+    n.create(ns, None, json!({"metadata": {"name": "cycle"}}))
+        .await;
+    n.create(rt, Some("cycle"), cm("first", "1")).await;
+    n.create(rt, Some("cycle"), cm("second", "1")).await;
+    let failed = n.kube.guard_failures(GuardedWrite::Create);
+    assert_eq!(failed, 0, "the namespace remembered is current");
+
+    // Gone: terminating, emptied, finalized.
+    n.kube
+        .delete(ns, None, "cycle", &DeleteOptions::default())
+        .await
+        .expect("namespace marked");
+    for name in ["first", "second"] {
+        n.kube
+            .delete(rt, Some("cycle"), name, &DeleteOptions::default())
+            .await
+            .expect("emptied");
+    }
+    n.kube.finalize_namespace("cycle").await.expect("finalized");
+    let absent =
+        admission::admit_create(rt, Some("cycle"), cm("third", "1").to_string().as_bytes())
+            .expect("admitted");
+    match n.kube.create(rt, absent, DryRun::No).await {
+        Err(KubeError::NotFound { resource, name }) => {
+            assert_eq!((resource.as_str(), name.as_str()), ("namespaces", "cycle"))
+        }
+        other => panic!("expected the namespace to be missing, got {other:?}"),
+    }
+    assert_eq!(
+        n.kube.guard_failures(GuardedWrite::Create),
+        failed + 1,
+        "the remembered revision failed its guard once"
+    );
+
+    // Back: the create is written, in the new namespace.
+    n.create(ns, None, json!({"metadata": {"name": "cycle"}}))
+        .await;
+    let third = n.create(rt, Some("cycle"), cm("third", "1")).await;
+    assert_eq!(third["metadata"]["namespace"], "cycle");
+    let read = n.get(rt, Some("cycle"), "third").await;
+    assert_eq!(rv(&read), rv(&third));
+    n.shutdown().await;
+}
+
 /// Suffixes of generated names from a fixed list (then its last, for
 /// ever), and how many were asked for.
 fn suffixes(list: &'static [&'static str]) -> (NameGenerator, Arc<AtomicUsize>) {
