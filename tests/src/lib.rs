@@ -440,6 +440,24 @@ impl TestCluster {
         self.slot(id).ok().map(|s| s.data_dir.with_extension("log"))
     }
 
+    /// `POST /debug/faults` on one node (started with
+    /// `ClusterOptions::fault_injection`): the faults in `settings` (for
+    /// example `{"apply_delay_ms": 1500}`) are in force once it returns.
+    pub async fn inject_faults(&self, id: u64, settings: &Value) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .post(format!("{}/debug/faults", self.rest_url(id)))
+            .json(settings)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "node {id} refused the faults {settings}: {}",
+            resp.status()
+        );
+        Ok(())
+    }
+
     /// `/debug/cluster` of one node, if it answers.
     pub async fn status(&self, id: u64) -> Option<Value> {
         let resp = self

@@ -1304,13 +1304,9 @@ async fn updates_through_a_lagging_follower_are_decided_on_the_current_state() {
     c.wait_converged(Duration::from_secs(30))
         .await
         .expect("converged");
-    let slow = reqwest::Client::new()
-        .post(format!("{}/debug/faults", c.rest_url(follower)))
-        .json(&json!({ "apply_delay_ms": 1500 }))
-        .send()
+    c.inject_faults(follower, &json!({ "apply_delay_ms": 1500 }))
         .await
         .expect("set the apply delay");
-    assert!(slow.status().is_success(), "{}", slow.status());
 
     let new = lead.put(path, &cm("new", None)).await.expect("put new");
     assert_eq!(new.status, StatusCode::OK, "{}", new.text);

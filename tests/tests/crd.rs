@@ -330,13 +330,9 @@ async fn a_lagging_node_lists_the_group_of_an_acknowledged_definition() {
         c.leader().await.expect("leader"),
         c.follower().await.expect("follower"),
     );
-    let slow = reqwest::Client::new()
-        .post(format!("{}/debug/faults", c.rest_url(follower)))
-        .json(&json!({ "apply_delay_ms": 1500 }))
-        .send()
+    c.inject_faults(follower, &json!({ "apply_delay_ms": 1500 }))
         .await
         .expect("set the apply delay");
-    assert!(slow.status().is_success(), "{}", slow.status());
     let aggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
     // One definition for the legacy list, one for the aggregated one: each
     // list is asked for while the follower is behind its definition.

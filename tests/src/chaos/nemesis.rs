@@ -243,12 +243,10 @@ impl<'c> Nemesis<'c> {
 
     /// `POST /debug/faults` on `node`, retried briefly (the node may be busy).
     async fn set_faults(&self, node: u64, settings: Value) -> anyhow::Result<()> {
-        let url = format!("{}/debug/faults", self.cluster.rest_url(node));
         let mut last = None;
         for _ in 0..20 {
-            match self.http.post(&url).json(&settings).send().await {
-                Ok(r) if r.status().is_success() => return Ok(()),
-                Ok(r) => last = Some(format!("status {}", r.status())),
+            match self.cluster.inject_faults(node, &settings).await {
+                Ok(()) => return Ok(()),
                 Err(e) => last = Some(e.to_string()),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
